@@ -1,0 +1,1 @@
+"""Backends: where trial runners run (local processes, one Kubernetes Indexed Job)."""

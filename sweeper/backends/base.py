@@ -1,0 +1,34 @@
+"""What every backend offers the CLI."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from sweeper.study import Sweep
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """How a launch ended. ``failed`` holds indexes that failed for good (retries used up or a
+    failure no retry fixes); ``interrupted`` means the user stopped it (resumable)."""
+
+    finished: tuple[int, ...] = ()
+    failed: tuple[int, ...] = ()
+    interrupted: bool = False
+    detached: bool = False
+    messages: tuple[str, ...] = field(default=())
+
+
+Tick = Callable[[], None]
+
+
+class Backend(Protocol):
+    name: str
+
+    def run(self, sweep: Sweep, indexes: Sequence[int], *, storage_url: str, parallelism: int,
+            tick: Tick) -> RunResult:
+        """Run ``indexes`` of ``sweep`` to completion (or launch them, when detached), calling
+        ``tick`` about once a second so the caller can show progress."""
+        ...

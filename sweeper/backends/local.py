@@ -1,0 +1,310 @@
+"""Local backend: long-lived worker processes on this machine, at most ``parallelism`` at once.
+
+Each worker is ``python -m trial_runner --serve``: it pays interpreter + torch start-up once and
+then runs index after index handed to it over a pipe, with ``JOB_ID`` set per index and one GPU
+slot (``CUDA_VISIBLE_DEVICES``) per worker. The parent retries failed indexes up to
+``trial.retries`` times, fails the trials of workers that die or freeze, and on Ctrl-C stops
+the workers so that their trials end FAIL (resumable by running the same command again).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import selectors
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO
+
+from optuna.trial import TrialState
+
+from sweeper.backends.base import RunResult, Tick
+from sweeper.errors import BackendError, SpecError
+from sweeper.study import Sweep, attempts, fail_stale_trials, mark_failed
+from trial_runner import exitcodes
+
+logger = logging.getLogger(__name__)
+
+
+def detect_gpus(env: dict[str, str] | None = None) -> list[str]:
+    """GPU ids to hand out: ``CUDA_VISIBLE_DEVICES`` if set, else what nvidia-smi lists."""
+    env = dict(os.environ) if env is None else env
+    visible = env.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        return [g for g in visible.split(",") if g.strip() and g.strip() != "-1"]
+    if shutil.which("nvidia-smi") is None:
+        return []
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=index", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=10, check=True).stdout
+    except (OSError, subprocess.SubprocessError):
+        return []
+    return [line.strip() for line in out.splitlines() if line.strip()]
+
+
+def gpu_slots(gpus: Sequence[str], per_trial: int, parallelism: int) -> list[str | None]:
+    """One CUDA_VISIBLE_DEVICES value per worker slot (None: leave it alone, no GPUs)."""
+    if not gpus:
+        return [None] * parallelism
+    per = max(1, per_trial)
+    groups = [",".join(gpus[i:i + per]) for i in range(0, len(gpus) - per + 1, per)]
+    if not groups:
+        raise BackendError(f"each trial asks for {per} GPUs but only {len(gpus)} are visible")
+    if parallelism > len(groups):
+        logger.warning("parallelism %d > %d GPU slots: workers share GPUs", parallelism,
+                       len(groups))
+    return [groups[k % len(groups)] for k in range(parallelism)]
+
+
+@dataclass
+class _Worker:
+    slot: int
+    proc: subprocess.Popen[bytes]
+    cmd: IO[str]
+    res: IO[bytes]
+    buffer: bytes = b""
+    ready: bool = False
+    index: int | None = None
+    trial_id: int | None = None
+    started_at: float = 0.0
+    lines: list[str] = field(default_factory=list)
+
+
+class LocalBackend:
+    name = "local"
+
+    def __init__(self, log_dir: Path, *, grace_period_s: float | None = None,
+                 stop_timeout_s: float = 15.0) -> None:
+        self.log_dir = log_dir
+        self.grace_period_s = grace_period_s if grace_period_s is not None else \
+            float(os.environ.get("SWEEPER_GRACE_PERIOD", 30.0))
+        self.stop_timeout_s = stop_timeout_s
+
+    # ---------------------------------------------------------------- public
+
+    def run(self, sweep: Sweep, indexes: Sequence[int], *, storage_url: str, parallelism: int,
+            tick: Tick) -> RunResult:
+        pending = deque(indexes)
+        if not pending:
+            return RunResult()
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        n = min(parallelism, len(pending))
+        slots = gpu_slots(detect_gpus(), sweep.spec.trial.resources.gpu, n)
+        env = self._env(sweep, storage_url, n)
+        dispatched: dict[int, int] = {}
+        finished: list[int] = []
+        failed: list[int] = []
+        sel = selectors.DefaultSelector()
+        workers: list[_Worker] = []
+        try:
+            for slot in range(n):
+                workers.append(self._spawn(slot, env, slots[slot], sel))
+            last_tick = last_stale = 0.0
+            while pending or any(w.index is not None for w in workers):
+                for key, _ in sel.select(timeout=0.2):
+                    self._read(key.data, sweep, pending, dispatched, finished, failed)
+                for w in list(workers):
+                    if w.proc.poll() is not None:
+                        self._reap(w, sweep, pending, dispatched, failed, sel)
+                        workers.remove(w)
+                        if pending or any(x.index is not None for x in workers):
+                            workers.append(self._spawn(w.slot, env, slots[w.slot], sel))
+                for w in workers:
+                    if w.ready and w.index is None and pending:
+                        self._dispatch(w, pending.popleft(), dispatched)
+                now = time.monotonic()
+                if now - last_stale > max(1.0, self.grace_period_s / 4):
+                    last_stale = now
+                    self._kill_frozen(sweep, workers)
+                if now - last_tick >= 1.0:
+                    last_tick = now
+                    tick()
+            tick()
+            return RunResult(finished=tuple(sorted(finished)), failed=tuple(sorted(failed)))
+        except KeyboardInterrupt:
+            self._stop_all(workers, sweep)
+            busy = {w.index for w in workers if w.index is not None}
+            return RunResult(finished=tuple(sorted(finished)),
+                             failed=tuple(sorted(failed)), interrupted=True,
+                             messages=(f"stopped {len(busy)} running trial(s)",))
+        finally:
+            self._stop_all(workers, sweep)
+            sel.close()
+
+    # ---------------------------------------------------------------- workers
+
+    def _env(self, sweep: Sweep, storage_url: str, n_workers: int) -> dict[str, str]:
+        env = dict(os.environ)
+        env.update({"SWEEPER_STORAGE": storage_url, "SWEEPER_STUDY": sweep.name,
+                    "SWEEPER_LOG_DIR": str(self.log_dir), "PYTHONUNBUFFERED": "1"})
+        threads = str(max(1, (os.cpu_count() or 1) // n_workers))
+        for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+            env.setdefault(var, threads)
+        cwd = os.getcwd()
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (cwd, env.get("PYTHONPATH")) if p)
+        return env
+
+    def _spawn(self, slot: int, env: dict[str, str], gpus: str | None,
+               sel: selectors.BaseSelector) -> _Worker:
+        cmd_r, cmd_w = os.pipe()
+        res_r, res_w = os.pipe()
+        wenv = dict(env, SWEEPER_CMD_FD=str(cmd_r), SWEEPER_RESULT_FD=str(res_w))
+        if gpus is not None:
+            wenv["CUDA_VISIBLE_DEVICES"] = gpus
+        log = open(self.log_dir / f"worker-{slot}.log", "ab")  # noqa: SIM115
+        try:
+            # A new session: Ctrl-C reaches only this parent, which stops workers in order.
+            proc = subprocess.Popen([sys.executable, "-m", "trial_runner", "--serve"], env=wenv,
+                                    stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                                    pass_fds=(cmd_r, res_w), start_new_session=True)
+        finally:
+            log.close()
+            os.close(cmd_r)
+            os.close(res_w)
+        worker = _Worker(slot, proc, os.fdopen(cmd_w, "w", buffering=1), os.fdopen(res_r, "rb",
+                                                                                   buffering=0))
+        os.set_blocking(res_r, False)
+        sel.register(worker.res, selectors.EVENT_READ, worker)
+        return worker
+
+    def _dispatch(self, w: _Worker, index: int, dispatched: dict[int, int]) -> None:
+        dispatched[index] = dispatched.get(index, 0) + 1
+        w.index, w.trial_id, w.started_at = index, None, time.monotonic()
+        try:
+            w.cmd.write(f"run {index}\n")
+        except (BrokenPipeError, OSError):
+            pass  # the worker died; _reap puts the index back
+
+    def _read(self, w: _Worker, sweep: Sweep, pending: deque[int], dispatched: dict[int, int],
+              finished: list[int], failed: list[int]) -> None:
+        try:
+            chunk = w.res.read(65536)
+        except BlockingIOError:
+            return
+        if not chunk:
+            return
+        w.buffer += chunk
+        *lines, w.buffer = w.buffer.split(b"\n")
+        for raw in lines:
+            parts = raw.decode(errors="replace").split(" ", 4)
+            kind = parts[0]
+            if kind == "ready":
+                w.ready = True
+            elif kind == "start":
+                w.trial_id = int(parts[2])
+            elif kind == "done":
+                index, code = int(parts[1]), int(parts[2])
+                w.index = w.trial_id = None
+                self._settle(index, code, sweep, pending, dispatched, finished, failed)
+            elif kind == "error":
+                raise SpecError(" ".join(parts[1:]), source=sweep.spec.source)
+
+    def _settle(self, index: int, code: int, sweep: Sweep, pending: deque[int],
+                dispatched: dict[int, int], finished: list[int], failed: list[int]) -> None:
+        if code == exitcodes.OK:
+            finished.append(index)
+        elif code == exitcodes.CONFIG:
+            raise SpecError(f"index {index}: the runner reported a configuration error; see "
+                            f"{self.log_dir / f'index-{index}.log'}", source=sweep.spec.source)
+        elif code != exitcodes.NO_RETRY and dispatched.get(index, 0) <= sweep.spec.trial.retries:
+            logger.info("index %d failed (attempt %d); retrying", index, dispatched[index])
+            pending.append(index)
+        else:
+            failed.append(index)
+
+    def _reap(self, w: _Worker, sweep: Sweep, pending: deque[int], dispatched: dict[int, int],
+              failed: list[int], sel: selectors.BaseSelector) -> None:
+        """A worker exited. If it held an index, its attempt died with it."""
+        try:
+            self._read(w, sweep, pending, dispatched, [], failed)
+        except SpecError:
+            raise
+        sel.unregister(w.res)
+        w.res.close()
+        try:
+            w.cmd.close()
+        except OSError:
+            pass
+        code = w.proc.returncode
+        if not w.ready and w.index is None and code == exitcodes.CONFIG:
+            raise SpecError(f"the trial runner could not start: {self._tail(w.slot)}",
+                            source=sweep.spec.source)
+        if w.index is None:
+            if not w.ready:
+                raise BackendError(f"worker {w.slot} exited with code {code} before starting: "
+                                   f"{self._tail(w.slot)}")
+            return
+        index = w.index
+        reason = _describe_exit(code)
+        for a in attempts(sweep.storage, sweep.study_id, index):
+            if a.state == TrialState.RUNNING:
+                mark_failed(sweep.storage, a.trial_id, f"runner process {reason}")
+        logger.warning("index %d: runner process %s", index, reason)
+        self._settle(index, exitcodes.NO_RETRY if code == exitcodes.NO_RETRY
+                     else exitcodes.RETRY, sweep, pending, dispatched, [], failed)
+
+    def _tail(self, slot: int) -> str:
+        try:
+            lines = (self.log_dir / f"worker-{slot}.log").read_text(errors="replace").splitlines()
+        except OSError:
+            return "no log"
+        errors = [line for line in lines if "ERROR" in line or "Error" in line]
+        return (errors or lines or ["no output"])[-1].strip()[:500]
+
+    def _kill_frozen(self, sweep: Sweep, workers: list[_Worker]) -> None:
+        """Fail trials whose heartbeat went stale and SIGKILL the workers that held them (a
+        frozen process cannot be trusted to come back); _reap then retries the index."""
+        stale = set(fail_stale_trials(sweep.storage, sweep.study_id, self.grace_period_s))
+        for w in workers:
+            if w.trial_id is not None and w.trial_id in stale:
+                logger.warning("index %s: heartbeat stale; killing worker %d", w.index, w.slot)
+                w.proc.kill()
+
+    def _stop_all(self, workers: list[_Worker], sweep: Sweep) -> None:
+        for w in workers:
+            if w.proc.poll() is None:
+                try:
+                    if w.index is None:
+                        w.cmd.write("exit\n")
+                    else:
+                        w.proc.send_signal(signal.SIGTERM)
+                except OSError:
+                    pass
+        deadline = time.monotonic() + self.stop_timeout_s
+        for w in workers:
+            try:
+                w.proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                w.proc.kill()
+                w.proc.wait()
+            if w.index is not None:
+                for a in attempts(sweep.storage, sweep.study_id, w.index):
+                    if a.state == TrialState.RUNNING:
+                        mark_failed(sweep.storage, a.trial_id, "sweep stopped; resumable")
+                w.index = None
+        for w in workers:
+            for f in (w.cmd, w.res):
+                try:
+                    f.close()
+                except OSError:
+                    pass
+
+
+def _describe_exit(code: int | None) -> str:
+    if code is None:
+        return "is still running"
+    if code < 0:
+        return f"was killed by {signal.Signals(-code).name}"
+    if code > 128:
+        try:
+            return f"was killed by {signal.Signals(code - 128).name}"
+        except ValueError:
+            pass
+    return f"exited with code {code} ({exitcodes.NAMES.get(code, 'error')})"

@@ -1,0 +1,52 @@
+"""One error hierarchy. Library code raises these; only cli.py turns them into exit codes."""
+
+from __future__ import annotations
+
+
+class SweeperError(Exception):
+    """Base class. ``exit_code`` is what the CLI exits with."""
+
+    exit_code = 1
+
+
+class SpecError(SweeperError):
+    """The spec (YAML file or stored sweep record) is invalid. Nothing was written."""
+
+    exit_code = 2
+
+    def __init__(self, message: str, *, source: str | None = None, line: int | None = None,
+                 field: str | None = None) -> None:
+        self.message = message
+        self.source = source
+        self.line = line
+        self.field = field
+        super().__init__(self.render())
+
+    def render(self) -> str:
+        where = self.source or "<spec>"
+        if self.line is not None:
+            where += f":{self.line}"
+        field = f" {self.field}:" if self.field else ""
+        return f"{where}:{field} {self.message}"
+
+
+class StorageError(SweeperError):
+    """The study storage cannot be reached or used. Messages never contain a password."""
+
+    exit_code = 2
+
+
+class StudyNotFoundError(StorageError):
+    """No sweep of that name in the storage."""
+
+
+class BackendError(SweeperError):
+    """A backend (local processes, Kubernetes) failed to launch or watch the sweep."""
+
+    exit_code = 3
+
+
+class SweepFailedError(SweeperError):
+    """The sweep ran, but some indexes failed for good."""
+
+    exit_code = 1

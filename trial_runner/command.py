@@ -1,0 +1,155 @@
+"""``trial.command`` trials: run any program (someone else's training script) as a trial.
+
+The argv gets ``{param}`` placeholders filled in (never through a shell); the params are also
+in the environment (``SWEEPER_PARAMS`` JSON, ``SWEEPER_PARAMS_FILE``). Metrics come from the
+program's stdout as ``name=value`` lines (Katib's StdOut format; a line with ``step=N`` is an
+intermediate report) and/or a JSON object written to ``$SWEEPER_METRICS_FILE``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import optuna
+
+from trial_runner.context import TrialContext, TrialTimeout
+
+_PAIR_RE = re.compile(
+    r"(?<![\w.-])([A-Za-z_][\w.-]*)\s*=\s*"
+    r"([-+]?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|\.\d+(?:[eE][-+]?\d+)?|nan|inf|infinity))(?![\w.])",
+    re.IGNORECASE)
+#: Environment variables never passed on to the user's program (the storage URL has a password).
+_SECRET_ENV = ("SWEEPER_STORAGE",)
+
+
+def parse_metric_line(line: str) -> dict[str, float]:
+    """``epoch=3 val_loss=0.41, val_accuracy=0.93`` -> {epoch: 3.0, val_loss: 0.41, ...}."""
+    return {k: float(v) for k, v in _PAIR_RE.findall(line)}
+
+
+def render_argv(template: Sequence[str], values: dict[str, Any]) -> list[str]:
+    """Fill ``{name}`` placeholders in each argv element; the result is passed to exec as is."""
+    return [arg.format_map(values) for arg in template]
+
+
+def _die_with_parent() -> None:  # pragma: no cover - runs in the child before exec
+    """Linux: the child is SIGKILLed if the runner dies, so a killed runner leaves no orphan."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass
+    os.setsid()
+
+
+def command_objective(template: Sequence[str], timeout_s: float | None
+                      ) -> Callable[[TrialContext], dict[str, float]]:
+    def objective(ctx: TrialContext) -> dict[str, float]:
+        return run_command(ctx, template, timeout_s)
+
+    return objective
+
+
+def run_command(ctx: TrialContext, template: Sequence[str], timeout_s: float | None
+                ) -> dict[str, float]:
+    values = {**ctx.params, "index": ctx.index, "trial_number": ctx.trial_number}
+    argv = render_argv(template, values)
+    workdir = Path(tempfile.mkdtemp(prefix=f"sweeper-trial-{ctx.trial_number}-"))
+    params_file = workdir / "params.json"
+    params_file.write_text(json.dumps(ctx.params))
+    metrics_file = workdir / "metrics.json"
+    env = {k: v for k, v in os.environ.items() if k not in _SECRET_ENV}
+    env.update({
+        "SWEEPER_PARAMS": json.dumps(ctx.params), "SWEEPER_PARAMS_FILE": str(params_file),
+        "SWEEPER_METRICS_FILE": str(metrics_file), "JOB_ID": str(ctx.index),
+        "SWEEPER_TRIAL_NUMBER": str(ctx.trial_number),
+        "SWEEPER_CHECKPOINT_DIR": str(ctx.checkpoint_dir), "PYTHONUNBUFFERED": "1",
+    })
+    ctx.checkpoint_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=None, env=env, text=True,
+                                bufsize=1, preexec_fn=_die_with_parent)
+    except OSError as e:
+        raise RuntimeError(f"cannot start {argv[0]!r}: {e.strerror}") from None
+
+    final: dict[str, float] = {}
+    timed_out = threading.Event()
+    timer = None
+    if timeout_s is not None:
+        def expire() -> None:
+            timed_out.set()
+            _terminate(proc)
+
+        timer = threading.Timer(timeout_s, expire)
+        timer.daemon = True
+        timer.start()
+    pruned = False
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            sys.stdout.write(line)
+            pairs = parse_metric_line(line)
+            if not pairs:
+                continue
+            final.update({k: v for k, v in pairs.items() if k != "step"})
+            if "step" in pairs and not pruned:
+                metrics = {k: v for k, v in pairs.items() if k != "step"}
+                if metrics:
+                    ctx.report(int(pairs["step"]), **metrics)
+                    if ctx.should_prune():
+                        pruned = True
+                        _terminate(proc)
+        code = proc.wait()
+    except BaseException:
+        _terminate(proc)
+        raise
+    finally:
+        if timer is not None:
+            timer.cancel()
+    sys.stdout.flush()
+    if timed_out.is_set():
+        raise TrialTimeout(f"timed out after {timeout_s:g}s (trial.timeout)")
+    if pruned:
+        raise optuna.TrialPruned()
+    if code != 0:
+        raise RuntimeError(f"command exited with code {code}")
+    if metrics_file.exists():
+        try:
+            data = json.loads(metrics_file.read_text())
+        except ValueError as e:
+            raise RuntimeError(f"$SWEEPER_METRICS_FILE is not valid JSON: {e}") from None
+        if not isinstance(data, dict):
+            raise RuntimeError("$SWEEPER_METRICS_FILE must hold a JSON object")
+        final.update(data)
+    return {k: v for k, v in final.items() if not (isinstance(v, float) and math.isnan(v))
+            or k in ctx.objective_metrics}
+
+
+def _terminate(proc: subprocess.Popen[str], grace_s: float = 5.0) -> None:
+    if proc.poll() is not None:
+        return
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    deadline = time.monotonic() + grace_s
+    while proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if proc.poll() is None:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass

@@ -1,0 +1,197 @@
+"""TrialContext: what user code gets. Params, reporting, pruning, device and checkpoints."""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import pickle
+import sys
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import optuna
+
+logger = logging.getLogger(__name__)
+
+HISTORY_ATTR = "sweeper:history"
+DEVICE_ATTR = "sweeper:device"
+RESUMED_ATTR = "sweeper:resumed_from_step"
+_CHECKPOINT = "checkpoint.pt"
+
+
+def detect_device() -> str:
+    """``cuda`` when torch sees a GPU, else ``cpu``. Imports torch only when asked."""
+    try:
+        import torch
+    except ImportError:
+        return "cpu"
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+@dataclass
+class TrialContext:
+    """Handed to ``module:function(ctx)``.
+
+    ``params`` holds the hyperparameters plus the spec's ``fixed`` constants. ``report`` writes
+    the objective's intermediate value (what pruners and the dashboard's charts use) and keeps
+    every other metric on the trial. ``checkpoint_dir`` is shared by all attempts of this index,
+    so a retry can resume where a killed attempt stopped (``load_checkpoint``).
+    """
+
+    params: dict[str, Any]
+    index: int
+    trial_number: int
+    attempt: int
+    checkpoint_dir: Path
+    trial: optuna.Trial
+    objective_metrics: tuple[str, ...]
+    _history: dict[str, list[list[float]]] = field(default_factory=dict)
+    _device: str | None = None
+    _stored: Callable[[str, Any], None] | None = None
+    resumed_from_step: int | None = None
+
+    # ---- hardware
+
+    @property
+    def device(self) -> str:
+        if self._device is None:
+            self._device = detect_device()
+            self._set_attr(DEVICE_ATTR, self._device_description())
+        return self._device
+
+    def _device_description(self) -> str:
+        if self._device == "cuda":
+            import torch
+
+            return f"cuda:{torch.cuda.get_device_name(0)}"
+        return "cpu"
+
+    # ---- metrics and pruning
+
+    def report(self, step: int, **metrics: float) -> None:
+        """Record metrics at ``step`` (epoch, batch, ...). The objective metric becomes the
+        trial's intermediate value; the others are stored on the trial with their history."""
+        if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+            raise ValueError(f"step must be a non-negative int, got {step!r}")
+        clean: dict[str, float] = {}
+        for name, value in metrics.items():
+            try:
+                clean[name] = float(value)
+            except (TypeError, ValueError):
+                raise ValueError(f"metric {name}={value!r} is not a number") from None
+        primary = self.objective_metrics[0]
+        if len(self.objective_metrics) == 1 and primary in clean and math.isfinite(clean[primary]):
+            self.trial.report(clean[primary], step)
+        for name, value in clean.items():
+            self._history.setdefault(name, []).append([step, value])
+            if math.isfinite(value):
+                self._set_attr(name, value)
+        self._set_attr(HISTORY_ATTR, self._history)
+
+    def should_prune(self) -> bool:
+        """True when the sweep's pruner says this trial is unpromising: stop and
+        ``raise optuna.TrialPruned()`` (or return; the trial is then still pruned)."""
+        if len(self.objective_metrics) > 1:
+            return False
+        return bool(self.trial.should_prune())
+
+    def set(self, key: str, value: Any) -> None:
+        """Store any JSON-able value on the trial (shown in the dashboard's user attrs)."""
+        self._set_attr(key, value)
+
+    def _set_attr(self, key: str, value: Any) -> None:
+        if self._stored is not None:
+            self._stored(key, value)
+        else:
+            self.trial.set_user_attr(key, value)
+
+    # ---- checkpoints
+
+    def save_checkpoint(self, state: Any, step: int) -> Path:
+        """Atomically write ``state`` (anything torch.save or pickle can write) as the latest
+        checkpoint of this index, tagged with ``step``."""
+        self.checkpoint_dir.mkdir(parents=True, exist_ok=True)
+        path = self.checkpoint_dir / _CHECKPOINT
+        tmp = path.with_suffix(f".tmp{os.getpid()}")
+        payload = {"step": step, "trial_number": self.trial_number, "state": state}
+        if "torch" in sys.modules:
+            import torch
+
+            torch.save(payload, tmp)
+        else:
+            with open(tmp, "wb") as f:
+                pickle.dump(payload, f)
+        os.replace(tmp, path)
+        (self.checkpoint_dir / "checkpoint.json").write_text(
+            json.dumps({"step": step, "trial_number": self.trial_number}))
+        return path
+
+    def load_checkpoint(self) -> tuple[Any, int] | None:
+        """(state, step) of the latest checkpoint a previous attempt of this index saved,
+        or None. Records the step on the trial so the resume is visible."""
+        path = self.checkpoint_dir / _CHECKPOINT
+        if not path.exists():
+            return None
+        try:
+            import torch
+
+            payload = torch.load(path, map_location="cpu", weights_only=False)
+        except ImportError:
+            with open(path, "rb") as f:
+                payload = pickle.load(f)
+        except Exception:
+            with open(path, "rb") as f:
+                payload = pickle.load(f)
+        step = int(payload["step"])
+        self.resumed_from_step = step
+        self._set_attr(RESUMED_ATTR, step)
+        logger.info("index %d resumes from the checkpoint of step %d", self.index, step)
+        return payload["state"], step
+
+
+def objective_values(result: Any, metrics: tuple[str, ...]) -> tuple[list[float], dict[str, Any]]:
+    """Turn what user code returned into (objective values, other metrics).
+
+    Raises ``InvalidResult`` with a reason for anything that is not a finite number per
+    objective: None, NaN, a string, a dict missing the metric.
+    """
+    extra: dict[str, Any] = {}
+    if isinstance(result, Mapping):
+        missing = [m for m in metrics if m not in result]
+        if missing:
+            raise InvalidResult(f"the returned metrics {sorted(result)} lack the objective "
+                                f"metric {missing[0]!r}")
+        raw = [result[m] for m in metrics]
+        extra = {k: v for k, v in result.items() if k not in metrics}
+    elif len(metrics) == 1:
+        raw = [result]
+    elif isinstance(result, (list, tuple)) and len(result) == len(metrics):
+        raw = list(result)
+    else:
+        raise InvalidResult(f"a multi-objective trial must return a dict with {list(metrics)}, "
+                            f"got {type(result).__name__}")
+    values = []
+    for name, v in zip(metrics, raw, strict=True):
+        if v is None:
+            raise InvalidResult(f"the objective returned None for {name!r}")
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            if hasattr(v, "item") and callable(v.item):  # numpy / torch scalars
+                v = v.item()
+            if isinstance(v, bool) or not isinstance(v, (int, float)):
+                raise InvalidResult(f"{name!r} must be a number, got {type(v).__name__} {v!r}"[:300])
+        if not math.isfinite(float(v)):
+            raise InvalidResult(f"{name!r} is {v} (not finite)")
+        values.append(float(v))
+    return values, extra
+
+
+class InvalidResult(Exception):
+    """The objective finished but returned something that is not a usable result."""
+
+
+class TrialTimeout(Exception):
+    """The trial ran past ``trial.timeout``."""

@@ -1,0 +1,1 @@
+"""Built-in objectives that need no downloads (data ships with scikit-learn)."""

@@ -1,0 +1,68 @@
+"""Objectives with known optima and fixed durations: fast tests, benchmarks, demos.
+
+No torch: these import in milliseconds, so they measure the orchestration, not the model.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+
+from trial_runner.context import TrialContext
+
+
+def _xs(ctx: TrialContext) -> list[float]:
+    return [float(v) for k, v in sorted(ctx.params.items()) if k.startswith("x")]
+
+
+def sphere(ctx: TrialContext) -> float:
+    """sum x_i^2, optimum 0 at the origin."""
+    return sum(x * x for x in _xs(ctx))
+
+
+def rosenbrock(ctx: TrialContext) -> float:
+    """Optimum 0 at (1, ..., 1)."""
+    xs = _xs(ctx)
+    return sum(100 * (b - a * a) ** 2 + (1 - a) ** 2 for a, b in zip(xs, xs[1:], strict=False))
+
+
+def rastrigin(ctx: TrialContext) -> float:
+    """Optimum 0 at the origin; many local minima."""
+    xs = _xs(ctx)
+    return 10 * len(xs) + sum(x * x - 10 * math.cos(2 * math.pi * x) for x in xs)
+
+
+def styblinski_tang(ctx: TrialContext) -> float:
+    """Optimum -39.16617 * d at x_i = -2.903534."""
+    return sum(x**4 - 16 * x**2 + 5 * x for x in _xs(ctx)) / 2
+
+
+OPTIMA = {"sphere": 0.0, "rosenbrock": 0.0, "rastrigin": 0.0,
+          "styblinski_tang": -39.16616570377142}
+
+
+def sleep(ctx: TrialContext) -> float:
+    """Sleeps ``duration`` seconds (fixed), reporting ``steps`` times; returns x-based loss.
+    Fixed-duration work so that overhead measurements do not depend on CPU count."""
+    duration = float(ctx.params.get("duration", 0.5))
+    steps = int(ctx.params.get("steps", 1))
+    value = sphere(ctx)
+    for step in range(steps):
+        time.sleep(duration / steps)
+        ctx.report(step, loss=value + (steps - step - 1))
+    return value
+
+
+def quadratic(ctx: TrialContext) -> dict[str, float]:
+    """(x - 2)^2 + (y + 1)^2 style loss over whatever numeric params exist, with a few reports:
+    a cheap stand-in for training in tests."""
+    p = ctx.params
+    loss = sum((float(v) - 0.5) ** 2 for k, v in sorted(p.items())
+               if isinstance(v, (int, float)) and not isinstance(v, bool) and k != "epochs")
+    epochs = int(p.get("epochs", 3))
+    delay = float(p.get("delay", 0.0))
+    for epoch in range(epochs):
+        if delay:
+            time.sleep(delay)
+        ctx.report(epoch, loss=loss + (epochs - epoch), accuracy=1.0 / (1.0 + loss))
+    return {"loss": loss, "accuracy": 1.0 / (1.0 + loss)}

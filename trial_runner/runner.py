@@ -1,0 +1,313 @@
+"""The index protocol, runner side: turn index i into exactly one finished trial.
+
+Runner i looks up the trials tagged i (one indexed query), then:
+  COMPLETE/PRUNED      -> nothing to do;
+  WAITING              -> claim it atomically (RUNNING), or look again if another runner won;
+  RUNNING, heartbeat fresh -> another runner owns it: wait until it finishes or goes stale;
+  RUNNING, stale       -> that attempt died: mark it FAIL and look again;
+  FAIL                 -> create the next attempt with the same params, linked to it;
+  nothing (adaptive)   -> create attempt 0 and ask the sampler.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import threading
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import optuna
+from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
+from optuna.trial import TrialState
+
+from sweeper.errors import SpecError, StorageError
+from sweeper.space import distribution, index_seed
+from sweeper.spec import Parameter, SweepSpec
+from sweeper.study import (
+    FAIL_REASON_ATTR,
+    FINISHED,
+    Sweep,
+    attach_trial,
+    attempts,
+    mark_failed,
+    new_attempt,
+    with_retry,
+)
+from trial_runner import exitcodes
+from trial_runner.context import InvalidResult, TrialContext, TrialTimeout, objective_values
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class RunnerSettings:
+    heartbeat_interval_s: float = 5.0
+    #: A RUNNING attempt whose heartbeat is older than this is presumed dead.
+    grace_period_s: float = 30.0
+    checkpoint_root: Path = Path(".sweeper/checkpoints")
+
+    @classmethod
+    def from_env(cls, env: dict[str, str] | None = None) -> RunnerSettings:
+        env = dict(os.environ) if env is None else env
+        return cls(
+            heartbeat_interval_s=float(env.get("SWEEPER_HEARTBEAT_INTERVAL", 5.0)),
+            grace_period_s=float(env.get("SWEEPER_GRACE_PERIOD", 30.0)),
+            checkpoint_root=Path(env.get("SWEEPER_CHECKPOINT_DIR", ".sweeper/checkpoints")),
+        )
+
+
+@dataclass(frozen=True)
+class Outcome:
+    index: int
+    exit_code: int
+    state: str  # COMPLETE, PRUNED, FAIL, or ALREADY_DONE
+    trial_number: int | None
+    message: str = ""
+
+
+class Interrupted(BaseException):
+    """SIGTERM/SIGINT arrived while a trial ran (pod eviction, Ctrl-C)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+def make_sampler(spec: SweepSpec, index: int) -> optuna.samplers.BaseSampler:
+    """Grid/random sets are fixed params, so any sampler returns them; TPE is seeded per index
+    (the same seed everywhere would make parallel runners propose identical start points) and
+    ``constant_liar`` is explicit because its default differs between Optuna 4 and 5."""
+    seed = index_seed(spec.seed, index)
+    if spec.method == "tpe":
+        kwargs: dict[str, Any] = {"constant_liar": True, "multivariate": True}
+        kwargs.update(spec.sampler)
+        return optuna.samplers.TPESampler(seed=seed, **kwargs)
+    return optuna.samplers.RandomSampler(seed=seed)
+
+
+def make_pruner(spec: SweepSpec) -> optuna.pruners.BasePruner:
+    p = spec.pruner
+    options = dict(p.options)
+    if p.type == "median":
+        return optuna.pruners.MedianPruner(**options)
+    if p.type == "percentile":
+        return optuna.pruners.PercentilePruner(**options)
+    if p.type == "hyperband":
+        return optuna.pruners.HyperbandPruner(**options)
+    if p.type == "successive_halving":
+        return optuna.pruners.SuccessiveHalvingPruner(**options)
+    return optuna.pruners.NopPruner()
+
+
+def suggest(trial: optuna.Trial, p: Parameter) -> Any:
+    d = distribution(p)
+    if isinstance(d, CategoricalDistribution):
+        return trial.suggest_categorical(p.name, d.choices)
+    if isinstance(d, IntDistribution):
+        return trial.suggest_int(p.name, d.low, d.high, step=d.step, log=d.log)
+    assert isinstance(d, FloatDistribution)
+    return trial.suggest_float(p.name, d.low, d.high, step=d.step, log=d.log)
+
+
+class _Heartbeat:
+    """Records the trial's heartbeat every interval until stopped."""
+
+    def __init__(self, sweep: Sweep, trial_id: int, interval_s: float) -> None:
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, args=(sweep, trial_id, interval_s),
+                                         name="sweeper-heartbeat", daemon=True)
+
+    def _run(self, sweep: Sweep, trial_id: int, interval_s: float) -> None:
+        while not self._stop.wait(interval_s):
+            try:
+                sweep.storage.record_heartbeat(trial_id)
+            except Exception as e:  # keep beating; a long outage makes the trial stale anyway
+                logger.warning("heartbeat failed: %s", type(e).__name__)
+
+    def __enter__(self) -> _Heartbeat:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+
+def acquire(sweep: Sweep, index: int, settings: RunnerSettings,
+            sleep: Callable[[float], None] = time.sleep) -> tuple[int, int] | Outcome:
+    """Steps 1-2 of the protocol: returns (trial_id, attempt) owned by this runner, or the
+    Outcome when there is nothing to run."""
+    storage = sweep.storage
+    while True:
+        atts = attempts(storage, sweep.study_id, index)
+        done = [a for a in atts if a.state in FINISHED]
+        if done:
+            return Outcome(index, exitcodes.OK, "ALREADY_DONE", done[-1].number,
+                           f"index {index} already finished (trial #{done[-1].number})")
+        latest = atts[-1] if atts else None
+        if latest is None:
+            if not sweep.spec.is_adaptive:
+                return Outcome(index, exitcodes.CONFIG, "FAIL", None,
+                               f"index {index} is not part of sweep {sweep.name!r} "
+                               f"(indexes 0..{sweep.spec.trials - 1})")
+            tid = new_attempt(storage, sweep.study_id, index, after=None, params=None)
+            if tid is not None:
+                return tid, 0
+        elif latest.state == TrialState.WAITING:
+            if storage.set_trial_state_values(latest.trial_id, TrialState.RUNNING):
+                storage.record_heartbeat(latest.trial_id)
+                return latest.trial_id, latest.attempt
+        elif latest.state == TrialState.RUNNING:
+            age = latest.heartbeat_age_s
+            if age is not None and age > settings.grace_period_s:
+                mark_failed(storage, latest.trial_id,
+                            f"heartbeat {age:.0f}s old: the runner died or froze")
+                continue
+            logger.info("index %d: trial #%d is running elsewhere; waiting", index,
+                        latest.number)
+            sleep(min(settings.heartbeat_interval_s, 2.0))
+        elif latest.state == TrialState.FAIL:
+            frozen = storage.get_trial(latest.trial_id)
+            params = frozen.system_attrs.get("fixed_params") or frozen.params or None
+            tid = new_attempt(storage, sweep.study_id, index, after=latest, params=params)
+            if tid is not None:
+                return tid, latest.attempt + 1
+
+
+def run_index(sweep: Sweep, index: int, objective: Callable[[TrialContext], Any],
+              settings: RunnerSettings, *, trial_hook: Callable[[int, int], None] | None = None
+              ) -> Outcome:
+    """Run index ``index`` to exactly one finished trial (or a FAIL that says why)."""
+    got = acquire(sweep, index, settings)
+    if isinstance(got, Outcome):
+        return got
+    trial_id, attempt = got
+    storage = sweep.storage
+    spec = sweep.spec
+    study = sweep.study(sampler=make_sampler(spec, index), pruner=make_pruner(spec))
+    attach_trial(study, trial_id)
+    frozen = storage.get_trial(trial_id)
+    number = frozen.number
+    if trial_hook is not None:
+        trial_hook(trial_id, number)
+    with _Heartbeat(sweep, trial_id, settings.heartbeat_interval_s):
+        return _run_trial(sweep, study, index, trial_id, number, attempt, objective, settings)
+
+
+def _run_trial(sweep: Sweep, study: optuna.Study, index: int, trial_id: int, number: int,
+               attempt: int, objective: Callable[[TrialContext], Any],
+               settings: RunnerSettings) -> Outcome:
+    spec = sweep.spec
+    storage = sweep.storage
+    metrics = tuple(o.metric for o in spec.objectives)
+    timer = _start_timeout(sweep, trial_id, index, number, spec.trial.timeout)
+    try:
+        study.sampler.before_trial(study, storage.get_trial(trial_id))
+        trial = optuna.Trial(study, trial_id)
+        params = {p.name: suggest(trial, p) for p in spec.parameters}
+        ctx = TrialContext(
+            params={**params, **spec.trial.fixed}, index=index, trial_number=number,
+            attempt=attempt, trial=trial, objective_metrics=metrics,
+            checkpoint_dir=settings.checkpoint_root / spec.name / f"index-{index}")
+        logger.info("index %d: trial #%d attempt %d %s", index, number, attempt, params)
+        try:
+            result = objective(ctx)
+        except optuna.TrialPruned:
+            return _finish_pruned(study, trial_id, index, number)
+        except TrialTimeout as e:
+            return _fail(storage, index, trial_id, number, str(e), exitcodes.NO_RETRY)
+        if result is None and ctx.should_prune():
+            return _finish_pruned(study, trial_id, index, number)
+        try:
+            values, extra = objective_values(result, metrics)
+        except InvalidResult as e:
+            return _fail(storage, index, trial_id, number, str(e), exitcodes.NO_RETRY)
+        for k, v in extra.items():
+            if _jsonable(v):
+                trial.set_user_attr(k, v)
+        _tell(study, trial_id, TrialState.COMPLETE, values)
+        return Outcome(index, exitcodes.OK, "COMPLETE", number,
+                       f"index {index}: trial #{number} complete: "
+                       + ", ".join(f"{m}={v:.6g}" for m, v in zip(metrics, values, strict=True)))
+    except Interrupted as e:
+        _fail(storage, index, trial_id, number, f"interrupted by {e}; resumable",
+              exitcodes.RETRY)
+        raise
+    except (StorageError, SpecError):
+        raise
+    except Exception as e:
+        tb = traceback.format_exception_only(type(e), e)[-1].strip()
+        logger.error("index %d: trial #%d raised:\n%s", index, number, traceback.format_exc())
+        return _fail(storage, index, trial_id, number, f"objective raised {tb}",
+                     exitcodes.RETRY)
+    finally:
+        if timer is not None:
+            timer.cancel()
+
+
+def _finish_pruned(study: optuna.Study, trial_id: int, index: int, number: int) -> Outcome:
+    _tell(study, trial_id, TrialState.PRUNED, None)
+    return Outcome(index, exitcodes.OK, "PRUNED", number,
+                   f"index {index}: trial #{number} pruned")
+
+
+def _tell(study: optuna.Study, trial_id: int, state: TrialState,
+          values: list[float] | None) -> None:
+    """Finish the trial; a retry after a lost commit acknowledgement finds it finished."""
+    def tell() -> None:
+        try:
+            study.tell(study._storage.get_trial(trial_id).number, values, state=state,
+                       skip_if_finished=True)
+        except optuna.exceptions.UpdateFinishedTrialError:
+            pass
+
+    with_retry(tell, what="tell")
+
+
+def _fail(storage: Any, index: int, trial_id: int, number: int, reason: str,
+          code: int) -> Outcome:
+    mark_failed(storage, trial_id, reason)
+    logger.error("index %d: trial #%d failed: %s", index, number, reason)
+    return Outcome(index, code, "FAIL", number, f"index {index}: trial #{number} failed: {reason}")
+
+
+def _jsonable(v: Any) -> bool:
+    import json
+
+    try:
+        json.dumps(v)
+    except (TypeError, ValueError):
+        return False
+    return True
+
+
+def _start_timeout(sweep: Sweep, trial_id: int, index: int, number: int,
+                   timeout_s: float | None) -> threading.Timer | None:
+    """A hung objective cannot be interrupted from Python, so on timeout the trial is marked
+    FAIL and the runner process exits (code NO_RETRY); the backend starts a fresh one."""
+    if timeout_s is None:
+        return None
+
+    def expire() -> None:
+        reason = f"timed out after {timeout_s:g}s (trial.timeout)"
+        try:
+            mark_failed(sweep.storage, trial_id, reason)
+        finally:
+            logger.error("index %d: trial #%d %s", index, number, reason)
+            logging.shutdown()
+            os._exit(exitcodes.NO_RETRY)
+
+    timer = threading.Timer(timeout_s, expire)
+    timer.daemon = True
+    timer.start()
+    return timer
+
+
+__all__ = ["FAIL_REASON_ATTR", "Interrupted", "Outcome", "RunnerSettings", "acquire",
+           "make_pruner", "make_sampler", "run_index"]
