@@ -295,14 +295,14 @@ class Kubelet:
             if not c.init:
                 continue
             if c.sidecar:
-                if c.proc is None and not self._start(pod, rt, c):
+                if c.proc is None and c.exit_code is None and not self._start(pod, rt, c):
                     return
                 continue
-            if c.proc is None:
+            if c.exit_code == 0:
+                continue
+            if c.proc is None and c.exit_code is None:
                 self._start(pod, rt, c)
-                return
-            if c.running or c.exit_code != 0:
-                return  # wait, or the pod fails (see _poll)
+            return  # running, or failed (the pod fails or _poll restarts it)
         for c in rt.containers:
             if not c.init and c.proc is None and c.exit_code is None:
                 self._start(pod, rt, c)
@@ -516,9 +516,6 @@ class Kubelet:
         rt.log_files.clear()
 
     # ----------------------------------------------------------------- env and volumes
-
-    def _secret(self, ns: str, name: str) -> Obj | None:
-        return self.store.get(SECRETS, ns, name)
 
     def _source_data(self, kind: str, ns: str, name: str) -> dict[str, str] | None:
         if kind == "Secret":

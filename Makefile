@@ -1,0 +1,76 @@
+# sweeper: `make demo` and `make test` work on a fresh clone (Debian/Ubuntu, Python >= 3.10).
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+PIP := $(VENV)/bin/pip
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+# The test database role; a throwaway credential for the local test server only.
+PG_TEST_URL ?= postgresql://sweeper:sweeper-test-pw@127.0.0.1:5432/postgres
+export SWEEPER_TEST_PG ?= $(PG_TEST_URL)
+
+.PHONY: help install install-test demo test lint postgres browser bench chaos clean
+
+help:
+	@echo "make demo     create .venv, install, run a real sweep (SQLite + local processes)"
+	@echo "make test     install test deps, start PostgreSQL (and Chromium), run the whole suite"
+	@echo "make lint     ruff + mypy"
+	@echo "make bench    benchmarks side by side with plain Optuna (PostgreSQL)"
+	@echo "make chaos    the fault-injection sweep at a bigger size"
+
+$(VENV)/bin/activate:
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+
+# torch is pinned to 2.13.0 in setup.cfg (a CPU build ships with these machines; an unpinned
+# torch would pull gigabytes of CUDA wheels). The stamp re-installs when setup.cfg changes.
+$(VENV)/.installed: setup.cfg pyproject.toml | $(VENV)/bin/activate
+	$(PIP) install -q -e . 'python-dateutil<3'
+	@touch $@
+
+$(VENV)/.installed-test: setup.cfg pyproject.toml | $(VENV)/bin/activate
+	$(PIP) install -q -e '.[test,dev]' 'python-dateutil<3'
+	@touch $(VENV)/.installed $@
+
+install: $(VENV)/.installed
+
+install-test: $(VENV)/.installed-test
+
+demo: install
+	$(VENV)/bin/sweeper run search_spaces/digits_tpe.yaml
+	@echo
+	$(VENV)/bin/sweeper best digits-tpe --format yaml
+	@echo
+	@echo "Open the dashboard:  $(VENV)/bin/sweeper dashboard digits-tpe   (http://127.0.0.1:8080)"
+
+# PostgreSQL for the tests: install if absent, start the cluster, create the test role.
+postgres:
+	@command -v pg_ctlcluster >/dev/null || { $(SUDO) apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq postgresql >/dev/null; }
+	@ver=$$(pg_lsclusters -h | awk 'NR==1{print $$1}'); name=$$(pg_lsclusters -h | awk 'NR==1{print $$2}'); \
+		pg_lsclusters -h | awk 'NR==1{print $$4}' | grep -q online || $(SUDO) pg_ctlcluster $$ver $$name start
+	@for i in $$(seq 30); do $(SUDO) su postgres -c "psql -qtAc 'select 1'" >/dev/null 2>&1 && break; sleep 1; done
+	@$(SUDO) su postgres -c "psql -qtAc \"SELECT 1 FROM pg_roles WHERE rolname='sweeper'\"" | grep -q 1 || \
+		$(SUDO) su postgres -c "psql -qc \"CREATE ROLE sweeper LOGIN CREATEDB PASSWORD 'sweeper-test-pw'\""
+	@echo "PostgreSQL ready"
+
+# Debian's Chromium + driver for the dashboard browser test (never a downloaded browser).
+browser:
+	@command -v chromium >/dev/null && command -v chromedriver >/dev/null || { $(SUDO) apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq chromium chromium-driver >/dev/null; }
+
+test: install-test postgres browser
+	$(VENV)/bin/pytest
+
+lint: install-test
+	$(VENV)/bin/ruff check sweeper trial_runner tests benchmarks
+	$(VENV)/bin/mypy
+
+bench: install-test postgres
+	$(PY) -m benchmarks.run $(BENCH_ARGS)
+
+chaos: install-test postgres
+	$(PY) -m tests.chaos $(CHAOS_ARGS)
+
+clean:
+	rm -rf $(VENV) .sweeper sweeps.db* *.egg-info .pytest_cache .mypy_cache .ruff_cache

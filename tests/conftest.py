@@ -1,0 +1,62 @@
+"""Shared fixtures: a real PostgreSQL database per test (fails, never skips, under CI=true)
+and a SQLite file per test."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+
+PG_ADMIN_URL = os.environ.get(
+    "SWEEPER_TEST_PG", "postgresql://sweeper:sweeper-test-pw@127.0.0.1:5432/postgres")
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _admin_engine() -> sa.Engine:
+    url = PG_ADMIN_URL.replace("postgresql://", "postgresql+psycopg2://", 1)
+    return sa.create_engine(url, isolation_level="AUTOCOMMIT", pool_pre_ping=True,
+                            connect_args={"connect_timeout": 5})
+
+
+@pytest.fixture(scope="session")
+def pg_admin() -> Iterator[sa.Engine]:
+    engine = _admin_engine()
+    try:
+        with engine.connect() as conn:
+            conn.execute(sa.text("SELECT 1"))
+    except sa.exc.OperationalError as e:
+        msg = f"PostgreSQL is not reachable ({e.orig}); run `make postgres` (or `make test`)"
+        if os.environ.get("CI") == "true":
+            pytest.fail(msg)
+        pytest.skip(msg)
+    yield engine
+    engine.dispose()
+
+
+@pytest.fixture
+def pg_url(pg_admin: sa.Engine) -> Iterator[str]:
+    """A fresh, empty database; the URL has the plain ``postgresql://`` form users write."""
+    name = f"sweeper_test_{uuid.uuid4().hex[:10]}"
+    with pg_admin.connect() as conn:
+        conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
+    base = PG_ADMIN_URL.rsplit("/", 1)[0]
+    yield f"{base}/{name}"
+    with pg_admin.connect() as conn:
+        conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+
+
+@pytest.fixture
+def sqlite_url(tmp_path: Path) -> str:
+    return f"sqlite:///{tmp_path / 'sweeps.db'}"
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def storage_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """Both storages: the embedded default and production PostgreSQL."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'sweeps.db'}"
+    return str(request.getfixturevalue("pg_url"))
