@@ -114,7 +114,6 @@ def plan(spec_file: str, fmt: str, limit: int | None) -> None:
     spec = _load(spec_file, check_entrypoint=False)
     names = [p.name for p in spec.parameters]
     if spec.is_adaptive:
-        rows = [{"job_id": i, "params": "adaptive"} for i in range(spec.trials)][:limit]
         if fmt == "json":
             click.echo(json.dumps({"name": spec.name, "method": spec.method,
                                    "indexes": spec.trials, "adaptive": True}, indent=2))
@@ -157,6 +156,46 @@ def _ranges(spec: Any) -> str:
 # --------------------------------------------------------------------------- run
 
 
+def _job_options(fn: F) -> F:
+    """Overrides of the spec's kubernetes: section (render, run, resume)."""
+    for option in reversed([
+        click.option("--image", metavar="IMAGE", help="Kubernetes: trial-runner image "
+                     "(default: the spec's kubernetes.image)."),
+        click.option("--namespace", "-n", metavar="NS",
+                     help="Kubernetes: namespace (default: the spec's, else sweeper)."),
+        click.option("--storage-secret", metavar="NAME",
+                     help="Kubernetes: Secret whose key (kubernetes.storage_secret_key, "
+                          "default url) holds the storage URL the pods use."),
+    ]):
+        fn = option(fn)
+    return fn
+
+
+def _cluster_options(fn: F) -> F:
+    """How to reach the cluster (default: $KUBECONFIG or ~/.kube/config, else in-cluster)."""
+    fn = click.option("--context", metavar="NAME", help="Kubernetes: kubeconfig context.")(fn)
+    return click.option("--kubeconfig", type=click.Path(dir_okay=False), metavar="PATH",
+                        help="Kubernetes: kubeconfig file.")(fn)
+
+
+def _clients(kubeconfig: str | None, context: str | None, timeout_s: float = 30.0) -> Any:
+    from sweeper.backends.kubernetes import ClientFactory
+
+    return ClientFactory(kubeconfig, context, request_timeout_s=timeout_s)
+
+
+def _kubernetes_backend(kubeconfig: str | None, context: str | None, detach: bool) -> Any:
+    import os
+
+    from sweeper.backends.kubernetes import KubernetesBackend
+
+    clients = _clients(kubeconfig, context)
+    clients.api_client()  # a missing or broken kubeconfig fails here, before storage is touched
+    return KubernetesBackend(clients, detach=detach,
+                             poll_interval_s=float(os.environ.get("SWEEPER_POLL_INTERVAL", 1.0)),
+                             echo=lambda line: click.echo(line, err=True))
+
+
 @cli.command()
 @click.argument("spec_file", type=click.Path(dir_okay=False))
 @storage_option
@@ -166,28 +205,40 @@ def _ranges(spec: Any) -> str:
               show_default=True)
 @click.option("--log-dir", type=click.Path(file_okay=False), default=".sweeper/logs",
               show_default=True, help="Local backend: one log file per index under NAME/.")
+@_job_options
+@_cluster_options
+@click.option("--detach", is_flag=True,
+              help="Kubernetes: create the Job and return without watching it.")
 @_errors
 def run(spec_file: str, storage: str | None, parallelism: int | None, backend: str,
-        log_dir: str) -> None:
+        log_dir: str, image: str | None, namespace: str | None, storage_secret: str | None,
+        kubeconfig: str | None, context: str | None, detach: bool) -> None:
     """Create (or resume) the sweep and run every index that has no finished trial."""
+    from sweeper.backends.manifests import with_kubernetes
     from sweeper.study import resolve_storage_url
 
     spec = _load(spec_file, check_entrypoint=backend == "local")
     spec = spec.with_overrides(parallelism=parallelism)
+    spec = with_kubernetes(spec, image=image, namespace=namespace, storage_secret=storage_secret)
     url = resolve_storage_url(storage, spec)
     if backend == "local":
         from sweeper.backends.local import LocalBackend
 
         impl: Any = LocalBackend(Path(log_dir) / spec.name)
     else:
-        raise click.UsageError("the kubernetes backend is not available in this build")
+        impl = _kubernetes_backend(kubeconfig, context, detach)
     _launch(spec, url, impl, resume_only=False)
 
 
 def _launch(spec: Any, url: str, backend: Any, *, resume_only: bool) -> None:
     from sweeper.report import Progress
-    from sweeper.study import create_or_resume, index_table, open_storage, redact, \
-        unfinished_indexes
+    from sweeper.study import (
+        create_or_resume,
+        index_table,
+        open_storage,
+        redact,
+        unfinished_indexes,
+    )
 
     storage = open_storage(url)
     sweep, created = create_or_resume(storage, spec)
@@ -206,7 +257,11 @@ def _launch(spec: Any, url: str, backend: Any, *, resume_only: bool) -> None:
         finally:
             progress.close()
     _summary(sweep, url)
+    for message in result.messages if result is not None else ():
+        click.echo(message, err=True)
     if result is not None and result.detached:
+        if result.interrupted:
+            sys.exit(EXIT_INTERRUPTED)
         return
     if result is not None and result.interrupted:
         click.echo("interrupted: running trials were stopped and marked FAIL; run the same "
@@ -263,9 +318,16 @@ def _open_sweep(name: str, storage: str | None) -> tuple[Any, str]:
 @storage_option
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table",
               show_default=True)
+@click.option("--kubernetes/--no-kubernetes", "kube", default=None,
+              help="Also show the sweep's Jobs (default: when a cluster is configured; "
+                   "skipped quietly when none is).")
+@click.option("--namespace", "-n", metavar="NS",
+              help="Kubernetes: namespace (default: the one the sweep was launched in).")
+@_cluster_options
 @_errors
-def status(name: str, storage: str | None, fmt: str) -> None:
-    """Trial counts by state and the per-index table."""
+def status(name: str, storage: str | None, fmt: str, kube: bool | None, namespace: str | None,
+           kubeconfig: str | None, context: str | None) -> None:
+    """Trial counts by state, the sweep's Kubernetes Jobs, and the per-index table."""
     from sweeper.report import format_table
     from sweeper.study import index_table, state_counts
 
@@ -274,10 +336,12 @@ def status(name: str, storage: str | None, fmt: str) -> None:
     table = index_table(sweep.storage, sweep.spec, sweep.study_id)
     metrics = [o.metric for o in sweep.spec.objectives]
     finished = sum(1 for s in table if s.state in ("COMPLETE", "PRUNED"))
+    jobs = _status_jobs(sweep, kube, namespace, kubeconfig, context)
     if fmt == "json":
         click.echo(json.dumps({
             "name": sweep.name, "method": sweep.spec.method, "indexes": sweep.spec.trials,
             "finished_indexes": finished, "trials_by_state": counts,
+            **({"kubernetes_jobs": [_job_record(j) for j in jobs]} if jobs is not None else {}),
             "per_index": [{"index": s.index, "state": s.state, "attempts": s.attempts,
                            "trial_number": s.trial_number,
                            "values": dict(zip(metrics, s.values, strict=False))
@@ -285,6 +349,12 @@ def status(name: str, storage: str | None, fmt: str) -> None:
         return
     click.echo(f"{sweep.name}: {finished}/{sweep.spec.trials} indexes finished; trials: "
                + ", ".join(f"{k.lower()} {v}" for k, v in sorted(counts.items())))
+    for j in jobs or []:
+        click.echo(f"Job {j.namespace}/{j.name}: {j.state}"
+                   + (f" ({j.reason})" if j.reason else "")
+                   + f"; pods active {j.active}, succeeded {j.succeeded}, failed {j.failed}; "
+                   f"indexes completed {_ranges_of(list(j.completed)) or '-'}, failed "
+                   f"{_ranges_of(list(j.failed_indexes)) or '-'} (of {len(j.indexes)})")
     click.echo(format_table(["index", "state", "attempts", "trial", *metrics], [
         [s.index, s.state, s.attempts, s.trial_number, *(s.values or [None] * len(metrics))]
         for s in table]))
@@ -295,17 +365,23 @@ def status(name: str, storage: str | None, fmt: str) -> None:
 @storage_option
 @click.option("--format", "fmt", type=click.Choice(["json", "yaml", "table"]), default="json",
               show_default=True)
+@click.option("--download", "download_dir", type=click.Path(file_okay=False), default=None,
+              metavar="DIR", help="Also fetch the best trial's artifacts into DIR "
+                                  "(multi-objective: DIR/trial-N/ per Pareto-optimal trial).")
 @_errors
-def best(name: str, storage: str | None, fmt: str) -> None:
+def best(name: str, storage: str | None, fmt: str, download_dir: str | None) -> None:
     """The best trial (every Pareto-optimal trial for multi-objective sweeps)."""
-    from sweeper.report import best_trials, dumps, format_table, trial_record
+    from sweeper.export import trial_export_record
+    from sweeper.report import best_trials, dumps, format_table
 
-    sweep, _ = _open_sweep(name, storage)
+    sweep, url = _open_sweep(name, storage)
     metrics = [o.metric for o in sweep.spec.objectives]
     trials = best_trials(sweep.study())
     if not trials:
         raise SweepFailedError(f"sweep {name!r} has no complete trial yet")
-    records = [trial_record(t, metrics) for t in trials]
+    if download_dir is not None:
+        _download(sweep, url, trials, Path(download_dir))
+    records = [trial_export_record(t, metrics) for t in trials]
     if fmt == "table":
         names = [p.name for p in sweep.spec.parameters]
         click.echo(format_table(["trial", "index", *metrics, *names], [
@@ -322,6 +398,52 @@ def best(name: str, storage: str | None, fmt: str) -> None:
     click.echo(dumps(data, fmt))
 
 
+def _download(sweep: Any, url: str, trials: list[Any], dest: Path) -> None:
+    from sweeper.artifacts import describe, download_trial, open_artifact_store
+
+    store = open_artifact_store(sweep.spec.artifacts, url, create=False)
+    multi = sweep.spec.is_multi_objective
+    got = 0
+    for t in trials:
+        paths = download_trial(store, t, dest / f"trial-{t.number}" if multi else dest)
+        got += len(paths)
+        for path in paths:
+            click.echo(f"trial #{t.number}: {path}", err=True)
+    if not got:
+        numbers = ", ".join(f"#{t.number}" for t in trials)
+        raise SweeperError(f"trial {numbers} of {sweep.name!r} saved no artifacts "
+                           f"(store: {describe(sweep.spec.artifacts, url)})")
+
+
+@cli.command()
+@click.argument("name")
+@storage_option
+@click.option("--format", "fmt", type=click.Choice(["csv", "json"]), default="csv",
+              show_default=True)
+@click.option("--output", "-o", type=click.Path(dir_okay=False, allow_dash=True), default="-",
+              help="Write to this file instead of stdout.")
+@_errors
+def export(name: str, storage: str | None, fmt: str, output: str) -> None:
+    """Every trial of the sweep (all states, all attempts) as CSV or JSON, for scripts."""
+    from sweeper.export import export_document, to_csv, to_json
+
+    sweep, _ = _open_sweep(name, storage)
+    doc = export_document(sweep.spec, sweep.study().get_trials(deepcopy=False))
+    text = to_csv(doc) if fmt == "csv" else to_json(doc)
+    if output == "-":
+        click.echo(text, nl=False)
+        return
+    target = Path(output)
+    tmp = target.with_name(f".{target.name}.tmp")
+    try:
+        tmp.write_text(text, encoding="utf-8")
+        tmp.replace(target)
+    except OSError as e:
+        tmp.unlink(missing_ok=True)
+        raise SweeperError(f"cannot write {output}: {e.strerror}") from None
+    click.echo(f"wrote {len(doc['trials'])} trials of {name} to {output}", err=True)
+
+
 # --------------------------------------------------------------------------- dashboard
 
 
@@ -333,6 +455,7 @@ def best(name: str, storage: str | None, fmt: str) -> None:
 @_errors
 def dashboard(name: str | None, storage: str | None, host: str, port: int) -> None:
     """Serve optuna-dashboard on the sweep storage (works while a sweep runs)."""
+    from sweeper.artifacts import dashboard_artifacts_spec, describe, open_artifact_store
     from sweeper.study import load_sweep, open_storage, redact, resolve_storage_url
 
     url = resolve_storage_url(storage)
@@ -341,16 +464,191 @@ def dashboard(name: str | None, storage: str | None, host: str, port: int) -> No
     if name:
         sweep = load_sweep(store, name)
         path = f"/dashboard/studies/{sweep.study_id}"
+        artifacts = sweep.spec.artifacts
+    else:
+        artifacts = dashboard_artifacts_spec(store)
+    artifact_store = open_artifact_store(artifacts, url, create=False)
     click.echo(f"optuna-dashboard for {redact(url)} on http://{host}:{port}{path} "
-               "(Ctrl-C to stop)", err=True)
+               f"(artifacts: {describe(artifacts, url)}; Ctrl-C to stop)", err=True)
     import optuna_dashboard
 
     try:
-        optuna_dashboard.run_server(store, host=host, port=port)
+        optuna_dashboard.run_server(store, host=host, port=port, artifact_store=artifact_store)
     except OSError as e:
         raise SweeperError(f"cannot serve on {host}:{port}: {e.strerror}") from None
     except KeyboardInterrupt:
         pass
+
+
+# --------------------------------------------------------------------------- kubernetes
+
+
+def _status_jobs(sweep: Any, kube: bool | None, namespace: str | None, kubeconfig: str | None,
+                 context: str | None) -> list[Any] | None:
+    """The sweep's Jobs for ``status``; None when not asked for or not available. Automatic
+    (``kube`` None) only for sweeps launched on Kubernetes, and never fatal."""
+    from sweeper.backends.kubernetes import LAUNCHES_ATTR, sweep_jobs
+    from sweeper.errors import BackendError
+
+    if kube is False:
+        return None
+    clients = _clients(kubeconfig, context, timeout_s=30.0 if kube else 5.0)
+    if kube is None:
+        launched = sweep.storage.get_study_user_attrs(sweep.study_id).get(LAUNCHES_ATTR)
+        if not launched or not clients.configured():
+            return None
+    ns = namespace or sweep.spec.kubernetes.namespace
+    try:
+        return list(sweep_jobs(clients, ns, sweep.name, sweep.spec.trials))
+    except BackendError as e:
+        if kube:
+            raise
+        click.echo(f"note: Kubernetes Jobs not shown: {e}", err=True)
+        return None
+
+
+def _job_record(j: Any) -> dict[str, Any]:
+    return {"job": j.name, "namespace": j.namespace, "state": j.state, "reason": j.reason,
+            "active": j.active, "ready": j.ready, "succeeded": j.succeeded, "failed": j.failed,
+            "indexes": len(j.indexes), "completed_indexes": list(j.completed),
+            "failed_indexes": list(j.failed_indexes)}
+
+
+def _stored_sweep(name: str, storage: str | None) -> Any | None:
+    """The sweep record if the storage is at hand (logs/cancel work without it too)."""
+    from sweeper.study import DEFAULT_STORAGE, resolve_storage_url
+
+    url = resolve_storage_url(storage)
+    if url == DEFAULT_STORAGE and not Path("sweeps.db").exists():
+        return None
+    try:
+        return _open_sweep(name, storage)[0]
+    except SweeperError as e:
+        click.echo(f"note: {e}", err=True)
+        return None
+
+
+@cli.command()
+@click.argument("spec_file", type=click.Path(dir_okay=False))
+@click.option("--parallelism", "-p", type=click.IntRange(min=1),
+              help="Pods at once (default: the spec's parallelism).")
+@_job_options
+@_errors
+def render(spec_file: str, parallelism: int | None, image: str | None, namespace: str | None,
+           storage_secret: str | None) -> None:
+    """Print the Kubernetes objects `run --backend kubernetes` submits, as YAML (no storage,
+    no cluster: for kubectl apply -f - or GitOps)."""
+    import yaml
+
+    from sweeper.backends.manifests import render as render_objects
+    from sweeper.backends.manifests import with_kubernetes
+
+    spec = _load(spec_file, check_entrypoint=False).with_overrides(parallelism=parallelism)
+    spec = with_kubernetes(spec, image=image, namespace=namespace, storage_secret=storage_secret)
+    click.echo(yaml.safe_dump_all(render_objects(spec), sort_keys=False), nl=False)
+
+
+@cli.command()
+@click.argument("name")
+@click.option("--index", "-i", type=click.IntRange(min=0), required=True,
+              help="The sweep index (JOB_ID) whose pod log to show.")
+@click.option("--tail", type=click.IntRange(min=0), default=None, metavar="N",
+              help="Only the last N lines.")
+@click.option("--namespace", "-n", metavar="NS",
+              help="Default: the namespace the sweep was launched in (from the storage).")
+@storage_option
+@_cluster_options
+@_errors
+def logs(name: str, index: int, tail: int | None, namespace: str | None, storage: str | None,
+         kubeconfig: str | None, context: str | None) -> None:
+    """The log of the pod that ran index I (its latest attempt, across resume Jobs)."""
+    from sweeper.backends.kubernetes import index_log
+    from sweeper.spec import KubernetesSpec
+
+    sweep = _stored_sweep(name, storage)
+    ns = namespace or (sweep.spec.kubernetes.namespace if sweep else KubernetesSpec().namespace)
+    log = index_log(_clients(kubeconfig, context), ns, name,
+                    sweep.spec.trials if sweep else None, index, tail_lines=tail)
+    click.echo(f"pod {ns}/{log.pod} (Job {log.job}, index {index}, attempt {log.attempt + 1}, "
+               f"{log.phase})", err=True)
+    click.echo(log.text, nl=not log.text.endswith("\n"))
+
+
+@cli.command()
+@click.argument("name")
+@storage_option
+@click.option("--namespace", "-n", metavar="NS",
+              help="Default: the namespace the sweep was launched in (from the storage).")
+@click.option("--wait", "wait_s", type=click.FloatRange(min=0), default=60.0, show_default=True,
+              help="Seconds to wait for the Jobs' pods to be gone.")
+@_cluster_options
+@_errors
+def cancel(name: str, storage: str | None, namespace: str | None, wait_s: float,
+           kubeconfig: str | None, context: str | None) -> None:
+    """Delete the sweep's Jobs and their pods. The study stays: `sweeper resume NAME` runs
+    what is missing."""
+    from sweeper.backends.kubernetes import cancel as cancel_jobs
+    from sweeper.spec import KubernetesSpec
+    from sweeper.study import index_table, unfinished_indexes
+
+    sweep = _stored_sweep(name, storage)
+    ns = namespace or (sweep.spec.kubernetes.namespace if sweep else KubernetesSpec().namespace)
+    result = cancel_jobs(_clients(kubeconfig, context), name, ns, sweep=sweep, wait_s=wait_s)
+    if not result.jobs:
+        click.echo(f"no Job of sweep {name} in namespace {ns}")
+    for job in result.jobs:
+        click.echo(f"deleted Job {ns}/{job}")
+    if result.jobs:
+        click.echo(f"deleted {result.pods} pod(s)" + (
+            f" (still terminating after {wait_s:.0f}s)" if result.unfinished else ""))
+    if sweep is None:
+        click.echo("the storage was not opened: running trials stay RUNNING until their "
+                   "heartbeat goes stale (then a resume retries them)", err=True)
+        return
+    if result.failed_trials:
+        click.echo(f"marked {len(result.failed_trials)} running trial(s) FAIL (cancelled): "
+                   + ", ".join(f"#{n}" for n in result.failed_trials))
+    missing = unfinished_indexes(index_table(sweep.storage, sweep.spec, sweep.study_id))
+    if missing:
+        click.echo(f"the study stays; `sweeper resume {name}` runs the {len(missing)} "
+                   f"unfinished index(es): {_ranges_of(missing)}", err=True)
+
+
+@cli.command()
+@click.argument("name")
+@storage_option
+@click.option("--backend", type=click.Choice(["local", "kubernetes"]), default=None,
+              help="Default: kubernetes when the sweep was launched there, else local.")
+@click.option("--parallelism", "-p", type=click.IntRange(min=1),
+              help="Trials at once (default: the stored spec's parallelism).")
+@click.option("--log-dir", type=click.Path(file_okay=False), default=".sweeper/logs",
+              show_default=True, help="Local backend: one log file per index under NAME/.")
+@_job_options
+@_cluster_options
+@click.option("--detach", is_flag=True,
+              help="Kubernetes: create the Job and return without watching it.")
+@_errors
+def resume(name: str, storage: str | None, backend: str | None, parallelism: int | None,
+           log_dir: str, image: str | None, namespace: str | None, storage_secret: str | None,
+           kubeconfig: str | None, context: str | None, detach: bool) -> None:
+    """Run only the indexes of a stored sweep that have no finished trial (its spec comes from
+    the study; on Kubernetes a new, sparse Job NAME-r<N>)."""
+    from sweeper.backends.kubernetes import LAUNCHES_ATTR
+    from sweeper.backends.manifests import with_kubernetes
+
+    sweep, url = _open_sweep(name, storage)
+    spec = sweep.spec.with_overrides(parallelism=parallelism)
+    spec = with_kubernetes(spec, image=image, namespace=namespace, storage_secret=storage_secret)
+    if backend is None:
+        launched = sweep.storage.get_study_user_attrs(sweep.study_id).get(LAUNCHES_ATTR)
+        backend = "kubernetes" if launched else "local"
+    if backend == "local":
+        from sweeper.backends.local import LocalBackend
+
+        impl: Any = LocalBackend(Path(log_dir) / spec.name)
+    else:
+        impl = _kubernetes_backend(kubeconfig, context, detach)
+    _launch(spec, url, impl, resume_only=True)
 
 
 def main() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import importlib
 import os
 import sys
@@ -24,15 +25,30 @@ def load_entrypoint(entrypoint: str, *, source: str | None = None) -> Callable[.
     try:
         module = importlib.import_module(module_name)
     except ImportError as e:
-        raise SpecError(f"cannot import {module_name!r}: {e}", source=source,
+        raise SpecError(f"cannot import {module_name!r}: {_first_line(e)}", source=source,
                         field="trial.entrypoint") from None
-    except Exception as e:  # the module itself raised while importing
-        raise SpecError(f"importing {module_name!r} raised {type(e).__name__}: {e}",
+    except (Exception, SystemExit) as e:  # the module itself raised (or exited) while importing
+        raise SpecError(f"importing {module_name!r} raised {type(e).__name__}: {_first_line(e)}",
                         source=source, field="trial.entrypoint") from None
     fn = getattr(module, attr, None)
     if fn is None:
-        raise SpecError(f"module {module_name!r} has no attribute {attr!r}", source=source,
-                        field="trial.entrypoint")
+        close = difflib.get_close_matches(attr, [n for n in dir(module) if not n.startswith("_")],
+                                          n=1, cutoff=0.6)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        raise SpecError(f"module {module_name!r} has no attribute {attr!r}{hint}",
+                        source=source, field="trial.entrypoint")
     if not callable(fn):
-        raise SpecError(f"{entrypoint} is not callable", source=source, field="trial.entrypoint")
-    return fn  # type: ignore[no-any-return]
+        raise SpecError(f"{entrypoint} is not callable (it is {type(fn).__name__} "
+                        f"{_short_repr(fn)}); point at a function taking the trial context",
+                        source=source, field="trial.entrypoint")
+    return fn
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0] if text else type(e).__name__
+
+
+def _short_repr(value: Any) -> str:
+    text = (repr(value).splitlines() or [""])[0]
+    return text if len(text) <= 40 else text[:37] + "..."

@@ -27,7 +27,8 @@ class SpecError(SweeperError):
         if self.line is not None:
             where += f":{self.line}"
         field = f" {self.field}:" if self.field else ""
-        return f"{where}:{field} {self.message}"
+        # One line always: a message quoting a library error may carry newlines.
+        return " ".join(f"{where}:{field} {self.message}".splitlines())
 
 
 class StorageError(SweeperError):
@@ -50,3 +51,10 @@ class SweepFailedError(SweeperError):
     """The sweep ran, but some indexes failed for good."""
 
     exit_code = 1
+
+
+class ArtifactError(SweeperError):
+    """The artifact store (filesystem or S3) cannot be used. Messages never contain secrets.
+    Not a StorageError: inside a trial it fails that trial, it does not stop the runner."""
+
+    exit_code = 2

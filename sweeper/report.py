@@ -52,7 +52,7 @@ class Snapshot:
 def progress_line(s: Snapshot, metric: str, width: int = 24) -> str:
     done = s.counts.get("COMPLETE", 0) + s.counts.get("PRUNED", 0)
     frac = min(1.0, done / s.total) if s.total else 1.0
-    filled = int(round(frac * width))
+    filled = round(frac * width)
     bar = "#" * filled + "-" * (width - filled)
     parts = [f"[{bar}] {done}/{s.total}",
              f"complete {s.counts.get('COMPLETE', 0)}",

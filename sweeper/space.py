@@ -121,7 +121,10 @@ def contains(spec: SweepSpec, params: dict[str, Any]) -> bool:
     dists = distributions(spec)
     if set(params) != set(dists):
         return False
-    return all(d._contains(d.to_internal_repr(params[n])) for n, d in dists.items())
+    try:
+        return all(d._contains(d.to_internal_repr(params[n])) for n, d in dists.items())
+    except (ValueError, TypeError):
+        return False
 
 
 def format_params(params: dict[str, Any], names: Sequence[str] | None = None) -> str:

@@ -14,6 +14,7 @@ import re
 import string
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
+from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any, Literal
 
@@ -25,6 +26,7 @@ METHODS = ("grid", "random", "tpe")
 DIRECTIONS = ("minimize", "maximize")
 PRUNERS = ("none", "median", "percentile", "hyperband", "successive_halving")
 STORAGE_SCHEMES = ("sqlite", "postgresql", "postgres", "postgresql+psycopg2")
+ARTIFACT_STORES = ("filesystem", "s3")
 #: The largest number of indexes one sweep may have: enqueueing is bulk, but a plan
 #: of more than this is almost certainly a mistake (and a multi-GB study).
 MAX_INDEXES = 100_000
@@ -37,6 +39,7 @@ _ENTRYPOINT_RE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 _DURATION_RE = re.compile(r"^(?:(\d+(?:\.\d+)?)(ms|s|m|h|d))+$")
 _DURATION_PART_RE = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
 _DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+_MAX_DURATION_S = 365 * 86400.0
 _QUANTITY_RE = re.compile(r"^\d+(\.\d+)?(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?$")
 _ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -117,6 +120,25 @@ class KubernetesSpec:
 
 
 @dataclass(frozen=True)
+class ArtifactsSpec:
+    """Where trials' files (checkpoints, final models) go, as Optuna artifacts.
+
+    ``filesystem`` with no ``path`` is the default store next to the study (see
+    ``sweeper.artifacts.default_artifact_dir``). Credentials never live here: S3 reads
+    ``AWS_ACCESS_KEY_ID``/``AWS_SECRET_ACCESS_KEY`` from the environment (in Kubernetes from the
+    Secret named by ``credentials_secret``). Not part of the spec hash: moving artifacts does
+    not change what the trials are."""
+
+    store: Literal["filesystem", "s3"] = "filesystem"
+    path: str | None = None
+    bucket: str | None = None
+    prefix: str = ""
+    endpoint_url: str | None = None
+    region: str | None = None
+    credentials_secret: str | None = None
+
+
+@dataclass(frozen=True)
 class SweepSpec:
     name: str
     method: Literal["grid", "random", "tpe"]
@@ -131,7 +153,8 @@ class SweepSpec:
     storage: str | None = None
     description: str | None = None
     kubernetes: KubernetesSpec = field(default_factory=KubernetesSpec)
-    #: Where the spec came from (a path or "<study NAME>"): for messages only, not part of the sweep.
+    artifacts: ArtifactsSpec = field(default_factory=ArtifactsSpec)
+    #: Where the spec came from (a path or "<study NAME>"), for messages; not part of the sweep.
     source: str = field(default="<spec>", compare=False)
 
     @property
@@ -161,6 +184,8 @@ class SweepSpec:
         identity = {k: d[k] for k in ("name", "method", "objective", "trials", "seed", "sampler",
                                       "pruner", "parameters")}
         identity["trial"] = {k: d["trial"].get(k) for k in ("entrypoint", "command", "fixed")}
+        # sort_keys below loses the YAML order, which decides grid point i and random set i.
+        identity["parameter_order"] = list(d["parameters"])
         blob = json.dumps(identity, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
@@ -193,11 +218,23 @@ class _Doc:
 def _dotted(path: Path_) -> str:
     out = ""
     for part in path:
+        if isinstance(part, str) and not (part.isprintable() and part.strip() == part and part):
+            part = repr(part)  # keeps the message one readable line
         out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
     return out
 
 
 _MAX_NODES = 200_000
+#: What usually causes PyYAML's terser complaints.
+_YAML_HINTS = (("<block end>", "check the indentation"),
+               ("'\\t'", "indent with spaces, not tabs"),
+               ("another document", "a spec is a single YAML document (no ---)"),
+               ("mapping values are not allowed", "quote a value that contains ': '"))
+#: Optuna stores every parameter value as a float: ints beyond 2**53 would be rounded.
+_MAX_EXACT_INT = 2**53
+#: Only plain data: a ``!!python/...`` (or any other) tag is refused before anything is built.
+_SAFE_TAGS = frozenset(f"tag:yaml.org,2002:{t}" for t in
+                       ("str", "int", "float", "bool", "null", "map", "seq", "timestamp"))
 
 
 def _load_yaml(text: str, source: str) -> tuple[Any, _Doc]:
@@ -207,8 +244,11 @@ def _load_yaml(text: str, source: str) -> tuple[Any, _Doc]:
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         problem = getattr(e, "problem", None) or str(e).splitlines()[0]
-        raise SpecError(f"invalid YAML: {problem}", source=source,
-                        line=mark.line + 1 if mark is not None else None) from None
+        hints = [h for needle, h in _YAML_HINTS if needle in problem]
+        raise SpecError(f"invalid YAML: {problem}" + "".join(f"; {h}" for h in hints[:1]),
+                        source=source, line=mark.line + 1 if mark is not None else None) from None
+    except RecursionError:
+        raise SpecError("invalid YAML: nested too deeply", source=source) from None
     lines: dict[Path_, int] = {}
     doc = _Doc(source, lines)
     if node is None:
@@ -224,20 +264,22 @@ def _load_yaml(text: str, source: str) -> tuple[Any, _Doc]:
             raise SpecError("YAML document too large (too many nodes or aliases)", source=source)
         if id(n) in active:
             raise doc.error(path, "recursive YAML alias")
+        if n.tag not in _SAFE_TAGS:
+            tag = n.tag.replace("tag:yaml.org,2002:", "!!")
+            raise SpecError(f"YAML tag {tag} is not allowed: a spec is plain data (strings, "
+                            "numbers, booleans, null, lists, mappings)", source=source,
+                            line=n.start_mark.line + 1, field=_dotted(path) or None)
         if isinstance(n, yaml.MappingNode):
             out: dict[Any, Any] = {}
             for key_node, value_node in n.value:
                 if not isinstance(key_node, yaml.ScalarNode):
                     raise SpecError("mapping keys must be plain scalars", source=source,
                                     line=key_node.start_mark.line + 1, field=_dotted(path) or None)
-                try:
-                    key = constructor.construct_object(key_node)
-                except yaml.YAMLError as e:
-                    raise SpecError(f"invalid YAML key: {e}", source=source,
-                                    line=key_node.start_mark.line + 1) from None
-                if key == "<<":
-                    raise SpecError("YAML merge keys (<<) are not supported", source=source,
-                                    line=key_node.start_mark.line + 1, field=_dotted(path) or None)
+                if key_node.tag == "tag:yaml.org,2002:merge" or key_node.value == "<<":
+                    raise SpecError("YAML merge keys (<<) are not supported; write the keys out",
+                                    source=source, line=key_node.start_mark.line + 1,
+                                    field=_dotted(path) or None)
+                key = build(key_node, path, active)
                 if not isinstance(key, (str, int, float, bool)) and key is not None:
                     raise SpecError("mapping keys must be scalars", source=source,
                                     line=key_node.start_mark.line + 1)
@@ -258,11 +300,18 @@ def _load_yaml(text: str, source: str) -> tuple[Any, _Doc]:
             return items
         try:
             return constructor.construct_object(n)
-        except (yaml.YAMLError, ValueError, OverflowError) as e:
-            raise SpecError(f"invalid YAML value: {e}", source=source,
+        except yaml.MarkedYAMLError as e:
+            raise SpecError(f"invalid YAML value: {e.problem or e.context}", source=source,
                             line=n.start_mark.line + 1, field=_dotted(path) or None) from None
+        except (yaml.YAMLError, ValueError, OverflowError) as e:
+            raise SpecError(f"invalid YAML value: {str(e).splitlines()[0] if str(e) else e!r}",
+                            source=source, line=n.start_mark.line + 1,
+                            field=_dotted(path) or None) from None
 
-    return build(node, (), frozenset()), doc
+    try:
+        return build(node, (), frozenset()), doc
+    except RecursionError:
+        raise SpecError("invalid YAML: nested too deeply", source=source) from None
 
 
 # --------------------------------------------------------------------------- public API
@@ -294,15 +343,22 @@ def parse_duration(value: Any) -> float:
     """``90``, ``"90s"``, ``"30m"``, ``"1h30m"``, ``"2d"`` -> seconds. Raises ValueError."""
     if isinstance(value, bool):
         raise ValueError("expected a duration like 30m, 2h or a number of seconds")
-    if isinstance(value, (int, float)):
-        seconds = float(value)
-    elif isinstance(value, str) and _DURATION_RE.match(value.strip()):
-        seconds = sum(float(n) * _DURATION_UNITS[u]
-                      for n, u in _DURATION_PART_RE.findall(value.strip()))
-    else:
-        raise ValueError("expected a duration like 30m, 2h, 1h30m or a number of seconds")
-    if not math.isfinite(seconds) or seconds <= 0:
+    try:
+        if isinstance(value, (int, float)):
+            seconds = float(value)
+        elif isinstance(value, str) and re.fullmatch(r"\d+(\.\d+)?", value.strip()):
+            seconds = float(value)  # "90" quoted is still a number of seconds
+        elif isinstance(value, str) and _DURATION_RE.match(value.strip()):
+            seconds = sum(float(n) * _DURATION_UNITS[u]
+                          for n, u in _DURATION_PART_RE.findall(value.strip()))
+        else:
+            raise ValueError("expected a duration like 30m, 2h, 1h30m or a number of seconds")
+    except OverflowError:
+        seconds = math.inf
+    if math.isnan(seconds) or seconds <= 0:
         raise ValueError("a duration must be positive")
+    if seconds > _MAX_DURATION_S:
+        raise ValueError("a duration must be at most 365d")
     return seconds
 
 
@@ -320,7 +376,7 @@ def command_placeholders(command: Iterable[str]) -> list[str]:
 
 
 _TOP_KEYS = ("name", "description", "method", "objective", "trials", "parallelism", "seed",
-             "sampler", "pruner", "storage", "trial", "parameters", "kubernetes")
+             "sampler", "pruner", "storage", "trial", "parameters", "kubernetes", "artifacts")
 _TRIAL_KEYS = ("entrypoint", "command", "fixed", "retries", "timeout", "resources")
 _PARAM_KEYS = ("type", "low", "high", "step", "log", "choices", "values")
 _RESOURCE_KEYS = ("gpu", "cpu", "memory")
@@ -328,6 +384,12 @@ _K8S_KEYS = ("image", "image_pull_policy", "namespace", "storage_secret", "stora
              "service_account", "node_selector", "tolerations", "image_pull_secrets", "env",
              "indexes_per_pod", "active_deadline", "ttl_after_finished")
 _TOLERATION_KEYS = ("key", "operator", "value", "effect", "tolerationSeconds")
+_ARTIFACT_KEYS = ("store", "path", "bucket", "prefix", "endpoint_url", "region",
+                  "credentials_secret")
+_CREDENTIAL_KEYS = ("access_key", "secret_key", "access_key_id", "secret_access_key",
+                    "aws_access_key_id", "aws_secret_access_key", "session_token",
+                    "aws_session_token", "password", "token", "credentials")
+_BUCKET_RE = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
 
 
 class _Validator:
@@ -373,7 +435,11 @@ class _Validator:
     def number(self, value: Any, path: Path_) -> float | int:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise self.err(path, f"expected a number, got {_kind(value)}")
-        if not math.isfinite(value):
+        try:
+            finite = math.isfinite(value)
+        except OverflowError:
+            raise self.err(path, "number too large (beyond the float range)") from None
+        if not finite:
             raise self.err(path, f"must be finite, got {value}")
         return value
 
@@ -384,8 +450,12 @@ class _Validator:
 
     def choice(self, value: Any, path: Path_, options: Iterable[str]) -> str:
         options = tuple(options)
-        if not isinstance(value, str) or value not in options:
-            close = difflib.get_close_matches(str(value), options, n=1, cutoff=0.6)
+        if not isinstance(value, str):
+            raise self.err(path, f"must be one of {', '.join(options)}, got {_kind(value)}")
+        if value not in options:
+            close = ([o for o in options if o.lower() == value.lower()]
+                     or [o for o in options if value and o.startswith(value)]
+                     or difflib.get_close_matches(value, options, n=1, cutoff=0.6))
             hint = f"; did you mean {close[0]!r}?" if close else ""
             raise self.err(path, f"must be one of {', '.join(options)}, got {value!r}{hint}")
         return value
@@ -416,10 +486,17 @@ class _Validator:
     def spec(self, data: Any) -> SweepSpec:
         m = self.mapping(data, (), _TOP_KEYS)
         name = self.string(self.require(m, "name", ()), ("name",))
-        if len(name) > MAX_NAME_LENGTH or not _NAME_RE.match(name):
-            raise self.err(("name",), f"{name!r} is not a valid sweep name: use lowercase letters, "
-                           f"digits and '-', start and end alphanumeric, at most "
-                           f"{MAX_NAME_LENGTH} characters (it names Kubernetes objects)")
+        problem = _name_problem(name)
+        if problem:
+            fixed = re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")[:MAX_NAME_LENGTH]
+            fixed = fixed.rstrip("-")
+            hint = f"; e.g. {fixed!r}" if fixed and fixed != name else ""
+            if len(name) > MAX_NAME_LENGTH:
+                raise self.err(("name",), f"sweep name {_clip(name)} {problem} (it names "
+                               "Kubernetes objects, which add suffixes)")
+            raise self.err(("name",), f"sweep name {_clip(name)} {problem}: use lowercase "
+                           f"letters, digits and '-', starting and ending with a letter or "
+                           f"digit (it names Kubernetes objects){hint}")
         method = self.choice(self.require(m, "method", ()), ("method",), METHODS)
         objectives = self.objectives(self.require(m, "objective", ()), ("objective",))
         params = self.parameters(self.require(m, "parameters", ()), ("parameters",), method)
@@ -452,11 +529,12 @@ class _Validator:
         if description is not None:
             description = self.string(description, ("description",))
         kube = self.kubernetes(m.get("kubernetes"), ("kubernetes",))
+        artifacts = self.artifacts(m.get("artifacts"), ("artifacts",))
         return SweepSpec(
             name=name, method=method, objectives=objectives,  # type: ignore[arg-type]
             trials=trials, parameters=params, trial=trial, parallelism=parallelism, seed=seed,
             sampler=sampler, pruner=pruner, storage=storage, description=description,
-            kubernetes=kube, source=self.doc.source)
+            kubernetes=kube, artifacts=artifacts, source=self.doc.source)
 
     def objectives(self, value: Any, path: Path_) -> tuple[Objective, ...]:
         items = value if isinstance(value, list) else [value]
@@ -510,7 +588,7 @@ class _Validator:
                     raise self.err((*path, "values", i), f"expected a number, got {_kind(v)}")
                 if ptype == "int" and (isinstance(v, bool) or not isinstance(v, int)):
                     raise self.err((*path, "values", i), f"expected an integer, got {_kind(v)}")
-            return Parameter(name, ptype, values=vals)  # type: ignore[arg-type]
+            return Parameter(name, ptype, values=vals)
 
         ptype = self.choice(self.require(m, "type", path), (*path, "type"),
                             ("float", "int", "categorical"))
@@ -534,6 +612,13 @@ class _Validator:
             raise self.err((*path, "low"), f"low ({low}) must be less than high ({high})")
         if log and low <= 0:
             raise self.err((*path, "low"), f"log scale needs low > 0, got {low}")
+        if ptype == "int" and max(abs(low), abs(high)) > _MAX_EXACT_INT:
+            raise self.err((*path, "high" if abs(high) > _MAX_EXACT_INT else "low"),
+                           f"int bounds must be within +-{_MAX_EXACT_INT} (Optuna stores "
+                           "parameter values as floats)")
+        if ptype == "float" and not math.isfinite(float(high) - float(low)):
+            raise self.err((*path, "high"), f"the range [{low}, {high}] is too wide: high - low "
+                                            "overflows a float")
         if step is not None:
             if ptype == "int":
                 step = self.integer(step, (*path, "step"), 1)
@@ -550,8 +635,15 @@ class _Validator:
                 if log:
                     raise self.err((*path, "step"), "step and log: true cannot be combined "
                                                     "for a float")
-                k = (high - low) / step
-                if abs(k - round(k)) > 1e-8 or round(k) < 1:
+                if step > high - low:
+                    raise self.err((*path, "step"), f"step {step} is larger than the range "
+                                                    f"[{low}, {high}]")
+                try:  # exact decimal arithmetic, as Optuna's FloatDistribution checks a step
+                    rest = (Decimal(str(high)) - Decimal(str(low))) % Decimal(str(step))
+                except InvalidOperation:
+                    raise self.err((*path, "step"), f"step {step} is too small for the range "
+                                                    f"[{low}, {high}]") from None
+                if rest != 0:
                     raise self.err((*path, "step"), f"step {step} does not fit the range "
                                                     f"[{low}, {high}]: high - low must be a "
                                                     "multiple of step")
@@ -563,17 +655,21 @@ class _Validator:
         return Parameter(name, ptype, low=low, high=high, step=step, log=log)  # type: ignore
 
     def value_list(self, value: Any, path: Path_) -> tuple[Scalar, ...]:
-        if not isinstance(value, list) or not value:
-            raise self.err(path, "expected a non-empty list")
+        if not isinstance(value, list):
+            raise self.err(path, f"expected a non-empty list, got {_kind(value)}")
+        if not value:
+            raise self.err(path, "expected a non-empty list, got an empty list")
         out: list[Scalar] = []
         for i, v in enumerate(value):
             if v is not None and not isinstance(v, (str, int, float, bool)):
-                raise self.err((*path, i), f"choices must be strings, numbers, booleans or "
+                raise self.err((*path, i), f"each entry must be a string, number, boolean or "
                                            f"null, got {_kind(v)}")
             if isinstance(v, float) and not math.isfinite(v):
                 raise self.err((*path, i), f"must be finite, got {v}")
-            if any(type(v) is type(o) and v == o for o in out):
-                raise self.err((*path, i), f"duplicate value {v!r}")
+            same = [o for o in out if v == o]  # Optuna finds a choice by ==: 1, 1.0, true clash
+            if same:
+                also = f" (equal to {same[0]!r})" if type(same[0]) is not type(v) else ""
+                raise self.err((*path, i), f"duplicate value {_clip(v)}{also}")
             out.append(v)
         return tuple(out)
 
@@ -581,10 +677,12 @@ class _Validator:
         m = self.mapping(value, path, _TRIAL_KEYS)
         entrypoint = m.get("entrypoint")
         command = m.get("command")
-        if (entrypoint is None) == (command is None):
-            raise self.err(path, "give exactly one of entrypoint (module:function) or "
-                                 "command (argv list)")
-        fixed = self.plain(m.get("fixed") or {}, (*path, "fixed"))
+        if entrypoint is not None and command is not None:
+            raise self.err((*path, "command"), "give entrypoint (module:function) or command "
+                                               "(argv list), not both")
+        if entrypoint is None and command is None:
+            raise self.err(path, "missing entrypoint (module:function) or command (argv list)")
+        fixed = self.plain({} if m.get("fixed") is None else m["fixed"], (*path, "fixed"))
         if not isinstance(fixed, dict):
             raise self.err((*path, "fixed"), f"expected a mapping, got {_kind(fixed)}")
         names = {p.name for p in params}
@@ -600,28 +698,46 @@ class _Validator:
         if command is not None:
             if not isinstance(command, list) or not command:
                 raise self.err((*path, "command"), "expected a non-empty list of strings "
-                                                   "(argv; no shell is used)")
+                                                   f"(argv; no shell is used), got "
+                                                   f"{_kind(command) if command else 'nothing'}")
             for i, arg in enumerate(command):
                 if not isinstance(arg, (str, int, float)) or isinstance(arg, bool):
                     raise self.err((*path, "command", i), f"expected a string, got {_kind(arg)}")
             cmd = tuple(str(a) for a in command)
-            try:
-                placeholders = command_placeholders(cmd)
-            except ValueError as e:
-                raise self.err((*path, "command"), f"bad placeholder: {e}") from None
             known = names | set(fixed) | {"index", "trial_number"}
-            for ph in placeholders:
-                if ph not in known:
-                    close = difflib.get_close_matches(ph, sorted(known), n=1, cutoff=0.6)
-                    hint = f"; did you mean {{{close[0]}}}?" if close else ""
-                    raise self.err((*path, "command"), f"placeholder {{{ph}}} names no "
-                                                       f"parameter{hint}")
+            for i, arg in enumerate(cmd):
+                self.placeholders(arg, (*path, "command", i), known)
         retries = self.integer(m.get("retries", 1), (*path, "retries"), 0)
         timeout = m.get("timeout")
         timeout_s = self.duration(timeout, (*path, "timeout")) if timeout is not None else None
         resources = self.resources(m.get("resources"), (*path, "resources"))
         return TrialSpec(entrypoint=entrypoint, command=cmd, fixed=fixed, retries=retries,
                          timeout=timeout_s, resources=resources)
+
+    def placeholders(self, arg: str, path: Path_, known: set[str]) -> None:
+        """Every ``{name}`` in one argv element must name a parameter, a fixed value, index or
+        trial_number, exactly as ``str.format_map`` will fill it in."""
+        literal = "write {{ and }} for literal braces"
+        try:
+            parsed = list(string.Formatter().parse(arg))
+        except ValueError as e:
+            raise self.err(path, f"bad placeholder in {_clip(arg)}: {e}; {literal}") from None
+        for _, ph, spec, conversion in parsed:
+            if ph is None:
+                continue
+            if not _PARAM_RE.match(ph):
+                raise self.err(path, f"placeholder {{{_clip(ph)[1:-1]}}} is not a parameter "
+                                     f"name: use {{name}}; {literal}")
+            if ph not in known:
+                close = difflib.get_close_matches(ph, sorted(known), n=1, cutoff=0.6)
+                hint = (f"; did you mean {{{close[0]}}}?" if close else
+                        f"; known: {', '.join(sorted(known))}")
+                raise self.err(path, f"placeholder {{{ph}}} names no parameter{hint}")
+            if conversion not in (None, "r", "s", "a"):
+                raise self.err(path, f"placeholder {{{ph}!{conversion}}}: unknown conversion "
+                                     f"{conversion!r} (use !r, !s or !a)")
+            if spec and "{" in spec:
+                self.placeholders(spec, path, known)
 
     def resources(self, value: Any, path: Path_) -> Resources:
         if value is None:
@@ -655,9 +771,18 @@ class _Validator:
             allowed = _kwargs_of(TPESampler) - {"seed", "gamma", "weights",
                                                 "categorical_distance_func", "constraints_func"}
             self.mapping(m, path, sorted(allowed))
-            for k, v in m.items():
-                if isinstance(v, (dict, list)):
-                    raise self.err((*path, k), "expected a scalar")
+            self.options(m, path, TPESampler)
+            if m.get("n_ei_candidates", 1) < 1:
+                raise self.err((*path, "n_ei_candidates"), f"must be >= 1, got "
+                                                           f"{m['n_ei_candidates']}")
+            import warnings
+
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    TPESampler(**m)
+            except (TypeError, ValueError) as e:
+                raise self.err(path, f"invalid tpe sampler options: {e}") from None
         return m
 
     def pruner(self, value: Any, path: Path_) -> Pruner:
@@ -666,19 +791,51 @@ class _Validator:
         m = self.plain(self.mapping(value, path), path)
         ptype = self.choice(self.require(m, "type", path), (*path, "type"), PRUNERS)
         options = {k: v for k, v in m.items() if k != "type"}
-        if options:
-            if ptype == "none":
-                raise self.err(path, "pruner type none takes no options")
-            allowed = sorted(_kwargs_of(_pruner_class(ptype)))
+        if options and ptype == "none":
+            raise self.err((*path, next(iter(options))), "pruner type none takes no options")
+        if ptype != "none":
+            cls = _pruner_class(ptype)
+            allowed = sorted(_kwargs_of(cls))
             self.mapping(options, path, ["type", *allowed])
-            for k, v in options.items():
-                if isinstance(v, (dict, list)):
-                    raise self.err((*path, k), "expected a scalar")
+            self.options(options, path, cls)
+            for name, (_, required) in _option_types(cls).items():
+                if required and name not in options:
+                    raise self.err(path, f"the {ptype} pruner needs option {name!r}")
             try:
-                _pruner_class(ptype)(**options)
+                cls(**options)
             except (TypeError, ValueError) as e:
                 raise self.err(path, f"invalid {ptype} pruner options: {e}") from None
         return Pruner(ptype, options)
+
+    def toleration(self, value: Any, path: Path_) -> dict[str, Any]:
+        t = self.plain(self.mapping(value, path, _TOLERATION_KEYS), path)
+        for key in ("key", "value"):
+            if key in t:
+                self.string(t[key], (*path, key))
+        operator = self.choice(t.get("operator", "Equal"), (*path, "operator"),
+                               ("Equal", "Exists"))
+        if operator == "Exists" and t.get("value"):
+            raise self.err((*path, "value"), "a toleration with operator Exists takes no value")
+        if "effect" in t:
+            self.choice(t["effect"], (*path, "effect"),
+                        ("NoSchedule", "PreferNoSchedule", "NoExecute"))
+        if "tolerationSeconds" in t:
+            self.integer(t["tolerationSeconds"], (*path, "tolerationSeconds"))
+            if t.get("effect") != "NoExecute":
+                raise self.err((*path, "tolerationSeconds"), "tolerationSeconds applies to "
+                                                              "effect NoExecute only")
+        return t
+
+    def options(self, m: Mapping[str, Any], path: Path_, cls: type) -> None:
+        """Check keyword options against the types an Optuna class declares (a string where
+        an int belongs would otherwise only fail inside a running trial)."""
+        types = _option_types(cls)
+        for k, v in m.items():
+            want = types[k][0] if k in types else frozenset()
+            if not _option_ok(v, want):
+                raise self.err((*path, k), f"expected {_describe_types(want)}, got {_kind(v)}")
+            if isinstance(v, (int, float)) and not isinstance(v, bool) and v < 0:
+                raise self.err((*path, k), f"must be >= 0, got {v}")
 
     def storage_url(self, value: Any, path: Path_) -> str:
         url = self.string(value, path)
@@ -712,14 +869,14 @@ class _Validator:
         if "tolerations" in m:
             tols = m["tolerations"]
             if not isinstance(tols, list):
-                raise self.err((*path, "tolerations"), "expected a list")
-            kw["tolerations"] = tuple(
-                self.plain(self.mapping(t, (*path, "tolerations", i), _TOLERATION_KEYS),
-                           (*path, "tolerations", i)) for i, t in enumerate(tols))
+                raise self.err((*path, "tolerations"), f"expected a list, got {_kind(tols)}")
+            kw["tolerations"] = tuple(self.toleration(t, (*path, "tolerations", i))
+                                      for i, t in enumerate(tols))
         if "image_pull_secrets" in m:
             ips = m["image_pull_secrets"]
             if not isinstance(ips, list):
-                raise self.err((*path, "image_pull_secrets"), "expected a list of secret names")
+                raise self.err((*path, "image_pull_secrets"), "expected a list of secret names, "
+                                                              f"got {_kind(ips)}")
             kw["image_pull_secrets"] = tuple(self.string(s, (*path, "image_pull_secrets", i))
                                              for i, s in enumerate(ips))
         if "env" in m:
@@ -731,7 +888,7 @@ class _Validator:
                 if k in ("JOB_ID", "SWEEPER_STORAGE", "SWEEPER_STUDY") or k.startswith("SWEEPER_"):
                     raise self.err((*path, "env", k), f"{k} is set by sweeper itself")
                 if isinstance(v, (dict, list)) or v is None:
-                    raise self.err((*path, "env", k), "expected a string value")
+                    raise self.err((*path, "env", k), f"expected a string, got {_kind(v)}")
                 out[k] = str(v).lower() if isinstance(v, bool) else str(v)
             kw["env"] = out
         if "indexes_per_pod" in m:
@@ -744,6 +901,77 @@ class _Validator:
             kw["ttl_after_finished"] = self.duration(m["ttl_after_finished"],
                                                      (*path, "ttl_after_finished"))
         return replace(d, **kw)
+
+    def artifacts(self, value: Any, path: Path_) -> ArtifactsSpec:
+        if value is None:
+            return ArtifactsSpec()
+        if isinstance(value, dict):
+            for key in value:
+                if str(key).lower() in _CREDENTIAL_KEYS:
+                    raise self.err((*path, key), "credentials never go in the spec: set "
+                                   "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY in the "
+                                   "environment (in Kubernetes, a Secret named by "
+                                   "artifacts.credentials_secret)")
+        m = self.mapping(value, path, _ARTIFACT_KEYS)
+        store = self.choice(m.get("store", "filesystem"), (*path, "store"), ARTIFACT_STORES)
+        only = {"filesystem": ("store", "path"),
+                "s3": ("store", "bucket", "prefix", "endpoint_url", "region",
+                       "credentials_secret")}[store]
+        for key in m:
+            if key not in only:
+                other = "s3" if store == "filesystem" else "filesystem"
+                raise self.err((*path, key), f"{key!r} applies to store: {other}, not {store}")
+        if store == "filesystem":
+            fs_path = self.string(m["path"], (*path, "path")) if m.get("path") is not None \
+                else None
+            return ArtifactsSpec(store="filesystem", path=fs_path)
+        bucket = self.string(self.require(m, "bucket", path), (*path, "bucket"))
+        if not _BUCKET_RE.match(bucket) or ".." in bucket:
+            raise self.err((*path, "bucket"), f"{bucket!r} is not a valid bucket name (3-63 "
+                                              "lowercase letters, digits, '.' and '-')")
+        prefix = m.get("prefix")
+        prefix = self.string(prefix, (*path, "prefix")).strip("/") if prefix is not None else ""
+        endpoint = m.get("endpoint_url")
+        if endpoint is not None:
+            endpoint = self.string(endpoint, (*path, "endpoint_url"))
+            if not re.match(r"^https?://[^/\s]+", endpoint):
+                raise self.err((*path, "endpoint_url"), f"expected http(s)://host[:port], got "
+                                                        f"{endpoint!r}")
+            if "@" in endpoint.split("://", 1)[1].split("/", 1)[0]:
+                raise self.err((*path, "endpoint_url"), "credentials never go in the spec: "
+                               "remove user:password@ and set AWS_ACCESS_KEY_ID and "
+                               "AWS_SECRET_ACCESS_KEY in the environment")
+        region = m.get("region")
+        if region is not None:
+            region = self.string(region, (*path, "region"))
+        secret = m.get("credentials_secret")
+        if secret is not None:
+            secret = self.string(secret, (*path, "credentials_secret"))
+            if not _NAME_RE.match(secret):
+                raise self.err((*path, "credentials_secret"),
+                               f"{secret!r} is not a valid Kubernetes name")
+        return ArtifactsSpec(store="s3", bucket=bucket, prefix=prefix, endpoint_url=endpoint,
+                             region=region, credentials_secret=secret)
+
+
+def _name_problem(name: str) -> str | None:
+    """Why Kubernetes would reject ``name`` as a sweep name (None: it would not)."""
+    if len(name) > MAX_NAME_LENGTH:
+        return f"is {len(name)} characters long; the limit is {MAX_NAME_LENGTH}"
+    if _NAME_RE.match(name):
+        return None
+    if any(c.isupper() for c in name):
+        return "has uppercase letters"
+    bad = sorted({c for c in name if not (c.isascii() and (c.islower() or c.isdigit()))} - {"-"})
+    if bad:
+        return "contains " + ", ".join(repr(c) for c in bad[:3])
+    return "must start and end with a letter or digit"
+
+
+def _clip(value: Any, limit: int = 60) -> str:
+    """``repr`` shortened for a one-line message."""
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit - 4] + "...'"
 
 
 def _kind(value: Any) -> str:
@@ -760,10 +988,47 @@ def _kind(value: Any) -> str:
     return f"{type(value).__name__} {value!r}"
 
 
+_OPTION_WORDS = {"bool": "true/false", "int": "an integer", "float": "a number",
+                 "str": "a string", "None": "null"}
+
+
+def _option_types(cls: type) -> dict[str, tuple[frozenset[str], bool]]:
+    """name -> (scalar type names its annotation allows, required) for ``cls``'s keywords."""
+    import inspect
+
+    out = {}
+    for n, p in inspect.signature(cls).parameters.items():
+        if n == "self" or p.kind not in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY):
+            continue
+        ann = p.annotation
+        text = ann if isinstance(ann, str) else getattr(ann, "__name__", str(ann))
+        out[n] = (frozenset(t.strip() for t in text.split("|")), p.default is p.empty)
+    return out
+
+
+def _option_ok(value: Any, types: frozenset[str]) -> bool:
+    if value is None:
+        return "None" in types
+    if isinstance(value, bool):
+        return "bool" in types
+    if isinstance(value, int):
+        return bool({"int", "float"} & types)
+    if isinstance(value, float):
+        return "float" in types
+    if isinstance(value, str):
+        return "str" in types
+    return False
+
+
+def _describe_types(types: frozenset[str]) -> str:
+    words = [w for t, w in _OPTION_WORDS.items() if t in types]
+    return " or ".join(words) if words else "a scalar"
+
+
 def _kwargs_of(cls: type) -> set[str]:
     import inspect
 
-    return {n for n, p in inspect.signature(cls.__init__).parameters.items()
+    return {n for n, p in inspect.signature(cls).parameters.items()
             if n != "self" and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
 
 
@@ -829,10 +1094,20 @@ def _spec_to_dict(s: SweepSpec) -> dict[str, Any]:
         "trials": s.trials, "parallelism": s.parallelism, "seed": s.seed,
         "sampler": dict(s.sampler),
         "pruner": {"type": s.pruner.type, **dict(s.pruner.options)},
-        "storage": None, "trial": _drop_none(trial), "parameters": {p.name: param(p)
-                                                                    for p in s.parameters},
+        # fixed is user data: a null in it is a value to pass on, not a default to drop.
+        "storage": None, "trial": {**_drop_none(trial), "fixed": dict(t.fixed)},
+        "parameters": {p.name: param(p) for p in s.parameters},
         "kubernetes": _drop_none(kube),
+        "artifacts": _artifacts_to_dict(s.artifacts),
     }
+
+
+def _artifacts_to_dict(a: ArtifactsSpec) -> dict[str, Any]:
+    if a.store == "filesystem":
+        return _drop_none({"store": a.store, "path": a.path})
+    return _drop_none({"store": a.store, "bucket": a.bucket, "prefix": a.prefix or None,
+                       "endpoint_url": a.endpoint_url, "region": a.region,
+                       "credentials_secret": a.credentials_secret})
 
 
 def _drop_none(d: dict[str, Any]) -> dict[str, Any]:

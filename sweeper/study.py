@@ -14,10 +14,11 @@ import functools
 import json
 import logging
 import random
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
@@ -40,6 +41,7 @@ FAIL_REASON_ATTR = "sweeper:fail_reason"
 SPEC_ATTR = "sweeper:spec"
 HASH_ATTR = "sweeper:spec_hash"
 ENQUEUED_ATTR = "sweeper:enqueued"
+METRIC_NAMES_ATTR = "study:metric_names"  # Optuna's own key (Study.set_metric_names)
 FINISHED = (TrialState.COMPLETE, TrialState.PRUNED)
 
 T = TypeVar("T")
@@ -157,11 +159,15 @@ for _name in (
 
 
 def open_storage(url: str, *, connect_deadline_s: float = 0.0, pool_size: int = 1,
-                 max_overflow: int = 1) -> RetryingRDBStorage:
+                 max_overflow: int = 1, prepared: bool = False) -> RetryingRDBStorage:
     """Open (and on first use create) the Optuna schema at ``url``.
 
     ``connect_deadline_s`` > 0 keeps retrying a database that is not up yet (runners);
     0 fails at once with one clear line (the CLI). Errors never contain the password.
+    ``prepared``: the orchestrator already created and checked the schema (trial runners), so
+    skip Optuna's table creation and alembic version check (a second connection held at once
+    and a tenth of a runner's start-up) and the index DDL (a table lock on PostgreSQL); a
+    database without the schema still gets the full treatment.
     """
     real = driver_url(url)
     scheme = real.split("://", 1)[0]
@@ -177,9 +183,30 @@ def open_storage(url: str, *, connect_deadline_s: float = 0.0, pool_size: int = 
                            "postgresql://user:password@host/db")
 
     def connect() -> RetryingRDBStorage:
-        storage = RetryingRDBStorage(real, engine_kwargs=engine_kwargs)
-        _prepare(storage)
-        return storage
+        if prepared:
+            try:
+                storage = RetryingRDBStorage(real, engine_kwargs=engine_kwargs,
+                                             skip_compatibility_check=True,
+                                             skip_table_creation=True)
+                if storage.engine.dialect.name == "sqlite":
+                    with storage.engine.begin() as conn:
+                        conn.exec_driver_sql("PRAGMA journal_mode=WAL")
+                return storage
+            except Exception:  # no schema yet, or unreachable: the full path says which
+                pass
+        # Two processes creating the schema of a fresh database at the same moment collide
+        # on PostgreSQL's catalog (duplicate type or table); the loser just tries again.
+        for attempt in range(5):
+            try:
+                storage = RetryingRDBStorage(real, engine_kwargs=engine_kwargs)
+                _prepare(storage)
+                return storage
+            except (sa.exc.SQLAlchemyError, optuna.exceptions.StorageInternalError) as e:
+                text = str(e.__cause__ or e).lower()
+                if attempt == 4 or not ("already exists" in text or "duplicate" in text):
+                    raise
+                time.sleep(0.2 + random.random() * 0.5)
+        raise AssertionError("unreachable")
 
     try:
         if connect_deadline_s > 0:
@@ -233,6 +260,9 @@ class Sweep:
     storage: RetryingRDBStorage
     study_id: int
     spec: SweepSpec
+    #: One Study per thread for runner_study(), keyed by thread id.
+    _runner_studies: dict[int, optuna.Study] = field(default_factory=dict, compare=False,
+                                                     repr=False)
 
     @property
     def name(self) -> str:
@@ -242,6 +272,21 @@ class Sweep:
               pruner: optuna.pruners.BasePruner | None = None) -> optuna.Study:
         return optuna.load_study(study_name=self.name, storage=self.storage, sampler=sampler,
                                  pruner=pruner)
+
+    def runner_study(self, sampler: optuna.samplers.BaseSampler,
+                     pruner: optuna.pruners.BasePruner) -> optuna.Study:
+        """The study for the next index this thread runs, with that index's sampler and pruner.
+        A worker that runs many indexes keeps one Study, so its trial cache reads only what
+        changed (a fresh Study per index made TPE and pruners reload every trial of the study
+        per index) and the study is not looked up again."""
+        key = threading.get_ident()
+        study = self._runner_studies.get(key)
+        if study is None:
+            study = self._runner_studies[key] = self.study(sampler=sampler, pruner=pruner)
+        else:
+            study.sampler, study.pruner = sampler, pruner
+            study._thread_local.cached_all_trials = None  # re-read once per trial, as ask() does
+        return study
 
 
 def create_or_resume(storage: RetryingRDBStorage, spec: SweepSpec) -> tuple[Sweep, bool]:
@@ -271,6 +316,9 @@ def create_or_resume(storage: RetryingRDBStorage, spec: SweepSpec) -> tuple[Swee
             _record_and_enqueue(conn, study_id, spec, record, created)
 
     with_retry(record_and_enqueue, what="enqueue")
+    # Objective names for optuna-dashboard and Optuna's plots ("loss", not "Objective 0").
+    storage.set_study_system_attr(study_id, METRIC_NAMES_ATTR,
+                                  [o.metric for o in spec.objectives])
     return Sweep(storage, study_id, spec), created
 
 
@@ -437,13 +485,14 @@ def _attempts(conn: sa.Connection, study_id: int, index: int) -> list[Attempt]:
     rows = conn.execute(sa.text(_ATTEMPTS_SQL), {"v": json.dumps(index), "s": study_id}).all()
     if not rows:
         return []
-    now = _db_now(conn)
+    now: datetime | None = None  # the database clock, read only when a heartbeat needs it
     out = []
     for k, (tid, number, state, started, heartbeat) in enumerate(rows):
         st = TrialState[state] if isinstance(state, str) else TrialState(state)
         age = None
         if st == TrialState.RUNNING:
             if heartbeat is not None:
+                now = now or _db_now(conn)
                 age = (now - _as_datetime(heartbeat)).total_seconds()
             elif started is not None:
                 age = (_utcnow() - _as_datetime(started)).total_seconds()
@@ -458,6 +507,26 @@ def attempts(storage: RDBStorage, study_id: int, index: int) -> list[Attempt]:
             return _attempts(conn, study_id, index)
 
     return with_retry(query, what="find index")
+
+
+def claim(storage: RDBStorage, trial_id: int) -> bool:
+    """WAITING -> RUNNING for exactly one caller: a conditional UPDATE, atomic on PostgreSQL
+    and SQLite alike (Optuna's read-then-write claim is not, on SQLite). Records the first
+    heartbeat in the same transaction."""
+    def update() -> bool:
+        with storage.engine.begin() as conn:
+            won = conn.execute(sa.text(
+                "UPDATE trials SET state = 'RUNNING', datetime_start = :now "
+                "WHERE trial_id = :t AND state = 'WAITING'"),
+                {"t": trial_id, "now": _utcnow()}).rowcount == 1
+            if won:
+                from optuna.storages._rdb import models
+
+                conn.execute(models.TrialHeartbeatModel.__table__.insert(),
+                             [{"trial_id": trial_id}])
+            return won
+
+    return with_retry(update, what="claim")
 
 
 def new_attempt(storage: RDBStorage, study_id: int, index: int, *, after: Attempt | None,
@@ -574,17 +643,59 @@ def mark_failed(storage: RDBStorage, trial_id: int, reason: str) -> bool:
         return False
 
 
-def attach_trial(study: optuna.Study, trial_id: int) -> None:
+def set_trial_user_attrs(trial: optuna.Trial, attrs: Mapping[str, Any]) -> None:
+    """``trial.set_user_attr`` for several keys in one transaction (Optuna commits each key
+    separately: one commit, an fsync on PostgreSQL, per metric per report)."""
+    import sqlite3
+
+    backend = getattr(trial.storage, "_backend", trial.storage)
+    dialect = backend.engine.dialect.name if isinstance(backend, RDBStorage) else ""
+    if len(attrs) < 2 or not (dialect == "postgresql" or (
+            dialect == "sqlite" and sqlite3.sqlite_version_info >= (3, 24))):
+        for key, value in attrs.items():
+            trial.set_user_attr(key, value)
+        return
+    from optuna.storages._rdb.models import TrialModel, TrialUserAttributeModel
+
+    if dialect == "postgresql":
+        from sqlalchemy.dialects.postgresql import insert
+    else:
+        from sqlalchemy.dialects.sqlite import insert
+    trial_id = trial._trial_id
+    # The same rows Optuna writes (value_json = json.dumps(value)), as one upsert statement.
+    stmt = insert(TrialUserAttributeModel.__table__).values(
+        [{"trial_id": trial_id, "key": k, "value_json": json.dumps(v)} for k, v in attrs.items()])
+    stmt = stmt.on_conflict_do_update(index_elements=["trial_id", "key"],
+                                      set_={"value_json": stmt.excluded.value_json})
+    trials = TrialModel.__table__
+
+    def write() -> None:
+        with backend.engine.begin() as conn:
+            state = conn.execute(sa.select(trials.c.state).where(
+                trials.c.trial_id == trial_id)).scalar_one_or_none()
+            if state is None:
+                raise KeyError(f"No trial with trial id {trial_id} exists.")
+            backend.check_trial_is_updatable(trial_id, state)  # finished: UpdateFinishedTrialError
+            conn.execute(stmt)
+
+    with_retry(write, what="set user attrs")
+    for key, value in attrs.items():
+        trial._cached_frozen_trial.user_attrs[key] = value
+
+
+def attach_trial(study: optuna.Study, trial_id: int) -> optuna.trial.FrozenTrial:
     """Make a trial created outside Optuna's API (bulk insert, claim) known to the study's
-    in-process storage cache, which Optuna otherwise only fills by loading every trial."""
+    in-process storage cache, which Optuna otherwise only fills by loading every trial.
+    Returns the trial as stored (callers need not fetch it again)."""
     from optuna.storages._cached_storage import _CachedStorage, _StudyInfo
 
     cache = study._storage
     if not isinstance(cache, _CachedStorage):
-        return
+        return cache.get_trial(trial_id)
     frozen = cache._backend.get_trial(trial_id)
     with cache._lock:
         info = cache._studies.setdefault(study._study_id, _StudyInfo())
         cache._add_trials_to_cache(study._study_id, [frozen])
         if not frozen.state.is_finished():
             info.unfinished_trial_ids.add(trial_id)
+    return frozen

@@ -53,6 +53,8 @@ class TrialContext:
     _device: str | None = None
     _stored: Callable[[str, Any], None] | None = None
     resumed_from_step: int | None = None
+    #: Returns the sweep's artifact store (built lazily: only trials that save files pay for it).
+    artifact_store_factory: Callable[[], Any] | None = None
 
     # ---- hardware
 
@@ -86,11 +88,13 @@ class TrialContext:
         primary = self.objective_metrics[0]
         if len(self.objective_metrics) == 1 and primary in clean and math.isfinite(clean[primary]):
             self.trial.report(clean[primary], step)
+        attrs: dict[str, Any] = {}
         for name, value in clean.items():
             self._history.setdefault(name, []).append([step, value])
             if math.isfinite(value):
-                self._set_attr(name, value)
-        self._set_attr(HISTORY_ATTR, self._history)
+                attrs[name] = value
+        attrs[HISTORY_ATTR] = self._history
+        self._set_attrs(attrs)
 
     def should_prune(self) -> bool:
         """True when the sweep's pruner says this trial is unpromising: stop and
@@ -108,6 +112,33 @@ class TrialContext:
             self._stored(key, value)
         else:
             self.trial.set_user_attr(key, value)
+
+    def _set_attrs(self, attrs: dict[str, Any]) -> None:
+        """Several attrs, in order; one database transaction when the trial is stored in one."""
+        if self._stored is not None:
+            for key, value in attrs.items():
+                self._stored(key, value)
+        else:
+            from sweeper.study import set_trial_user_attrs
+
+            set_trial_user_attrs(self.trial, attrs)
+
+    # ---- artifacts
+
+    def save_artifact(self, data: str | os.PathLike[str] | bytes, name: str | None = None
+                      ) -> str:
+        """Save a file (a path) or bytes (then ``name=`` is required) as an Optuna artifact of
+        this trial, in the sweep's artifact store (``artifacts:`` in the spec; by default a
+        directory next to the study). The dashboard lists it; ``sweeper best NAME --download
+        DIR`` fetches the best trial's. Returns the artifact id."""
+        if self.artifact_store_factory is None:
+            raise RuntimeError("this TrialContext has no artifact store (run it through "
+                               "sweeper's trial runner)")
+        from sweeper.artifacts import upload
+
+        artifact_id = upload(self.artifact_store_factory(), self.trial, data, name)
+        logger.info("trial #%d: saved artifact %s", self.trial_number, artifact_id)
+        return artifact_id
 
     # ---- checkpoints
 
@@ -182,7 +213,8 @@ def objective_values(result: Any, metrics: tuple[str, ...]) -> tuple[list[float]
             if hasattr(v, "item") and callable(v.item):  # numpy / torch scalars
                 v = v.item()
             if isinstance(v, bool) or not isinstance(v, (int, float)):
-                raise InvalidResult(f"{name!r} must be a number, got {type(v).__name__} {v!r}"[:300])
+                raise InvalidResult(
+                    f"{name!r} must be a number, got {type(v).__name__} {v!r}"[:300])
         if not math.isfinite(float(v)):
             raise InvalidResult(f"{name!r} is {v} (not finite)")
         values.append(float(v))

@@ -98,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         storage = open_storage(os.environ.get("SWEEPER_STORAGE", DEFAULT_STORAGE),
                                connect_deadline_s=float(os.environ.get(
-                                   "SWEEPER_CONNECT_DEADLINE", 120)))
+                                   "SWEEPER_CONNECT_DEADLINE", 120)), prepared=True)
     except StorageError as e:
         logger.error("%s", e)
         return exitcodes.RETRY  # the database may come back; the Job retries the pod
@@ -113,7 +113,10 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGINT, _raise_interrupted)
 
     if args.serve:
-        return serve(sweep, objective, settings)
+        try:
+            return serve(sweep, objective, settings)
+        finally:
+            storage.engine.dispose()  # close connections cleanly: __main__ skips the final GC
     try:
         indexes = [args.index] if args.index is not None else \
             job_indexes(os.environ, sweep.spec.trials)
@@ -130,6 +133,8 @@ def main(argv: list[str] | None = None) -> int:
     except Interrupted as e:
         logger.error("interrupted by %s; the trial is marked FAIL and will be retried", e)
         return 128 + e.signum
+    finally:
+        storage.engine.dispose()
     return combine(codes)
 
 

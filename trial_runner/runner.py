@@ -26,6 +26,7 @@ import optuna
 from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
 from optuna.trial import TrialState
 
+from sweeper.artifacts import cached_artifact_store
 from sweeper.errors import SpecError, StorageError
 from sweeper.space import distribution, index_seed
 from sweeper.spec import Parameter, SweepSpec
@@ -35,12 +36,15 @@ from sweeper.study import (
     Sweep,
     attach_trial,
     attempts,
+    claim,
     mark_failed,
     new_attempt,
+    set_trial_user_attrs,
     with_retry,
 )
 from trial_runner import exitcodes
 from trial_runner.context import InvalidResult, TrialContext, TrialTimeout, objective_values
+from trial_runner.provenance import CODE_VERSION_ATTR, SPEC_HASH_ATTR, process_code_version
 
 logger = logging.getLogger(__name__)
 
@@ -160,8 +164,7 @@ def acquire(sweep: Sweep, index: int, settings: RunnerSettings,
             if tid is not None:
                 return tid, 0
         elif latest.state == TrialState.WAITING:
-            if storage.set_trial_state_values(latest.trial_id, TrialState.RUNNING):
-                storage.record_heartbeat(latest.trial_id)
+            if claim(storage, latest.trial_id):
                 return latest.trial_id, latest.attempt
         elif latest.state == TrialState.RUNNING:
             age = latest.heartbeat_age_s
@@ -188,12 +191,9 @@ def run_index(sweep: Sweep, index: int, objective: Callable[[TrialContext], Any]
     if isinstance(got, Outcome):
         return got
     trial_id, attempt = got
-    storage = sweep.storage
     spec = sweep.spec
-    study = sweep.study(sampler=make_sampler(spec, index), pruner=make_pruner(spec))
-    attach_trial(study, trial_id)
-    frozen = storage.get_trial(trial_id)
-    number = frozen.number
+    study = sweep.runner_study(make_sampler(spec, index), make_pruner(spec))
+    number = attach_trial(study, trial_id).number
     if trial_hook is not None:
         trial_hook(trial_id, number)
     with _Heartbeat(sweep, trial_id, settings.heartbeat_interval_s):
@@ -208,13 +208,16 @@ def _run_trial(sweep: Sweep, study: optuna.Study, index: int, trial_id: int, num
     metrics = tuple(o.metric for o in spec.objectives)
     timer = _start_timeout(sweep, trial_id, index, number, spec.trial.timeout)
     try:
-        study.sampler.before_trial(study, storage.get_trial(trial_id))
-        trial = optuna.Trial(study, trial_id)
+        trial = optuna.Trial(study, trial_id)  # calls sampler.before_trial (Optuna >= 5)
+        # Provenance for comparing trials: one transaction, code version computed once.
+        set_trial_user_attrs(trial, {SPEC_HASH_ATTR: spec.spec_hash,
+                                     CODE_VERSION_ATTR: process_code_version()})
         params = {p.name: suggest(trial, p) for p in spec.parameters}
         ctx = TrialContext(
             params={**params, **spec.trial.fixed}, index=index, trial_number=number,
             attempt=attempt, trial=trial, objective_metrics=metrics,
-            checkpoint_dir=settings.checkpoint_root / spec.name / f"index-{index}")
+            checkpoint_dir=settings.checkpoint_root / spec.name / f"index-{index}",
+            artifact_store_factory=lambda: cached_artifact_store(spec.artifacts, storage.url))
         logger.info("index %d: trial #%d attempt %d %s", index, number, attempt, params)
         try:
             result = objective(ctx)
@@ -231,7 +234,7 @@ def _run_trial(sweep: Sweep, study: optuna.Study, index: int, trial_id: int, num
         for k, v in extra.items():
             if _jsonable(v):
                 trial.set_user_attr(k, v)
-        _tell(study, trial_id, TrialState.COMPLETE, values)
+        _tell(study, trial_id, TrialState.COMPLETE, values, number=number)
         return Outcome(index, exitcodes.OK, "COMPLETE", number,
                        f"index {index}: trial #{number} complete: "
                        + ", ".join(f"{m}={v:.6g}" for m, v in zip(metrics, values, strict=True)))
@@ -252,18 +255,22 @@ def _run_trial(sweep: Sweep, study: optuna.Study, index: int, trial_id: int, num
 
 
 def _finish_pruned(study: optuna.Study, trial_id: int, index: int, number: int) -> Outcome:
-    _tell(study, trial_id, TrialState.PRUNED, None)
+    _tell(study, trial_id, TrialState.PRUNED, None, number=number)
     return Outcome(index, exitcodes.OK, "PRUNED", number,
                    f"index {index}: trial #{number} pruned")
 
 
 def _tell(study: optuna.Study, trial_id: int, state: TrialState,
-          values: list[float] | None) -> None:
-    """Finish the trial; a retry after a lost commit acknowledgement finds it finished."""
+          values: list[float] | None, *, number: int | None = None) -> None:
+    """Finish the trial; a retry after a lost commit acknowledgement finds it finished.
+    Optuna's internal tell (what ``study.optimize`` calls) skips the public ``Study.tell``'s
+    re-read and deep copy of the finished trial, which nobody here uses."""
+    from optuna.study._tell import _tell_with_warning
+
     def tell() -> None:
+        n = number if number is not None else study._storage.get_trial(trial_id).number
         try:
-            study.tell(study._storage.get_trial(trial_id).number, values, state=state,
-                       skip_if_finished=True)
+            _tell_with_warning(study, n, values, state=state, skip_if_finished=True)
         except optuna.exceptions.UpdateFinishedTrialError:
             pass
 

@@ -81,11 +81,15 @@ class LocalBackend:
     name = "local"
 
     def __init__(self, log_dir: Path, *, grace_period_s: float | None = None,
-                 stop_timeout_s: float = 15.0) -> None:
+                 stop_timeout_s: float = 15.0, max_starting: int | None = None) -> None:
         self.log_dir = log_dir
         self.grace_period_s = grace_period_s if grace_period_s is not None else \
             float(os.environ.get("SWEEPER_GRACE_PERIOD", 30.0))
         self.stop_timeout_s = stop_timeout_s
+        #: Workers starting (importing, connecting) at once: W interpreters started together
+        #: share the CPUs and all become ready late; in waves of one per core the first ones
+        #: run trials while the rest start (on 2 cores and W=8: ~1 s sooner on average).
+        self.max_starting = max(1, max_starting or os.cpu_count() or 1)
 
     # ---------------------------------------------------------------- public
 
@@ -104,10 +108,13 @@ class LocalBackend:
         sel = selectors.DefaultSelector()
         workers: list[_Worker] = []
         try:
-            for slot in range(n):
-                workers.append(self._spawn(slot, env, slots[slot], sel))
+            unstarted = list(range(n))
             last_tick = last_stale = 0.0
             while pending or any(w.index is not None for w in workers):
+                while unstarted and pending and \
+                        sum(not w.ready for w in workers) < self.max_starting:
+                    slot = unstarted.pop(0)
+                    workers.append(self._spawn(slot, env, slots[slot], sel))
                 for key, _ in sel.select(timeout=0.2):
                     self._read(key.data, sweep, pending, dispatched, finished, failed)
                 for w in list(workers):

@@ -90,7 +90,7 @@ class PodRuntime:
 
 def parse_quantity(q: Any) -> Decimal:
     s = str(q).strip()
-    suffixes = {
+    suffixes: dict[str, Decimal | int] = {
         "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60,
         "n": Decimal("1e-9"), "u": Decimal("1e-6"), "m": Decimal("1e-3"), "k": 10**3,
         "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18,
@@ -161,6 +161,8 @@ class Kubelet:
         self.image_entrypoints = image_entrypoints
         self.max_grace_seconds = max_grace_seconds
         self.runtimes: dict[str, PodRuntime] = {}
+        #: (namespace, pod name) -> {container: log file}; outlives the Pod object.
+        self.logs: dict[tuple[str, str], dict[str, Path]] = {}
 
     # ----------------------------------------------------------------- public (lock held)
 
@@ -258,6 +260,9 @@ class Kubelet:
         for c in pod["spec"].get("containers") or []:
             containers.append(ContainerRun(c["name"], c, False, False,
                                            d / "logs" / f"{c['name']}.log"))
+        # main containers first: the default of FakeKubeAPI.pod_log is the first one
+        self.logs[(meta.get("namespace", ""), meta["name"])] = {
+            c.name: c.log_path for c in sorted(containers, key=lambda c: c.init)}
         return PodRuntime(meta["uid"], d, containers)
 
     def _terminate(self, pod: Obj, rt: PodRuntime) -> None:
@@ -412,7 +417,7 @@ class Kubelet:
         status["containerStatuses"] = [self._container_status(c) for c in mains]
         status["qosClass"] = _qos_class(pod["spec"])
         terminal = phase in ("Succeeded", "Failed")
-        initialized = all(c.terminated and c.exit_code == 0 or c.sidecar and c.proc is not None
+        initialized = all((c.terminated and c.exit_code == 0) or (c.sidecar and c.proc is not None)
                           for c in inits)
         ready = not terminal and bool(mains) and all(c.running for c in mains)
         conds = status.setdefault("conditions", [])
@@ -600,13 +605,13 @@ class Kubelet:
             if vf.get("fieldRef"):
                 env[name] = self._field_ref(pod, vf["fieldRef"]["fieldPath"])
             elif vf.get("secretKeyRef"):
-                v = self._key_ref("Secret", ns, vf["secretKeyRef"])
-                if v is not None:
-                    env[name] = v
+                val = self._key_ref("Secret", ns, vf["secretKeyRef"])
+                if val is not None:
+                    env[name] = val
             elif vf.get("configMapKeyRef"):
-                v = self._key_ref("ConfigMap", ns, vf["configMapKeyRef"])
-                if v is not None:
-                    env[name] = v
+                val = self._key_ref("ConfigMap", ns, vf["configMapKeyRef"])
+                if val is not None:
+                    env[name] = val
             elif vf.get("resourceFieldRef"):
                 env[name] = self._resource_ref(pod, spec, vf["resourceFieldRef"])
         return env

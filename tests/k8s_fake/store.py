@@ -8,6 +8,7 @@ see the same event stream a real server would send.
 
 from __future__ import annotations
 
+import builtins
 import copy
 import datetime as _dt
 import json
@@ -376,6 +377,8 @@ class Store:
     history: deque[WatchEvent] = field(default_factory=deque)
     #: Watches from a resourceVersion below this one get 410 Gone.
     oldest_rv: int = 0
+    #: uid -> resourceVersion at creation, to order objects created in the same second.
+    created_seq: dict[str, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         for rt in RESOURCES.values():
@@ -412,9 +415,10 @@ class Store:
         key = (meta.get("namespace", "") if rt.namespaced else "", meta["name"])
         if key in self.objects[rt.plural]:
             raise already_exists(rt, meta["name"])
-        meta["uid"] = str(uuid.uuid4())
+        meta.setdefault("uid", str(uuid.uuid4()))
         meta["creationTimestamp"] = now_rfc3339()
         meta["resourceVersion"] = str(self.next_rv())
+        self.created_seq[meta["uid"]] = self.rv
         if rt.plural in ("jobs",):
             meta["generation"] = 1
         obj["apiVersion"] = rt.api_version
@@ -439,8 +443,9 @@ class Store:
 
     def events_since(
         self, rv: int, resource: str, namespace: str | None
-    ) -> list[WatchEvent]:
+    ) -> builtins.list[WatchEvent]:
         return [
             e for e in self.history
-            if e.rv > rv and e.resource == resource and (namespace is None or e.namespace == namespace)
+            if e.rv > rv and e.resource == resource
+            and (namespace is None or e.namespace == namespace)
         ]

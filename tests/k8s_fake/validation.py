@@ -251,7 +251,7 @@ def validate_pod_spec(spec: Any, path: str) -> list[FieldError]:
         errs += validate_name(n, f"{path}.volumes[{i}].name", label=True)
         if n in vol_names:
             errs.append(FieldError("FieldValueDuplicate", f"{path}.volumes[{i}].name", value=n))
-        vol_names.add(n)
+        vol_names.add(str(n))
     containers = spec.get("containers")
     if not containers:
         errs.append(required(f"{path}.containers"))
@@ -271,7 +271,7 @@ def validate_pod_spec(spec: Any, path: str) -> list[FieldError]:
                 errs += validate_name(name, f"{p}.name", label=True)
                 if name in seen:
                     errs.append(FieldError("FieldValueDuplicate", f"{p}.name", value=name))
-                seen.add(name)
+                seen.add(str(name))
             for key in ("command", "args"):
                 val = c.get(key)
                 if val is not None and (
@@ -355,7 +355,8 @@ def _validate_pod_failure_policy(spec: Obj, template_spec: Obj) -> list[FieldErr
             ordered = True
             for j, v in enumerate(values):
                 if v == 0 and op == "In":
-                    errs.append(invalid(f"{cp}.values[{j}]", v, "must not be 0 for the In operator"))
+                    errs.append(invalid(f"{cp}.values[{j}]", v,
+                                        "must not be 0 for the In operator"))
                 if v in seen:
                     errs.append(FieldError("FieldValueDuplicate", f"{cp}.values[{j}]", value=v))
                 seen.add(v)

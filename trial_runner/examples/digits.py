@@ -2,14 +2,18 @@
 
 Reports val_loss and val_accuracy every epoch, saves a checkpoint per epoch (a retried
 attempt resumes from it), honours the pruner, and uses the GPU when there is one (data on
-the device, bf16 autocast on CUDA).
+the device, bf16 autocast on CUDA). The final model's state_dict is saved as an artifact
+(``model.pt``; fixed param ``save_model: false`` turns that off).
 """
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from trial_runner.context import TrialContext
+
+logger = logging.getLogger(__name__)
 
 
 def _data(device: Any) -> tuple[Any, Any, Any, Any]:
@@ -90,4 +94,18 @@ def train(ctx: TrialContext) -> dict[str, float]:
             from optuna import TrialPruned
 
             raise TrialPruned()
+    if p.get("save_model", True):
+        # The final model as an artifact: listed in the dashboard, fetched by
+        # `sweeper best NAME --download DIR`, loaded with torch.load(..., weights_only=True).
+        import io
+
+        from sweeper.errors import ArtifactError
+
+        buf = io.BytesIO()
+        torch.save({k: v.detach().cpu() for k, v in model.state_dict().items()}, buf)
+        try:
+            ctx.save_artifact(buf.getvalue(), name="model.pt")
+        except ArtifactError as e:  # the metrics are still the result; say why there is no model
+            logger.error("%s", e)
+            ctx.set("model_artifact_error", str(e)[:500])
     return {"val_accuracy": val_acc, "val_loss": val_loss}

@@ -5,6 +5,7 @@ No torch: these import in milliseconds, so they measure the orchestration, not t
 
 from __future__ import annotations
 
+import itertools
 import math
 import time
 
@@ -23,7 +24,7 @@ def sphere(ctx: TrialContext) -> float:
 def rosenbrock(ctx: TrialContext) -> float:
     """Optimum 0 at (1, ..., 1)."""
     xs = _xs(ctx)
-    return sum(100 * (b - a * a) ** 2 + (1 - a) ** 2 for a, b in zip(xs, xs[1:], strict=False))
+    return sum(100 * (b - a * a) ** 2 + (1 - a) ** 2 for a, b in itertools.pairwise(xs))
 
 
 def rastrigin(ctx: TrialContext) -> float:
@@ -65,4 +66,8 @@ def quadratic(ctx: TrialContext) -> dict[str, float]:
         if delay:
             time.sleep(delay)
         ctx.report(epoch, loss=loss + (epochs - epoch), accuracy=1.0 / (1.0 + loss))
+    if p.get("save_artifact"):  # fixed param: exercise artifacts without torch
+        import json
+
+        ctx.save_artifact(json.dumps({"params": p, "loss": loss}).encode(), name="result.json")
     return {"loss": loss, "accuracy": 1.0 / (1.0 + loss)}

@@ -1,0 +1,130 @@
+"""Item 5, search quality: normalised regret after ``trials`` trials on standard test functions
+with known optima (D-dimensional), over several seeds.
+
+* sweeper parallel TPE: a ``method: tpe`` sweep run by the local backend with W workers: real
+  runner processes, each asking the sampler when it starts an index (constant liar), exactly
+  as ``sweeper run`` does; every trial sleeps ``delay`` seconds first so the W runners overlap
+  like real training jobs;
+* sequential TPE: plain Optuna ``TPESampler`` with the same settings sweeper uses
+  (``multivariate=True``, ``constant_liar=True``), one trial at a time: the cost of parallelism
+  is the ratio of the two;
+* Optuna's default ``TPESampler()`` sequentially, for reference;
+* random: ``RandomSampler``, the normaliser.
+
+Normalised regret per function = mean over seeds of (best - optimum) divided by the same mean
+for random search (so random is 1.0 by construction); the summary is the mean over functions.
+"""
+
+from __future__ import annotations
+
+import statistics
+import types
+from collections.abc import Callable
+from typing import Any
+
+from benchmarks.common import Row, fresh_database, verdict
+
+#: name -> (search bounds per dimension, argmin per dimension)
+FUNCTIONS: dict[str, tuple[tuple[float, float], float]] = {
+    "sphere": ((-5.12, 5.12), 0.0),
+    "rosenbrock": ((-5.0, 10.0), 1.0),
+    "rastrigin": ((-5.12, 5.12), 0.0),
+    "styblinski_tang": ((-5.0, 5.0), -2.903534027771178),
+}
+METHODS = ("sweeper_parallel_tpe", "sequential_tpe", "optuna_default_tpe", "random")
+
+
+def _fn(name: str) -> Callable[[Any], float]:
+    from trial_runner.examples import synthetic
+
+    f: Callable[[Any], float] = getattr(synthetic, name)
+    return f
+
+
+def evaluate(name: str, xs: dict[str, float]) -> float:
+    return _fn(name)(types.SimpleNamespace(params=xs))
+
+
+def optimum(name: str, dims: int) -> float:
+    return evaluate(name, {f"x{k + 1}": FUNCTIONS[name][1] for k in range(dims)})
+
+
+def _space(name: str, dims: int) -> dict[str, dict[str, Any]]:
+    lo, hi = FUNCTIONS[name][0]
+    return {f"x{k + 1}": {"type": "float", "low": lo, "high": hi} for k in range(dims)}
+
+
+def sequential(name: str, dims: int, trials: int, sampler: Any) -> float:
+    import optuna
+
+    lo, hi = FUNCTIONS[name][0]
+    study = optuna.create_study(sampler=sampler)
+    study.optimize(lambda t: evaluate(name, {f"x{k + 1}": t.suggest_float(f"x{k + 1}", lo, hi)
+                                             for k in range(dims)}), n_trials=trials)
+    return float(study.best_value)
+
+
+def sweeper_parallel(name: str, dims: int, trials: int, workers: int, seed: int,
+                     delay: float) -> float:
+    from benchmarks.sweeps import run_sweep, spec_dict
+    from sweeper.study import open_storage
+
+    spec = spec_dict(f"bench-quality-{name.replace('_', '-')}", method="tpe", trials=trials,
+                     parallelism=workers, seed=seed,
+                     entrypoint=f"benchmarks.objectives:{name}", fixed={"delay": delay},
+                     parameters=_space(name, dims))
+    with fresh_database("quality") as (_, url):
+        run = run_sweep(url, spec)
+        if run.counts.get("COMPLETE") != trials:
+            raise RuntimeError(f"quality sweep {name} seed {seed}: {run.counts}")
+        storage = open_storage(url)
+        study_id = storage.get_study_id_from_name(spec["name"])
+        best = float(storage.get_best_trial(study_id).values[0])
+        storage.engine.dispose()
+    return best
+
+
+def run(sizes: dict[str, Any], log: Any) -> tuple[list[Row], dict[str, Any]]:
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    dims, trials, seeds = sizes["q_dims"], sizes["q_trials"], sizes["q_seeds"]
+    workers, delay = sizes["q_w"], sizes["q_delay"]
+    best: dict[str, dict[str, list[float]]] = {f: {m: [] for m in METHODS} for f in FUNCTIONS}
+    for name in FUNCTIONS:
+        for seed in range(seeds):
+            log(f"quality: {name} {dims}-D, seed {seed}: sweeper tpe W={workers}, "
+                "sequential tpe, default tpe, random")
+            b = best[name]
+            b["sweeper_parallel_tpe"].append(
+                sweeper_parallel(name, dims, trials, workers, seed, delay))
+            b["sequential_tpe"].append(sequential(name, dims, trials, optuna.samplers.TPESampler(
+                seed=seed, multivariate=True, constant_liar=True)))
+            b["optuna_default_tpe"].append(
+                sequential(name, dims, trials, optuna.samplers.TPESampler(seed=seed)))
+            b["random"].append(sequential(name, dims, trials,
+                                          optuna.samplers.RandomSampler(seed=seed)))
+    per_function: dict[str, dict[str, float]] = {}
+    for name in FUNCTIONS:
+        opt = optimum(name, dims)
+        regret = {m: statistics.fmean(v - opt for v in best[name][m]) for m in METHODS}
+        per_function[name] = {m: regret[m] / regret["random"] for m in METHODS}
+        per_function[name]["optimum"] = opt
+    mean = {m: statistics.fmean(per_function[f][m] for f in FUNCTIONS) for m in METHODS}
+    par, seq = mean["sweeper_parallel_tpe"], mean["sequential_tpe"]
+    detail = "; ".join(f"{f} {per_function[f]['sweeper_parallel_tpe']:.2f}/"
+                       f"{per_function[f]['sequential_tpe']:.2f}" for f in FUNCTIONS)
+    size = f"{dims}-D, {trials} trials, {seeds} seed(s)"
+    rows = [
+        Row(f"quality ({size}): parallel vs sequential TPE",
+            f"normalised regret sweeper W={workers} {par:.3f} vs sequential {seq:.3f} = "
+            f"{par / seq:.2f}x ({detail})", "<= 1.25x", verdict(par <= 1.25 * seq),
+            {"ratio": par / seq, **mean}),
+        Row("quality: both well below random (1.0)",
+            f"sweeper {par:.3f}, sequential {seq:.3f}, optuna default TPE "
+            f"{mean['optuna_default_tpe']:.3f}, random 1.000", "both <= 0.5",
+            verdict(par <= 0.5 and seq <= 0.5), dict(mean)),
+    ]
+    return rows, {"dims": dims, "trials": trials, "seeds": seeds, "workers": workers,
+                  "delay_s": delay, "best_values": best, "normalised_regret": per_function,
+                  "mean_normalised_regret": mean}

@@ -1,0 +1,102 @@
+"""Where the overhead comes from (no targets; explains item 1): a trial runner's start-up as a
+fresh process, and the per-trial database work of the index protocol against plain Optuna's
+``study.optimize`` loop, both with zero-second trials in one process."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from typing import Any
+
+from benchmarks.common import REPO, Row, fresh_database, median, optuna_storage, plain_env
+
+
+def _python(args: list[str], env: dict[str, str]) -> float:
+    t0 = time.perf_counter()
+    subprocess.run([sys.executable, *args], cwd=REPO, env=env, check=True,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return time.perf_counter() - t0
+
+
+def runner_startup(repeats: int) -> dict[str, Any]:
+    """Wall time of ``python -m trial_runner`` running one 0 s trial, and of its imports."""
+    from benchmarks.sweeps import sleep_spec
+    from sweeper.spec import parse_spec_dict
+    from sweeper.study import create_or_resume, open_storage
+
+    with fresh_database("startup") as (_, url):
+        storage = open_storage(url)
+        create_or_resume(storage, parse_spec_dict(sleep_spec("bench-startup", repeats + 1, 0.0,
+                                                             1), source="<benchmark>"))
+        storage.engine.dispose()
+        env = dict(plain_env(), SWEEPER_STORAGE=url, SWEEPER_STUDY="bench-startup",
+                   SWEEPER_LOG_LEVEL="WARNING")
+        imports = [_python(["-c", "import trial_runner.main"], env) for _ in range(repeats)]
+        interpreter = [_python(["-c", "pass"], env) for _ in range(repeats)]
+        runs = [_python(["-m", "trial_runner", "--index", str(i)], dict(env, JOB_ID=str(i)))
+                for i in range(repeats)]
+        plain = [_python(["-c", "import optuna, optuna.storages, sqlalchemy.orm"], env)
+                 for _ in range(repeats)]
+    return {"interpreter_s": interpreter, "runner_imports_s": imports, "runner_one_trial_s": runs,
+            "plain_optuna_imports_s": plain}
+
+
+def per_trial(n: int) -> dict[str, Any]:
+    """Mean in-process cost of one 0 s trial: sweeper's run_index (claim, trial, report, tell)
+    against plain ``study.optimize`` with an objective doing the same (2 params, 1 report)."""
+    import optuna
+
+    from benchmarks.plain import _objective
+    from benchmarks.sweeps import sleep_spec
+    from sweeper.entrypoint import load_entrypoint
+    from sweeper.spec import parse_spec_dict
+    from sweeper.study import create_or_resume, open_storage
+    from trial_runner.runner import RunnerSettings, run_index
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    with fresh_database("per_trial") as (_, url):
+        spec = parse_spec_dict(sleep_spec("bench-per-trial", n, 0.0, 1), source="<benchmark>")
+        storage = open_storage(url)
+        sweep, _ = create_or_resume(storage, spec)
+        objective = load_entrypoint("trial_runner.examples.synthetic:sleep")
+        settings = RunnerSettings(checkpoint_root=REPO / ".sweeper" / "bench-checkpoints")
+        run_index(sweep, 0, objective, settings)  # warm-up
+        t0 = time.perf_counter()
+        for i in range(1, n):
+            run_index(sweep, i, objective, settings)
+        sweeper_ms = (time.perf_counter() - t0) / (n - 1) * 1000.0
+        storage.engine.dispose()
+
+        plain_storage = optuna_storage(url)
+        study = optuna.create_study(study_name="bench-plain-per-trial", storage=plain_storage,
+                                    sampler=optuna.samplers.RandomSampler(seed=0))
+        obj = _objective(2, 0.0, grid=False)
+        study.optimize(obj, n_trials=1)
+        t0 = time.perf_counter()
+        study.optimize(obj, n_trials=n - 1)
+        plain_ms = (time.perf_counter() - t0) / (n - 1) * 1000.0
+        plain_storage.engine.dispose()
+    return {"n": n, "sweeper_ms": sweeper_ms, "plain_ms": plain_ms}
+
+
+def run(sizes: dict[str, Any], log: Any) -> tuple[list[Row], dict[str, Any]]:
+    os.environ.setdefault("SWEEPER_LOG_LEVEL", "WARNING")
+    log("startup: trial runner process start-up")
+    st = runner_startup(sizes["startup_repeats"])
+    log("startup: per-trial database work, sweeper run_index vs plain study.optimize")
+    pt = per_trial(sizes["per_trial_n"])
+    runner, imports = median(st["runner_one_trial_s"]), median(st["runner_imports_s"])
+    rows = [
+        Row("runner start-up (python -m trial_runner, one 0 s trial)",
+            f"{runner * 1000:.0f} ms wall (imports {imports * 1000:.0f} ms, bare interpreter "
+            f"{median(st['interpreter_s']) * 1000:.0f} ms; plain optuna imports "
+            f"{median(st['plain_optuna_imports_s']) * 1000:.0f} ms)", "-", "INFO",
+            {"runner_s": runner, "imports_s": imports}),
+        Row("per-trial cost in one process (0 s trial)",
+            f"sweeper run_index {pt['sweeper_ms']:.1f} ms vs plain optimize "
+            f"{pt['plain_ms']:.1f} ms = {pt['sweeper_ms'] / pt['plain_ms']:.2f}", "-", "INFO",
+            dict(pt)),
+    ]
+    return rows, {"startup": st, "per_trial": pt}

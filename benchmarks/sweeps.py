@@ -1,0 +1,90 @@
+"""Running a sweep through sweeper's library exactly as ``sweeper run`` does: open the storage,
+create (or resume) the study with its plan, list unfinished indexes, and hand them to the local
+backend (long-lived worker processes) with the CLI's progress ticker polling the study."""
+
+from __future__ import annotations
+
+import io
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from benchmarks.common import REPO
+
+
+def spec_dict(name: str, *, method: str, trials: int | None, parallelism: int,
+              entrypoint: str, parameters: dict[str, Any], fixed: dict[str, Any] | None = None,
+              seed: int = 0, sampler: dict[str, Any] | None = None) -> dict[str, Any]:
+    d: dict[str, Any] = {
+        "name": name, "method": method, "parallelism": parallelism, "seed": seed,
+        "objective": {"metric": "loss", "direction": "minimize"},
+        "trial": {"entrypoint": entrypoint, "fixed": dict(fixed or {}), "retries": 0},
+        "parameters": parameters,
+    }
+    if trials is not None:
+        d["trials"] = trials
+    if sampler:
+        d["sampler"] = sampler
+    return d
+
+
+def sleep_spec(name: str, n: int, duration: float, parallelism: int,
+               method: str = "random") -> dict[str, Any]:
+    """N trials of the built-in fixed-duration ``sleep`` objective over two float parameters."""
+    return spec_dict(name, method=method, trials=n, parallelism=parallelism,
+                     entrypoint="trial_runner.examples.synthetic:sleep",
+                     fixed={"duration": duration},
+                     parameters={"x1": {"type": "float", "low": -5.0, "high": 5.0},
+                                 "x2": {"type": "float", "low": -5.0, "high": 5.0}})
+
+
+@dataclass
+class SweepRun:
+    wall_s: float
+    counts: dict[str, int]
+    finished: int
+    failed: int
+
+
+def run_sweep(url: str, spec: dict[str, Any], log_root: Path | None = None) -> SweepRun:
+    """Create the sweep and run it on the local backend; the wall time is measured from the
+    call (storage not yet open) until every worker has exited."""
+    from sweeper.backends.local import LocalBackend
+    from sweeper.report import Progress
+    from sweeper.spec import parse_spec_dict
+    from sweeper.study import (
+        create_or_resume,
+        index_table,
+        open_storage,
+        state_counts,
+        unfinished_indexes,
+    )
+
+    parsed = parse_spec_dict(spec, source="<benchmark>")
+    with tempfile.TemporaryDirectory(prefix="sweeper-bench-", dir=log_root) as tmp:
+        t0 = time.perf_counter()
+        storage = open_storage(url)
+        sweep, _ = create_or_resume(storage, parsed)
+        todo = unfinished_indexes(index_table(storage, parsed, sweep.study_id))
+        progress = Progress(sweep, stream=io.StringIO())
+        result = LocalBackend(Path(tmp) / parsed.name).run(
+            sweep, todo, storage_url=url, parallelism=parsed.parallelism, tick=progress.tick)
+        progress.close()
+        wall = time.perf_counter() - t0
+        counts = state_counts(storage, sweep.study_id)
+        storage.engine.dispose()
+    if result.failed or result.interrupted:
+        raise RuntimeError(f"benchmark sweep {parsed.name} did not finish cleanly: "
+                           f"{len(result.failed)} failed index(es), counts {counts}")
+    return SweepRun(wall, counts, len(result.finished), len(result.failed))
+
+
+def ensure_importable() -> None:
+    """Worker processes import ``benchmarks.objectives``: the local backend puts the current
+    directory on their PYTHONPATH, so run from the repository root."""
+    import os
+
+    if Path.cwd().resolve() != REPO:
+        os.chdir(REPO)
