@@ -299,7 +299,8 @@ def _summary(sweep: Any, url: str) -> None:
              *(t.params.get(n) for n in names)] for t in top]))
     else:
         click.echo(f"\n{sweep.name}: no complete trial yet")
-    storage_flag = "" if url == "sqlite:///sweeps.db" else f" --storage '{redact(url)}'"
+    shown = redact(url).replace(":***@", ":<password>@")
+    storage_flag = "" if url == "sqlite:///sweeps.db" else f" --storage '{shown}'"
     click.echo(f"\ncompare trials: sweeper dashboard {sweep.name}{storage_flag}", err=True)
 
 

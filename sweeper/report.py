@@ -33,7 +33,8 @@ def _cell(v: Any) -> str:
     if v is None:
         return "-"
     if isinstance(v, float):
-        return f"{v:.6g}"
+        text = f"{v:.6g}"
+        return text if any(c in text for c in ".en") else text + ".0"
     return str(v)
 
 

@@ -32,6 +32,8 @@ def spec_dict(name: str = "t-sweep", method: str = "grid", **over: Any) -> dict[
     for k, v in over.items():
         if k == "trial":
             d[k] = {**d[k], **v}
+            if "command" in v:
+                d[k].pop("entrypoint", None)
         else:
             d[k] = v
     return d

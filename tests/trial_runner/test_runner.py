@@ -1,0 +1,201 @@
+"""The runner side of the index protocol, in process, on both storages."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import optuna
+import pytest
+from optuna.trial import TrialState
+
+from sweeper.space import contains, grid_point
+from sweeper.study import attempts, create_or_resume, mark_failed, open_storage
+from tests.helpers import make_spec
+from trial_runner import exitcodes
+from trial_runner.context import TrialContext
+from trial_runner.runner import RunnerSettings, run_index
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def settings(tmp_path: Path, **kw: Any) -> RunnerSettings:
+    return RunnerSettings(heartbeat_interval_s=kw.get("hb", 0.2),
+                          grace_period_s=kw.get("grace", 2.0),
+                          checkpoint_root=tmp_path / "ckpt")
+
+
+def ok(ctx: TrialContext) -> dict[str, float]:
+    for step in range(3):
+        ctx.report(step, loss=float(ctx.params["a"]) + 3 - step, acc=0.5)
+    return {"loss": float(ctx.params["a"]), "extra": 7.0}
+
+
+def test_index_runs_to_one_complete_trial_with_metrics(storage_url: str, tmp_path: Path) -> None:
+    storage = open_storage(storage_url)
+    sweep, _ = create_or_resume(storage, make_spec())
+    out = run_index(sweep, 5, ok, settings(tmp_path))
+    assert (out.exit_code, out.state) == (exitcodes.OK, "COMPLETE")
+    t = sweep.study().trials[out.trial_number]
+    assert t.state == TrialState.COMPLETE
+    assert t.params == grid_point(sweep.spec, 5)
+    assert t.value == grid_point(sweep.spec, 5)["a"]
+    assert t.intermediate_values == {0: t.value + 3, 1: t.value + 2, 2: t.value + 1}
+    assert t.user_attrs["acc"] == 0.5 and t.user_attrs["extra"] == 7.0
+    assert t.user_attrs["sweeper:history"]["loss"][0] == [0, t.value + 3]
+    # a second runner for the same index has nothing to do
+    again = run_index(sweep, 5, ok, settings(tmp_path))
+    assert (again.exit_code, again.state) == (exitcodes.OK, "ALREADY_DONE")
+    assert len(sweep.study().trials) == 10
+
+
+@pytest.mark.parametrize(("result", "reason"), [
+    (float("nan"), "not finite"),
+    (None, "returned None"),
+    ("0.5", "must be a number"),
+    ({"acc": 1.0}, "lack the objective metric 'loss'"),
+])
+def test_unusable_results_fail_without_retry(sqlite_url: str, tmp_path: Path, result: Any,
+                                             reason: str) -> None:
+    sweep, _ = create_or_resume(open_storage(sqlite_url), make_spec())
+    out = run_index(sweep, 0, lambda ctx: result, settings(tmp_path))
+    assert (out.exit_code, out.state) == (exitcodes.NO_RETRY, "FAIL")
+    t = sweep.study().trials[out.trial_number]
+    assert t.state == TrialState.FAIL
+    assert reason in t.user_attrs["sweeper:fail_reason"]
+
+
+def test_raising_objective_fails_retryably_and_retry_keeps_params(storage_url: str,
+                                                                  tmp_path: Path) -> None:
+    sweep, _ = create_or_resume(open_storage(storage_url), make_spec(method="random"))
+
+    def boom(ctx: TrialContext) -> float:
+        raise RuntimeError("CUDA out of memory (simulated)")
+
+    first = run_index(sweep, 2, boom, settings(tmp_path))
+    assert (first.exit_code, first.state) == (exitcodes.RETRY, "FAIL")
+    failed = sweep.study().trials[first.trial_number]
+    assert "RuntimeError: CUDA out of memory" in failed.user_attrs["sweeper:fail_reason"]
+    second = run_index(sweep, 2, ok, settings(tmp_path))
+    assert second.state == "COMPLETE"
+    retry = sweep.study().trials[second.trial_number]
+    assert retry.params == failed.params
+    assert retry.user_attrs["sweeper:retry_of"] == failed.number
+    assert retry.user_attrs["sweeper:attempt"] == 1
+    assert retry.user_attrs["sweeper:index"] == 2
+
+
+def test_pruned_trial(sqlite_url: str, tmp_path: Path) -> None:
+    sweep, _ = create_or_resume(open_storage(sqlite_url), make_spec())
+
+    def prune(ctx: TrialContext) -> float:
+        ctx.report(0, loss=1.0)
+        raise optuna.TrialPruned()
+
+    out = run_index(sweep, 1, prune, settings(tmp_path))
+    assert (out.exit_code, out.state) == (exitcodes.OK, "PRUNED")
+    assert run_index(sweep, 1, ok, settings(tmp_path)).state == "ALREADY_DONE"
+
+
+def test_stale_running_attempt_is_failed_and_retried(storage_url: str, tmp_path: Path) -> None:
+    storage = open_storage(storage_url)
+    sweep, _ = create_or_resume(storage, make_spec())
+    from sweeper.study import claim
+
+    dead = attempts(storage, sweep.study_id, 3)[0]
+    assert claim(storage, dead.trial_id)  # a runner claimed it, then vanished
+    out = run_index(sweep, 3, ok, settings(tmp_path, grace=0.5))
+    assert out.state == "COMPLETE"
+    atts = attempts(storage, sweep.study_id, 3)
+    assert [a.state for a in atts] == [TrialState.FAIL, TrialState.COMPLETE]
+    assert "heartbeat" in storage.get_trial(dead.trial_id).user_attrs["sweeper:fail_reason"]
+
+
+def test_adaptive_index_asks_tpe_and_params_lie_in_the_space(storage_url: str,
+                                                             tmp_path: Path) -> None:
+    sweep, _ = create_or_resume(open_storage(storage_url), make_spec(method="tpe", trials=4))
+    for i in range(4):
+        assert run_index(sweep, i, lambda ctx: float(ctx.params["a"]), settings(tmp_path)
+                         ).state == "COMPLETE"
+    trials = sweep.study().trials
+    assert sorted(t.user_attrs["sweeper:index"] for t in trials) == [0, 1, 2, 3]
+    assert all(contains(sweep.spec, t.params) for t in trials)
+    # per-index seeds: parallel runners do not propose the same start point
+    assert len({t.params["a"] for t in trials}) == 4
+
+
+def test_index_outside_the_sweep_is_a_config_error(sqlite_url: str, tmp_path: Path) -> None:
+    sweep, _ = create_or_resume(open_storage(sqlite_url), make_spec())
+    assert run_index(sweep, 99, ok, settings(tmp_path)).exit_code == exitcodes.CONFIG
+
+
+def test_retry_resumes_from_the_saved_checkpoint(sqlite_url: str, tmp_path: Path) -> None:
+    sweep, _ = create_or_resume(open_storage(sqlite_url), make_spec())
+    seen: list[int] = []
+
+    def train(ctx: TrialContext) -> float:
+        start = 0
+        state = ctx.load_checkpoint()
+        if state is not None:
+            start = state[1] + 1
+        seen.append(start)
+        for epoch in range(start, 6):
+            ctx.report(epoch, loss=1.0 / (epoch + 1))
+            ctx.save_checkpoint({"epoch": epoch}, step=epoch)
+            if epoch == 3 and ctx.attempt == 0:
+                raise RuntimeError("killed at epoch 3")
+        return 0.1
+
+    assert run_index(sweep, 0, train, settings(tmp_path)).state == "FAIL"
+    out = run_index(sweep, 0, train, settings(tmp_path))
+    assert out.state == "COMPLETE"
+    assert seen == [0, 4]
+    assert sweep.study().trials[out.trial_number].user_attrs["sweeper:resumed_from_step"] == 3
+
+
+def _runner(env: dict[str, str], *args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "trial_runner", *args], env=env, cwd=REPO,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def test_python_m_trial_runner_reads_job_id(pg_url: str, tmp_path: Path) -> None:
+    sweep, _ = create_or_resume(open_storage(pg_url), make_spec())
+    env = dict(os.environ, SWEEPER_STORAGE=pg_url, SWEEPER_STUDY=sweep.name,
+               JOB_COMPLETION_INDEX="4", SWEEPER_CHECKPOINT_DIR=str(tmp_path))
+    env.pop("JOB_ID", None)
+    proc = _runner(env)
+    assert proc.returncode == exitcodes.OK, proc.stderr
+    (t,) = [t for t in sweep.study().trials if t.state == TrialState.COMPLETE]
+    assert t.user_attrs["sweeper:index"] == 4
+    assert "sweeper-test-pw" not in proc.stdout + proc.stderr
+    # config errors say so in the exit code
+    bad = _runner(dict(env, SWEEPER_STUDY="no-such-sweep"))
+    assert bad.returncode == exitcodes.CONFIG
+    assert "no sweep named 'no-such-sweep'" in bad.stderr
+    assert _runner(dict(env, JOB_COMPLETION_INDEX="10")).returncode == exitcodes.CONFIG
+
+
+def test_timeout_fails_the_trial_and_exits_no_retry(sqlite_url: str, tmp_path: Path) -> None:
+    spec = make_spec(trial={"entrypoint": "trial_runner.examples.synthetic:quadratic",
+                            "fixed": {"epochs": 50, "delay": 0.2}, "timeout": "1s"})
+    sweep, _ = create_or_resume(open_storage(sqlite_url), spec)
+    env = dict(os.environ, SWEEPER_STORAGE=sqlite_url, SWEEPER_STUDY=sweep.name, JOB_ID="0",
+               SWEEPER_CHECKPOINT_DIR=str(tmp_path))
+    proc = _runner(env)
+    assert proc.returncode == exitcodes.NO_RETRY, proc.stderr
+    (t,) = [t for t in sweep.study().trials if t.state == TrialState.FAIL]
+    assert "timed out after 1s" in t.user_attrs["sweeper:fail_reason"]
+
+
+def test_mark_failed_is_idempotent(sqlite_url: str) -> None:
+    storage = open_storage(sqlite_url)
+    sweep, _ = create_or_resume(storage, make_spec())
+    a = attempts(storage, sweep.study_id, 0)[0]
+    from sweeper.study import claim
+
+    assert claim(storage, a.trial_id)
+    assert mark_failed(storage, a.trial_id, "x")
+    assert not mark_failed(storage, a.trial_id, "y")
