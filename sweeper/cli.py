@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import json
 import logging
+import signal
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -230,6 +231,10 @@ def run(spec_file: str, storage: str | None, parallelism: int | None, backend: s
     _launch(spec, url, impl, resume_only=False)
 
 
+def _terminate_as_interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
+
+
 def _launch(spec: Any, url: str, backend: Any, *, resume_only: bool) -> None:
     from sweeper.report import Progress
     from sweeper.study import (
@@ -243,6 +248,8 @@ def _launch(spec: Any, url: str, backend: Any, *, resume_only: bool) -> None:
     storage = open_storage(url)
     sweep, created = create_or_resume(storage, spec)
     todo = unfinished_indexes(index_table(storage, spec, sweep.study_id))
+    # SIGTERM (a CI job cancelled, `kill`) stops the sweep the same orderly way as Ctrl-C.
+    signal.signal(signal.SIGTERM, _terminate_as_interrupt)
     done = spec.trials - len(todo)
     click.echo(f"sweep {spec.name}: {spec.method}, {spec.trials} indexes, parallelism "
                f"{spec.parallelism}, backend {backend.name}, storage {redact(url)}", err=True)

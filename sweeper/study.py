@@ -203,7 +203,8 @@ def open_storage(url: str, *, connect_deadline_s: float = 0.0, pool_size: int = 
                 return storage
             except (sa.exc.SQLAlchemyError, optuna.exceptions.StorageInternalError) as e:
                 text = str(e.__cause__ or e).lower()
-                if attempt == 4 or not ("already exists" in text or "duplicate" in text):
+                if attempt == 4 or not any(w in text for w in ("already exists", "duplicate",
+                                                               "unique constraint")):
                     raise
                 time.sleep(0.2 + random.random() * 0.5)
         raise AssertionError("unreachable")

@@ -31,6 +31,8 @@ from sweeper.study import Sweep, attempts, fail_stale_trials, mark_failed
 from trial_runner import exitcodes
 
 logger = logging.getLogger(__name__)
+#: Workers in a row that die before they are ready before the sweep gives up.
+_MAX_STARTUP_FAILURES = 5
 
 
 def detect_gpus(env: dict[str, str] | None = None) -> list[str]:
@@ -86,6 +88,7 @@ class LocalBackend:
         self.grace_period_s = grace_period_s if grace_period_s is not None else \
             float(os.environ.get("SWEEPER_GRACE_PERIOD", 30.0))
         self.stop_timeout_s = stop_timeout_s
+        self._startup_failures = 0
         #: Workers starting (importing, connecting) at once: W interpreters started together
         #: share the CPUs and all become ready late; in waves of one per core the first ones
         #: run trials while the rest start (on 2 cores and W=8: ~1 s sooner on average).
@@ -96,6 +99,7 @@ class LocalBackend:
     def run(self, sweep: Sweep, indexes: Sequence[int], *, storage_url: str, parallelism: int,
             tick: Tick) -> RunResult:
         pending = deque(indexes)
+        self._startup_failures = 0
         if not pending:
             return RunResult()
         self.log_dir.mkdir(parents=True, exist_ok=True)
@@ -204,6 +208,7 @@ class LocalBackend:
             kind = parts[0]
             if kind == "ready":
                 w.ready = True
+                self._startup_failures = 0
             elif kind == "start":
                 w.trial_id = int(parts[2])
             elif kind == "done":
@@ -245,8 +250,14 @@ class LocalBackend:
                             source=sweep.spec.source)
         if w.index is None:
             if not w.ready:
-                raise BackendError(f"worker {w.slot} exited with code {code} before starting: "
-                                   f"{self._tail(w.slot)}")
+                # Killed while starting (OOM killer, a chaos test): start another, but a
+                # worker that can never start must not loop forever.
+                self._startup_failures += 1
+                if self._startup_failures >= _MAX_STARTUP_FAILURES:
+                    raise BackendError(f"worker {w.slot} exited with code {code} before "
+                                       f"starting: {self._tail(w.slot)}")
+                logger.warning("worker %d %s while starting; starting another", w.slot,
+                               _describe_exit(code))
             return
         index = w.index
         reason = _describe_exit(code)
