@@ -39,7 +39,7 @@ install-test: $(VENV)/.installed-test
 demo: install
 	$(VENV)/bin/sweeper run search_spaces/digits_tpe.yaml
 	@echo
-	$(VENV)/bin/sweeper best digits-tpe --format yaml
+	$(VENV)/bin/sweeper best digits-tpe --format table
 	@echo
 	@echo "Open the dashboard:  $(VENV)/bin/sweeper dashboard digits-tpe   (http://127.0.0.1:8080)"
 
