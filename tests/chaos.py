@@ -94,9 +94,10 @@ def run_chaos(pg_url: str, *, indexes: int = 40, parallelism: int = 6, kills: in
                PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
                SWEEPER_CHECKPOINT_DIR=str(workdir / "ckpt"))
     start = time.monotonic()
-    proc = subprocess.Popen([str(SWEEPER), "run", str(spec_path), "--log-dir",
-                             str(workdir / "logs")], cwd=workdir, env=env,
-                            stdout=subprocess.DEVNULL, stderr=open(workdir / "run.err", "w"))
+    with open(workdir / "run.err", "w") as err:
+        proc = subprocess.Popen([str(SWEEPER), "run", str(spec_path), "--log-dir",
+                                 str(workdir / "logs")], cwd=workdir, env=env,
+                                stdout=subprocess.DEVNULL, stderr=err)
     done_kills = 0
     try:
         while proc.poll() is None and done_kills < kills:

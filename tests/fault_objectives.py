@@ -15,7 +15,8 @@ def steady(ctx: TrialContext) -> float:
     markers = os.environ.get("SWEEPER_TEST_MARKERS")
     if markers:
         # O_EXCL: a second execution of the same trial (attempt) would fail loudly here.
-        Path(markers, f"trial-{ctx.trial_number}").open("x").write(str(ctx.index))
+        with Path(markers, f"trial-{ctx.trial_number}").open("x") as f:
+            f.write(str(ctx.index))
     steps = int(ctx.params.get("steps", 10))
     pause = float(ctx.params.get("duration", 1.0)) / steps
     start = 0

@@ -18,7 +18,7 @@ import yaml
 from optuna.trial import TrialState
 
 from sweeper.study import open_storage
-from tests.chaos import REPO, SWEEPER, check, chaos_spec, run_chaos, runner_pids
+from tests.chaos import REPO, SWEEPER, chaos_spec, check, run_chaos, runner_pids
 from trial_runner import exitcodes
 
 pytestmark = pytest.mark.slow
@@ -119,7 +119,7 @@ def test_database_restart_mid_sweep(pg_url: str, tmp_path: Path) -> None:
     version, cluster = _pg_cluster()
     subprocess.run(["pg_ctlcluster", version, cluster, "restart", "-m", "fast"], check=True,
                    timeout=120)
-    out, err = proc.communicate(timeout=300)
+    _, err = proc.communicate(timeout=300)
     assert proc.returncode == 0, err
     report = check(pg_url, "restart", 16, tmp_path / "markers", 0, 0, 0.0)
     assert report.problems == []
@@ -134,7 +134,7 @@ def test_frozen_runner_is_failed_by_the_watcher_and_retried(pg_url: str,
     pid = runner_pids("frozen")[0]
     os.kill(pid, signal.SIGSTOP)
     try:
-        out, err = proc.communicate(timeout=120)
+        _, err = proc.communicate(timeout=120)
     finally:
         try:
             os.kill(pid, signal.SIGKILL)
