@@ -228,14 +228,14 @@ def run(spec_file: str, storage: str | None, parallelism: int | None, backend: s
         impl: Any = LocalBackend(Path(log_dir) / spec.name)
     else:
         impl = _kubernetes_backend(kubeconfig, context, detach)
-    _launch(spec, url, impl, resume_only=False)
+    _launch(spec, url, impl)
 
 
 def _terminate_as_interrupt(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt
 
 
-def _launch(spec: Any, url: str, backend: Any, *, resume_only: bool) -> None:
+def _launch(spec: Any, url: str, backend: Any) -> None:
     from sweeper.report import Progress
     from sweeper.study import (
         create_or_resume,
@@ -656,7 +656,7 @@ def resume(name: str, storage: str | None, backend: str | None, parallelism: int
         impl: Any = LocalBackend(Path(log_dir) / spec.name)
     else:
         impl = _kubernetes_backend(kubeconfig, context, detach)
-    _launch(spec, url, impl, resume_only=True)
+    _launch(spec, url, impl)
 
 
 def main() -> None:
