@@ -387,7 +387,7 @@ _K8S_KEYS = ("image", "image_pull_policy", "namespace", "storage_secret", "stora
 #: SWEEPER_GRACE_PERIOD, SWEEPER_LOG_LEVEL, SWEEPER_CODE_VERSION) may be given in kubernetes.env.
 _RESERVED_ENV = ("JOB_ID", "JOB_COMPLETION_INDEX", "SWEEPER_STORAGE", "SWEEPER_STUDY",
                  "SWEEPER_INDEX_MAP", "SWEEPER_INDEXES_PER_POD", "SWEEPER_CHECKPOINT_DIR",
-                 "SWEEPER_CMD_FD", "SWEEPER_RESULT_FD", "SWEEPER_LOG_DIR")
+                 "SWEEPER_CMD_FD", "SWEEPER_RESULT_FD", "SWEEPER_LOG_DIR", "SWEEPER_PARENT_PID")
 _TOLERATION_KEYS = ("key", "operator", "value", "effect", "tolerationSeconds")
 _ARTIFACT_KEYS = ("store", "path", "bucket", "prefix", "endpoint_url", "region",
                   "credentials_secret")

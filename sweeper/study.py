@@ -352,7 +352,9 @@ def _changed_spec_error(spec: SweepSpec, stored: Any) -> SpecError:
     if isinstance(stored, dict):
         mine = spec.to_dict()
         changed = [k for k in ("method", "objective", "trials", "seed", "sampler", "pruner",
-                               "parameters") if mine.get(k) != stored.get(k)]
+                               "parameters")
+                   # json.dumps keeps key order: parameter order defines grid point i
+                   if json.dumps(mine.get(k)) != json.dumps(stored.get(k))]
         if {k: mine["trial"].get(k) for k in ("entrypoint", "command", "fixed")} != \
                 {k: stored.get("trial", {}).get(k) for k in ("entrypoint", "command", "fixed")}:
             changed.append("trial")

@@ -203,3 +203,22 @@ def test_sigterm_inside_a_runner_fails_the_trial_resumably(pg_url: str, tmp_path
     (t,) = optuna.load_study(study_name="term", storage=open_storage(pg_url)).get_trials()
     assert t.state == TrialState.FAIL
     assert "interrupted by SIGTERM" in t.user_attrs["sweeper:fail_reason"]
+
+
+def test_killing_sweeper_run_takes_its_workers_along(pg_url: str, tmp_path: Path) -> None:
+    """`kill -9` of the orchestrator: the workers notice (PR_SET_PDEATHSIG), mark their trials
+    FAIL and exit; nothing is left RUNNING or orphaned, and a new run finishes the sweep."""
+    spec = _spec(tmp_path, "orphans", indexes=4, parallelism=2, duration=20.0)
+    env = _env(pg_url, tmp_path)
+    proc = _sweep(spec, env, tmp_path)
+    _wait_running(pg_url, "orphans", n=2)
+    assert len(runner_pids("orphans")) == 2
+    proc.kill()
+    proc.communicate(timeout=30)
+    deadline = time.monotonic() + 30
+    while runner_pids("orphans") and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert runner_pids("orphans") == []
+    study = optuna.load_study(study_name="orphans", storage=open_storage(pg_url))
+    states = Counter(t.state for t in study.get_trials())
+    assert states[TrialState.RUNNING] == 0 and states[TrialState.FAIL] == 2

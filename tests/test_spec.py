@@ -84,16 +84,17 @@ def test_examples_load(path: Path) -> None:
     assert s.trials >= 1 and s.parameters
 
 
-def test_examples_have_the_documented_shape() -> None:
-    grid = load_spec(REPO / "search_spaces/digits_grid.yaml")
-    assert grid.trials == grid_size_of(grid.parameters) == 12
-    assert grid.trial.resources == Resources(gpu=1, cpu="2", memory="4Gi")
-    tpe = load_spec(REPO / "search_spaces/digits_tpe.yaml")
-    assert tpe.is_adaptive and dict(tpe.sampler) == {"n_startup_trials": 6}
-    assert tpe.pruner == Pruner("median", {"n_startup_trials": 4, "n_warmup_steps": 2})
-    assert tpe.trial.timeout == 600.0 and tpe.trial.retries == 2
-    cmd = load_spec(REPO / "search_spaces/command_quadratic.yaml")
-    assert cmd.trial.command is not None and cmd.trial.command[-2:] == ("{x}", "{y}")
+def test_examples_cover_every_method_and_both_trial_kinds() -> None:
+    specs = [load_spec(p) for p in EXAMPLES]
+    assert {s.method for s in specs} >= {"grid", "random", "tpe"}
+    assert any(s.trial.command for s in specs) and any(s.trial.entrypoint for s in specs)
+    for s in specs:
+        if s.method == "grid":
+            assert s.trials == grid_size_of(s.parameters)
+        if s.trial.command:
+            names = {p.name for p in s.parameters} | set(s.trial.fixed)
+            assert set(command_placeholders(s.trial.command)) <= names | {"index",
+                                                                           "trial_number"}
 
 
 # --------------------------------------------------------------------------- normalised form

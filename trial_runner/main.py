@@ -147,6 +147,8 @@ def serve(sweep: Sweep, objective: Callable[[TrialContext], Any],
           settings: RunnerSettings) -> int:
     """Worker loop for the local backend: ``run I`` lines in, ``start``/``done`` lines out, on
     two inherited pipes; each index's output goes to its own log file."""
+    if "SWEEPER_PARENT_PID" in os.environ:
+        _exit_with_parent(int(os.environ["SWEEPER_PARENT_PID"]))
     cmd = os.fdopen(int(os.environ["SWEEPER_CMD_FD"]), "r")
     res = os.fdopen(int(os.environ["SWEEPER_RESULT_FD"]), "w", buffering=1)
     log_dir = os.environ.get("SWEEPER_LOG_DIR")
@@ -175,6 +177,19 @@ def serve(sweep: Sweep, objective: Callable[[TrialContext], Any],
     except Interrupted as e:
         return 128 + e.signum
     return exitcodes.OK
+
+
+def _exit_with_parent(parent_pid: int) -> None:
+    """Linux: SIGTERM this worker when the `sweeper run` that started it dies, even by SIGKILL,
+    so no orphan keeps a trial RUNNING (its handler marks the trial FAIL, resumable)."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != parent_pid:  # the parent died before prctl took effect
+        os.kill(os.getpid(), signal.SIGTERM)
 
 
 def _redirect_output(path: str) -> None:

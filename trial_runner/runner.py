@@ -234,7 +234,8 @@ def _run_trial(sweep: Sweep, study: optuna.Study, index: int, trial_id: int, num
         for k, v in extra.items():
             if _jsonable(v):
                 trial.set_user_attr(k, v)
-        _tell(study, trial_id, TrialState.COMPLETE, values, number=number)
+        if not _tell(study, trial_id, TrialState.COMPLETE, values, number=number):
+            return _superseded(index, number)
         return Outcome(index, exitcodes.OK, "COMPLETE", number,
                        f"index {index}: trial #{number} complete: "
                        + ", ".join(f"{m}={v:.6g}" for m, v in zip(metrics, values, strict=True)))
@@ -255,26 +256,36 @@ def _run_trial(sweep: Sweep, study: optuna.Study, index: int, trial_id: int, num
 
 
 def _finish_pruned(study: optuna.Study, trial_id: int, index: int, number: int) -> Outcome:
-    _tell(study, trial_id, TrialState.PRUNED, None, number=number)
+    if not _tell(study, trial_id, TrialState.PRUNED, None, number=number):
+        return _superseded(index, number)
     return Outcome(index, exitcodes.OK, "PRUNED", number,
                    f"index {index}: trial #{number} pruned")
 
 
 def _tell(study: optuna.Study, trial_id: int, state: TrialState,
-          values: list[float] | None, *, number: int | None = None) -> None:
+          values: list[float] | None, *, number: int | None = None) -> bool:
     """Finish the trial; a retry after a lost commit acknowledgement finds it finished.
     Optuna's internal tell (what ``study.optimize`` calls) skips the public ``Study.tell``'s
     re-read and deep copy of the finished trial, which nobody here uses."""
     from optuna.study._tell import _tell_with_warning
 
-    def tell() -> None:
+    def tell() -> bool:
         n = number if number is not None else study._storage.get_trial(trial_id).number
         try:
-            _tell_with_warning(study, n, values, state=state, skip_if_finished=True)
-        except optuna.exceptions.UpdateFinishedTrialError:
-            pass
+            _tell_with_warning(study, n, values, state=state, skip_if_finished=False)
+        except (optuna.exceptions.UpdateFinishedTrialError, ValueError):
+            # Finished already: by our own commit whose acknowledgement was lost (fine), or
+            # by the watcher, which failed it for a stale heartbeat (the work does not count).
+            return study._storage.get_trial(trial_id).state == state
+        return True
 
-    with_retry(tell, what="tell")
+    return with_retry(tell, what="tell")
+
+
+def _superseded(index: int, number: int) -> Outcome:
+    return Outcome(index, exitcodes.RETRY, "FAIL", number,
+                   f"index {index}: trial #{number} was marked FAIL (stale heartbeat) before it "
+                   "finished; the index needs another attempt")
 
 
 def _fail(storage: Any, index: int, trial_id: int, number: int, reason: str,

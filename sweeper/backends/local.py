@@ -154,7 +154,8 @@ class LocalBackend:
     def _env(self, sweep: Sweep, storage_url: str, n_workers: int) -> dict[str, str]:
         env = dict(os.environ)
         env.update({"SWEEPER_STORAGE": storage_url, "SWEEPER_STUDY": sweep.name,
-                    "SWEEPER_LOG_DIR": str(self.log_dir), "PYTHONUNBUFFERED": "1"})
+                    "SWEEPER_LOG_DIR": str(self.log_dir), "PYTHONUNBUFFERED": "1",
+                    "SWEEPER_PARENT_PID": str(os.getpid())})
         threads = str(max(1, (os.cpu_count() or 1) // n_workers))
         for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
             env.setdefault(var, threads)

@@ -199,3 +199,21 @@ def test_mark_failed_is_idempotent(sqlite_url: str) -> None:
     assert claim(storage, a.trial_id)
     assert mark_failed(storage, a.trial_id, "x")
     assert not mark_failed(storage, a.trial_id, "y")
+
+
+def test_work_on_a_trial_the_watcher_failed_does_not_count(storage_url: str,
+                                                           tmp_path: Path) -> None:
+    """A runner that stalled past the grace period finds its trial FAIL when it finishes: it
+    must not report the index done (the pod would exit 0 and the index stay unfinished)."""
+    storage = open_storage(storage_url)
+    sweep, _ = create_or_resume(storage, make_spec())
+
+    def stalled(ctx: TrialContext) -> float:
+        mark_failed(storage, ctx.trial._trial_id, "heartbeat 40s old: the runner died or froze")
+        return 1.0
+
+    out = run_index(sweep, 6, stalled, settings(tmp_path))
+    assert (out.state, out.exit_code) == ("FAIL", exitcodes.RETRY)
+    assert run_index(sweep, 6, ok, settings(tmp_path)).state == "COMPLETE"
+    atts = attempts(storage, sweep.study_id, 6)
+    assert [a.state for a in atts] == [TrialState.FAIL, TrialState.COMPLETE]

@@ -1,0 +1,63 @@
+"""The benchmark harness at a tiny size: it runs every item against PostgreSQL and writes the
+JSON and markdown it promises. No timing assertions: the figures are not checked, only that
+they are there."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+
+from tests.conftest import PG_ADMIN_URL, REPO
+
+pytestmark = [pytest.mark.postgres, pytest.mark.slow]
+
+SECTIONS = {"startup", "scaling", "duplicates", "connections", "overhead", "quality"}
+
+
+def test_tiny_run_writes_every_item(pg_admin: sa.Engine, tmp_path: Path) -> None:
+    out, md = tmp_path / "bench.json", tmp_path / "bench.md"
+    env = dict(os.environ, SWEEPER_BENCH_PG=PG_ADMIN_URL)
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.run", "--tiny", "--out", str(out),
+                           "--markdown", str(md)], cwd=REPO, env=env, capture_output=True,
+                          text=True, timeout=540)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+
+    result = json.loads(out.read_text())
+    assert result["size"] == "tiny"
+    assert not result["errors"]
+    assert set(result["sections"]) == SECTIONS
+    for key in ("nproc", "cpu_model"):
+        assert result["machine"][key]
+    for key in ("python", "optuna", "sqlalchemy", "postgresql"):
+        assert result["versions"][key]
+    assert result["parameters"]["n"]
+
+    rows = result["rows"]
+    assert rows and all(r["status"] in ("PASS", "MISS", "INFO") for r in rows)
+    targeted = [r for r in rows if r["status"] != "INFO"]
+    assert {r["item"].split(":")[0].split(" ")[0] for r in targeted} >= {
+        "overhead", "enqueue", "claim", "peak", "duplicates", "quality"}
+
+    raw = {name: s["raw"] for name, s in result["sections"].items()}
+    assert {r["who"] for r in raw["overhead"]["runs"]} == {"sweeper", "plain"}
+    assert all(r["wall_s"] > 0 for r in raw["overhead"]["runs"])
+    assert raw["scaling"]["enqueue"]["sweeper"]["wall_s"] > 0
+    for size in raw["scaling"]["latency"].values():
+        assert size["raw_claim_s"] and size["raw_plain_ask_s"]
+    assert raw["connections"]["sweeper"]["timeline"] and raw["connections"]["plain"]["timeline"]
+    # sweeper runs each grid point exactly once whatever the size (no timing involved).
+    assert raw["duplicates"]["sweeper"]["executed"] == raw["duplicates"]["points"]
+    assert raw["duplicates"]["sweeper"]["distinct"] == raw["duplicates"]["points"]
+    assert set(raw["quality"]["normalised_regret"]) == {
+        "sphere", "rosenbrock", "rastrigin", "styblinski_tang"}
+
+    text = md.read_text()
+    assert "| item | measured | target | result |" in text
+    assert "python -m benchmarks.run --tiny" in text
+    assert "sweeper benchmarks, size tiny" in proc.stdout
