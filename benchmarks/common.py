@@ -12,15 +12,16 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import sqlalchemy as sa
 
 REPO = Path(__file__).resolve().parents[1]
+T = TypeVar("T")
 DEFAULT_ADMIN_URL = "postgresql://sweeper:sweeper-test-pw@127.0.0.1:5432/postgres"
 
 
@@ -97,7 +98,7 @@ def wait_all(procs: Sequence[subprocess.Popen[bytes]], what: str, log: Path,
     bad = [p.returncode for p in procs if p.returncode != 0]
     if bad:
         tail = log.read_text(errors="replace")[-2000:] if log.exists() else ""
-        raise RuntimeError(f"{what}: {len(bad)} worker(s) failed (exit {bad[0]}):\n{tail}")
+        raise Disturbed(f"{what}: {len(bad)} worker(s) failed (exit {bad[0]}):\n{tail}")
 
 
 # --------------------------------------------------------------------------- connections
@@ -229,3 +230,27 @@ class Row:
 
 def verdict(ok: bool) -> str:
     return "PASS" if ok else "MISS"
+
+
+#: Runs repeated because something outside the benchmark disturbed them (a worker killed by
+#: another process on a shared machine, ...): what happened, for the JSON.
+DISTURBED: list[str] = []
+
+
+def undisturbed(fn: Callable[[], T], what: str, log: Callable[[str], None],
+                tries: int = 3) -> T:
+    """``fn()``, repeated (up to ``tries`` times) when it raises ``Disturbed``: a measurement
+    is only kept from a run that completed exactly as designed, and every repeat is recorded."""
+    for attempt in range(1, tries + 1):
+        try:
+            return fn()
+        except Disturbed as e:
+            DISTURBED.append(f"{what}: {e}")
+            if attempt == tries:
+                raise
+            log(f"  {what}: run disturbed ({e}); repeating it")
+    raise AssertionError("unreachable")
+
+
+class Disturbed(RuntimeError):
+    """A benchmark run did not complete as designed (e.g. a worker was killed from outside)."""

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import tempfile
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,7 @@ from benchmarks.common import (
     fresh_database,
     launch_plain,
     optuna_storage,
+    undisturbed,
     verdict,
     wait_all,
 )
@@ -47,35 +49,43 @@ def _executed(url: str, study: str) -> dict[str, Any]:
     return {"executed": len(finished), "distinct": len(distinct), "by_state": by_state}
 
 
-def run(sizes: dict[str, Any], log: Any) -> tuple[list[Row], dict[str, Any]]:
-    side, w, duration = sizes["dup_side"], sizes["dup_w"], sizes["dup_t"]
-    points = side * side
-    grid = {"x1": list(range(side)), "x2": list(range(side))}
-
-    log(f"duplicates: sweeper grid of {points} points, W={w}")
+def _sweeper(grid: dict[str, list[int]], w: int, duration: float) -> dict[str, Any]:
     with fresh_database("dup") as (_, url):
         spec = spec_dict("bench-duplicates", method="grid", trials=None, parallelism=w,
                          entrypoint="trial_runner.examples.synthetic:sleep",
                          fixed={"duration": duration},
                          parameters={k: {"type": "int", "values": v} for k, v in grid.items()})
         run_sweep(url, spec)
-        s = _executed(url, "bench-duplicates")
-    log(f"  executed {s['executed']}, distinct {s['distinct']}")
+        return _executed(url, "bench-duplicates")
 
-    log(f"duplicates: plain GridSampler, {w} processes")
+
+def _plain(grid: dict[str, list[int]], w: int, duration: float) -> dict[str, Any]:
     import optuna
 
+    points = len(grid["x1"]) * len(grid["x2"])
     with fresh_database("dup_plain") as (_, url), \
             tempfile.TemporaryDirectory(prefix="sweeper-bench-") as tmp:
         storage = optuna_storage(url)
         optuna.create_study(study_name="bench-grid", storage=storage)
         storage.engine.dispose()
-        plog = Path(tmp) / "plain.log"
+        log = Path(tmp) / "plain.log"
         procs = [launch_plain({"kind": "grid", "url": url, "study": "bench-grid", "grid": grid,
-                               "n_trials": points, "duration": duration}, plog)
+                               "n_trials": points, "duration": duration}, log)
                  for _ in range(w)]
-        wait_all(procs, "plain grid", plog)
-        p = _executed(url, "bench-grid")
+        wait_all(procs, "plain grid", log)
+        return _executed(url, "bench-grid")
+
+
+def run(sizes: dict[str, Any], log: Any) -> tuple[list[Row], dict[str, Any]]:
+    side, w, duration = sizes["dup_side"], sizes["dup_w"], sizes["dup_t"]
+    points = side * side
+    grid = {"x1": list(range(side)), "x2": list(range(side))}
+
+    log(f"duplicates: sweeper grid of {points} points, W={w}")
+    s = undisturbed(partial(_sweeper, grid, w, duration), "duplicates sweeper", log)
+    log(f"  executed {s['executed']}, distinct {s['distinct']}")
+    log(f"duplicates: plain GridSampler, {w} processes")
+    p = undisturbed(partial(_plain, grid, w, duration), "duplicates plain", log)
     log(f"  executed {p['executed']}, distinct {p['distinct']}")
 
     rs, rp = s["executed"] / points, p["executed"] / points

@@ -6,15 +6,18 @@ from __future__ import annotations
 
 import tempfile
 import time
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 from benchmarks.common import (
+    Disturbed,
     Row,
     fresh_database,
     launch_plain,
     median,
     optuna_storage,
+    undisturbed,
     verdict,
     wait_all,
 )
@@ -25,8 +28,8 @@ def sweeper_wall(n: int, duration: float, workers: int) -> dict[str, Any]:
     with fresh_database("overhead") as (_, url):
         run = run_sweep(url, sleep_spec("bench-overhead", n, duration, workers))
     if run.counts.get("COMPLETE") != n:
-        raise RuntimeError(f"sweeper overhead run: expected {n} COMPLETE, got {run.counts}")
-    return {"wall_s": run.wall_s, "counts": run.counts}
+        raise Disturbed(f"sweeper overhead run: expected {n} COMPLETE, got {run.counts}")
+    return {"wall_s": run.wall_s, "counts": run.counts, "workers_started": run.workers_started}
 
 
 def plain_wall(n: int, duration: float, workers: int) -> dict[str, Any]:
@@ -50,7 +53,7 @@ def plain_wall(n: int, duration: float, workers: int) -> dict[str, Any]:
             deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)))
         storage.engine.dispose()
     if complete != n:
-        raise RuntimeError(f"plain overhead run: expected {n} COMPLETE trials, got {complete}")
+        raise Disturbed(f"plain overhead run: expected {n} COMPLETE trials, got {complete}")
     return {"wall_s": wall}
 
 
@@ -68,10 +71,12 @@ def run(sizes: dict[str, Any], log: Any) -> tuple[list[Row], dict[str, Any]]:
             for who in order:
                 log(f"overhead: N={n} t={duration}s W={workers}: {who} run {rep + 1}/{repeats}")
                 if who == "sweeper":
-                    r = sweeper_wall(n, duration, workers)
+                    r = undisturbed(partial(sweeper_wall, n, duration, workers),
+                                    f"overhead sweeper N={n}", log)
                     sweeper_runs.append(r["wall_s"])
                 else:
-                    r = plain_wall(n, duration, workers)
+                    r = undisturbed(partial(plain_wall, n, duration, workers),
+                                    f"overhead plain N={n}", log)
                     plain_runs.append(r["wall_s"])
                 raw["runs"].append({"n": n, "who": who, "repeat": rep, **r})
                 log(f"  wall {r['wall_s']:.2f}s (ideal {ideal:.2f}s)")

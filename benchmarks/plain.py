@@ -5,6 +5,7 @@ and call ``study.optimize``. Jobs:
   optimize  RandomSampler, ``n_trials`` of an objective that suggests the parameters, sleeps
             ``duration`` seconds and reports once (the same work as sweeper's ``sleep`` example)
   grid      GridSampler over the job's grid, until the sampler stops the study
+  tpe       TPESampler (constant liar, as in parallel use) on a synthetic test function
 """
 
 from __future__ import annotations
@@ -47,6 +48,21 @@ def main(argv: list[str]) -> int:
         study = optuna.load_study(study_name=job["study"], storage=storage, sampler=sampler)
         study.optimize(_objective(len(space), job["duration"], grid=True),
                        n_trials=job["n_trials"])
+    elif job["kind"] == "tpe":
+        from benchmarks.quality import evaluate
+
+        sampler = optuna.samplers.TPESampler(seed=job["seed"], multivariate=True,
+                                             constant_liar=True)
+        study = optuna.load_study(study_name=job["study"], storage=storage, sampler=sampler)
+        lo, hi, name, delay = job["low"], job["high"], job["function"], job["duration"]
+
+        def objective(trial: Any) -> float:
+            xs = {f"x{k + 1}": trial.suggest_float(f"x{k + 1}", lo, hi)
+                  for k in range(job["dims"])}
+            time.sleep(delay)
+            return evaluate(name, xs)
+
+        study.optimize(objective, n_trials=job["n_trials"])
     else:
         raise SystemExit(f"unknown job kind {job['kind']!r}")
     storage.engine.dispose()

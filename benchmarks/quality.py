@@ -6,10 +6,11 @@ with known optima (D-dimensional), over several seeds.
   as ``sweeper run`` does; every trial sleeps ``delay`` seconds first so the W runners overlap
   like real training jobs;
 * sequential TPE: plain Optuna ``TPESampler`` with the same settings sweeper uses
-  (``multivariate=True``, ``constant_liar=True``), one trial at a time: the cost of parallelism
-  is the ratio of the two;
-* Optuna's default ``TPESampler()`` sequentially, for reference;
-* random: ``RandomSampler``, the normaliser.
+  (``multivariate=True``, ``constant_liar=True``: also Optuna 5's defaults for one objective),
+  one trial at a time: the cost of parallelism is the ratio of the two;
+* random: ``RandomSampler``, the normaliser;
+* with ``--full``, also plain Optuna's parallel TPE: W processes calling ``study.optimize`` with
+  the same sampler settings on one PostgreSQL study (is a gap sweeper's, or parallel TPE's?).
 
 Normalised regret per function = mean over seeds of (best - optimum) divided by the same mean
 for random search (so random is 1.0 by construction); the summary is the mean over functions.
@@ -18,11 +19,23 @@ for random search (so random is 1.0 by construction); the summary is the mean ov
 from __future__ import annotations
 
 import statistics
+import tempfile
 import types
 from collections.abc import Callable
+from functools import partial
+from pathlib import Path
 from typing import Any
 
-from benchmarks.common import Row, fresh_database, verdict
+from benchmarks.common import (
+    Disturbed,
+    Row,
+    fresh_database,
+    launch_plain,
+    optuna_storage,
+    undisturbed,
+    verdict,
+    wait_all,
+)
 
 #: name -> (search bounds per dimension, argmin per dimension)
 FUNCTIONS: dict[str, tuple[tuple[float, float], float]] = {
@@ -31,7 +44,7 @@ FUNCTIONS: dict[str, tuple[tuple[float, float], float]] = {
     "rastrigin": ((-5.12, 5.12), 0.0),
     "styblinski_tang": ((-5.0, 5.0), -2.903534027771178),
 }
-METHODS = ("sweeper_parallel_tpe", "sequential_tpe", "optuna_default_tpe", "random")
+METHODS = ("sweeper_parallel_tpe", "sequential_tpe", "random", "plain_parallel_tpe")
 
 
 def _fn(name: str) -> Callable[[Any], float]:
@@ -76,10 +89,32 @@ def sweeper_parallel(name: str, dims: int, trials: int, workers: int, seed: int,
     with fresh_database("quality") as (_, url):
         run = run_sweep(url, spec)
         if run.counts.get("COMPLETE") != trials:
-            raise RuntimeError(f"quality sweep {name} seed {seed}: {run.counts}")
+            raise Disturbed(f"quality sweep {name} seed {seed}: {run.counts}")
         storage = open_storage(url)
         study_id = storage.get_study_id_from_name(spec["name"])
         best = float(storage.get_best_trial(study_id).values[0])
+        storage.engine.dispose()
+    return best
+
+
+def plain_parallel(name: str, dims: int, trials: int, workers: int, seed: int,
+                   delay: float) -> float:
+    import optuna
+
+    lo, hi = FUNCTIONS[name][0]
+    with fresh_database("quality_plain") as (_, url), \
+            tempfile.TemporaryDirectory(prefix="sweeper-bench-") as tmp:
+        storage = optuna_storage(url)
+        optuna.create_study(study_name="bench-tpe", storage=storage)
+        log = Path(tmp) / "plain.log"
+        shares = [trials // workers + (1 if k < trials % workers else 0) for k in range(workers)]
+        procs = [launch_plain({"kind": "tpe", "url": url, "study": "bench-tpe",
+                               "n_trials": share, "duration": delay, "dims": dims,
+                               "function": name, "low": lo, "high": hi,
+                               "seed": seed * 1000 + k}, log)
+                 for k, share in enumerate(shares) if share]
+        wait_all(procs, "plain parallel tpe", log)
+        best = float(optuna.load_study(study_name="bench-tpe", storage=storage).best_value)
         storage.engine.dispose()
     return best
 
@@ -94,23 +129,27 @@ def run(sizes: dict[str, Any], log: Any) -> tuple[list[Row], dict[str, Any]]:
     for name in FUNCTIONS:
         for seed in range(seeds):
             log(f"quality: {name} {dims}-D, seed {seed}: sweeper tpe W={workers}, "
-                "sequential tpe, default tpe, random")
+                "sequential tpe, random")
             b = best[name]
-            b["sweeper_parallel_tpe"].append(
-                sweeper_parallel(name, dims, trials, workers, seed, delay))
+            b["sweeper_parallel_tpe"].append(undisturbed(
+                partial(sweeper_parallel, name, dims, trials, workers, seed, delay),
+                f"quality {name} seed {seed}", log))
             b["sequential_tpe"].append(sequential(name, dims, trials, optuna.samplers.TPESampler(
                 seed=seed, multivariate=True, constant_liar=True)))
-            b["optuna_default_tpe"].append(
-                sequential(name, dims, trials, optuna.samplers.TPESampler(seed=seed)))
             b["random"].append(sequential(name, dims, trials,
                                           optuna.samplers.RandomSampler(seed=seed)))
+            if sizes.get("q_plain_parallel"):
+                b["plain_parallel_tpe"].append(undisturbed(
+                    partial(plain_parallel, name, dims, trials, workers, seed, delay),
+                    f"quality plain {name} seed {seed}", log))
+    methods = [m for m in METHODS if best["sphere"][m]]
     per_function: dict[str, dict[str, float]] = {}
     for name in FUNCTIONS:
         opt = optimum(name, dims)
-        regret = {m: statistics.fmean(v - opt for v in best[name][m]) for m in METHODS}
-        per_function[name] = {m: regret[m] / regret["random"] for m in METHODS}
+        regret = {m: statistics.fmean(v - opt for v in best[name][m]) for m in methods}
+        per_function[name] = {m: regret[m] / regret["random"] for m in methods}
         per_function[name]["optimum"] = opt
-    mean = {m: statistics.fmean(per_function[f][m] for f in FUNCTIONS) for m in METHODS}
+    mean = {m: statistics.fmean(per_function[f][m] for f in FUNCTIONS) for m in methods}
     par, seq = mean["sweeper_parallel_tpe"], mean["sequential_tpe"]
     detail = "; ".join(f"{f} {per_function[f]['sweeper_parallel_tpe']:.2f}/"
                        f"{per_function[f]['sequential_tpe']:.2f}" for f in FUNCTIONS)
@@ -121,10 +160,14 @@ def run(sizes: dict[str, Any], log: Any) -> tuple[list[Row], dict[str, Any]]:
             f"{par / seq:.2f}x ({detail})", "<= 1.25x", verdict(par <= 1.25 * seq),
             {"ratio": par / seq, **mean}),
         Row("quality: both well below random (1.0)",
-            f"sweeper {par:.3f}, sequential {seq:.3f}, optuna default TPE "
-            f"{mean['optuna_default_tpe']:.3f}, random 1.000", "both <= 0.5",
+            f"sweeper {par:.3f}, sequential {seq:.3f}, random 1.000", "both <= 0.5",
             verdict(par <= 0.5 and seq <= 0.5), dict(mean)),
     ]
+    if "plain_parallel_tpe" in mean:
+        pp = mean["plain_parallel_tpe"]
+        rows.append(Row(f"quality: plain Optuna TPE, {workers} processes (reference)",
+                        f"normalised regret {pp:.3f} = {pp / seq:.2f}x sequential; sweeper "
+                        f"{par / pp:.2f}x plain parallel", "-", "INFO", {"plain_parallel": pp}))
     return rows, {"dims": dims, "trials": trials, "seeds": seeds, "workers": workers,
                   "delay_s": delay, "best_values": best, "normalised_regret": per_function,
                   "mean_normalised_regret": mean}

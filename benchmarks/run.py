@@ -27,7 +27,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import REPO, Row, machine_info, versions
+from benchmarks.common import DISTURBED, REPO, Row, machine_info, versions
 
 SIZES: dict[str, dict[str, Any]] = {
     # Seconds; for tests of the harness itself (tests/test_benchmarks_smoke.py), not figures.
@@ -35,7 +35,7 @@ SIZES: dict[str, dict[str, Any]] = {
         "n": [8], "t": 0.05, "w": 2, "repeats": 1,
         "enqueue_n": 400, "enqueue_loop_n": 40, "latency_sizes": (25, 400),
         "latency_samples": 5, "startup_repeats": 1, "per_trial_n": 5,
-        "conn_w": 4, "conn_n": 8, "conn_t": 0.05,
+        "conn_w": 4, "conn_n": 8, "conn_t": 0.2,
         "dup_side": 4, "dup_w": 4, "dup_t": 0.02,
         "q_dims": 2, "q_trials": 12, "q_seeds": 1, "q_w": 2, "q_delay": 0.0,
     },
@@ -43,25 +43,26 @@ SIZES: dict[str, dict[str, Any]] = {
         "n": [200], "t": 0.5, "w": 8, "repeats": 1,
         "enqueue_n": 10_000, "enqueue_loop_n": 300, "latency_sizes": (100, 10_000),
         "latency_samples": 40, "startup_repeats": 2, "per_trial_n": 40,
-        "conn_w": 32, "conn_n": 64, "conn_t": 0.2,
+        "conn_w": 32, "conn_n": 64, "conn_t": 1.0,
         "dup_side": 8, "dup_w": 8, "dup_t": 0.1,
-        "q_dims": 5, "q_trials": 100, "q_seeds": 1, "q_w": 8, "q_delay": 0.1,
+        "q_dims": 5, "q_trials": 100, "q_seeds": 1, "q_w": 8, "q_delay": 0.2,
     },
     "default": {
         "n": [200, 600], "t": 0.5, "w": 8, "repeats": 1,
         "enqueue_n": 10_000, "enqueue_loop_n": 1_000, "latency_sizes": (100, 10_000),
         "latency_samples": 100, "startup_repeats": 3, "per_trial_n": 100,
-        "conn_w": 32, "conn_n": 64, "conn_t": 0.2,
+        "conn_w": 32, "conn_n": 64, "conn_t": 1.0,
         "dup_side": 8, "dup_w": 8, "dup_t": 0.1,
-        "q_dims": 5, "q_trials": 100, "q_seeds": 3, "q_w": 8, "q_delay": 0.2,
+        "q_dims": 5, "q_trials": 100, "q_seeds": 5, "q_w": 8, "q_delay": 0.2,
     },
     "full": {
         "n": [200, 2_000], "t": 0.5, "w": 8, "repeats": 2,
         "enqueue_n": 10_000, "enqueue_loop_n": 10_000, "latency_sizes": (100, 10_000),
         "latency_samples": 300, "startup_repeats": 5, "per_trial_n": 300,
-        "conn_w": 32, "conn_n": 128, "conn_t": 0.2,
+        "conn_w": 32, "conn_n": 128, "conn_t": 1.0,
         "dup_side": 8, "dup_w": 8, "dup_t": 0.1,
         "q_dims": 5, "q_trials": 100, "q_seeds": 10, "q_w": 8, "q_delay": 0.2,
+        "q_plain_parallel": True,
     },
 }
 
@@ -127,6 +128,10 @@ def markdown(result: dict[str, Any]) -> str:
     if notes:
         lines += ["", "Notes (computed from the figures above):", ""]
         lines += [f"- {n}" for n in notes]
+    if result.get("disturbed_runs_repeated"):
+        lines += ["", "Runs repeated because something outside the benchmark disturbed them "
+                  "(the figures come from the undisturbed repeat):", ""]
+        lines += [f"- {_md_cell(d.splitlines()[0])}" for d in result["disturbed_runs_repeated"]]
     if result.get("errors"):
         lines += ["", "Sections that failed:", ""]
         lines += [f"- {k}: {e.splitlines()[-1] if e else ''}" for k, e in
@@ -222,6 +227,7 @@ def main(argv: list[str] | None = None) -> int:
                                        "wall_s": time.perf_counter() - t0}
         result["rows"] += [r.as_dict() for r in rows]
     result["wall_s"] = time.perf_counter() - started
+    result["disturbed_runs_repeated"] = list(DISTURBED)
     result["notes"] = notes(result)
 
     table_rows = [Row(r["item"], r["measured"], r["target"], r["status"])

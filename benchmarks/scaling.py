@@ -5,10 +5,11 @@
   plus the index tag). A loop shorter than ``enqueue_n`` is extrapolated linearly, which
   favours the loop: each ``enqueue_trial`` counts the study's trials, so it slows down as the
   study grows.
-* Latency in a study of ``small`` and of ``large`` trials (all COMPLETE except the ones being
-  claimed): a runner finding and claiming its index (``trial_runner.runner.acquire``) and its
-  tell; plain Optuna's ``ask``/``tell`` with the cached storage as the baseline ratio. The two
-  sizes are measured interleaved, one operation each in turn, so machine noise hits both alike.
+* Latency in a study of ``small`` and of ``large`` trials (all COMPLETE but the few being
+  claimed, and kept at that size): a runner finding and claiming its index
+  (``trial_runner.runner.acquire``) and its tell; plain Optuna's ``ask``/``tell`` with the cached
+  storage as the baseline ratio. The two sizes are measured interleaved, one operation each in
+  turn, so machine noise hits both alike.
 """
 
 from __future__ import annotations
@@ -105,18 +106,22 @@ def _complete_all_but(conn: sa.Connection, study_id: int, keep_numbers: list[int
 
 
 class _Study:
-    """One database holding a sweeper sweep and a plain-Optuna study of ``n`` trials each."""
+    """One database holding a sweeper sweep and a plain-Optuna study of ``n`` trials each, kept
+    at exactly ``n`` trials while being measured: sweeper claims and tells one of a few WAITING
+    indexes spread over the study, which is then put back to WAITING; plain Optuna asks (a new
+    trial) and tells, and that trial is then deleted. The resets are not timed."""
 
-    def __init__(self, url: str, n: int, samples: int) -> None:
+    POOL = 10
+
+    def __init__(self, url: str, n: int) -> None:
         import optuna
 
         from sweeper.spec import parse_spec_dict
         from sweeper.study import create_or_resume, open_storage
 
         self.n = n
-        step = n / (samples + 1)
-        # +1: one warm-up claim per side that is not timed (first use of a connection).
-        self.indexes = sorted({min(n - 1, int(k * step)) for k in range(samples + 1)})
+        pool = min(self.POOL, n)
+        self.indexes = sorted({int((k + 0.5) * n / pool) for k in range(pool)})
         self.storage = open_storage(url)
         spec = parse_spec_dict(grid_spec("bench-claim", n), source="<benchmark>")
         self.sweep, _ = create_or_resume(self.storage, spec)
@@ -125,7 +130,6 @@ class _Study:
         with self.storage.engine.begin() as conn:
             _complete_all_but(conn, self.sweep.study_id, self.indexes)
             _complete_all_but(conn, plain_sweep.study_id, [])
-            conn.exec_driver_sql("ANALYZE")
         self.plain_storage = optuna_storage(url)
         self.plain = optuna.load_study(study_name="bench-plain", storage=self.plain_storage,
                                        sampler=optuna.samplers.RandomSampler(seed=0))
@@ -134,13 +138,16 @@ class _Study:
         self.ask: list[float] = []
         self.plain_tell: list[float] = []
         self.cold_ask_s = 0.0
+        self._k = 0
 
-    def sweeper_op(self, index: int, timed: bool) -> None:
+    def sweeper_op(self, timed: bool) -> None:
         from optuna.trial import TrialState
 
         from sweeper.study import attach_trial
         from trial_runner.runner import RunnerSettings, _tell, acquire, make_pruner, make_sampler
 
+        index = self.indexes[self._k % len(self.indexes)]
+        self._k += 1
         t0 = time.perf_counter()
         got = acquire(self.sweep, index, RunnerSettings())
         t1 = time.perf_counter()
@@ -156,6 +163,12 @@ class _Study:
         if timed:
             self.claim.append(t1 - t0)
             self.tell.append(t3 - t2)
+        with self.storage.engine.begin() as conn:
+            for sql in ("DELETE FROM trial_values WHERE trial_id = :t",
+                        "DELETE FROM trial_heartbeats WHERE trial_id = :t",
+                        "UPDATE trials SET state = 'WAITING', datetime_start = NULL, "
+                        "datetime_complete = NULL WHERE trial_id = :t"):
+                conn.execute(sa.text(sql), {"t": trial_id})
 
     def plain_op(self, timed: bool) -> None:
         t0 = time.perf_counter()
@@ -168,6 +181,12 @@ class _Study:
             self.plain_tell.append(t2 - t1)
         else:
             self.cold_ask_s = t1 - t0
+        with self.storage.engine.begin() as conn:
+            for table in ("trial_values", "trial_params", "trial_user_attributes",
+                          "trial_system_attributes", "trial_intermediate_values",
+                          "trial_heartbeats", "trials"):
+                conn.execute(sa.text(f"DELETE FROM {table} WHERE trial_id = :t"),
+                             {"t": trial._trial_id})
 
     def close(self) -> None:
         self.storage.engine.dispose()
@@ -178,15 +197,15 @@ def latency(small: int, large: int, samples: int, log: Any) -> dict[str, Any]:
     with fresh_database("claim_small") as (_, url_small), \
             fresh_database("claim_large") as (_, url_large):
         log(f"scaling: preparing studies of {small} and {large} trials")
-        studies = [_Study(url_small, small, samples), _Study(url_large, large, samples)]
+        studies = [_Study(url_small, small), _Study(url_large, large)]
         try:
-            for s in studies:
-                s.sweeper_op(s.indexes[0], timed=False)
+            for s in studies:  # first use of each connection and cache: not timed
+                s.sweeper_op(timed=False)
                 s.plain_op(timed=False)
-            log(f"scaling: {samples} claims + tells and ask + tells per size, interleaved")
-            for k in range(1, samples + 1):
+            log(f"scaling: {samples} claims + tells and asks + tells per size, interleaved")
+            for _ in range(samples):
                 for s in studies:
-                    s.sweeper_op(s.indexes[k], timed=True)
+                    s.sweeper_op(timed=True)
                     s.plain_op(timed=True)
         finally:
             for s in studies:

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import REPO
+from benchmarks.common import Disturbed
 
 
 def spec_dict(name: str, *, method: str, trials: int | None, parallelism: int,
@@ -46,11 +46,14 @@ class SweepRun:
     counts: dict[str, int]
     finished: int
     failed: int
+    workers_started: int
 
 
-def run_sweep(url: str, spec: dict[str, Any], log_root: Path | None = None) -> SweepRun:
+def run_sweep(url: str, spec: dict[str, Any], log_root: Path | None = None,
+              max_starting: int | None = None) -> SweepRun:
     """Create the sweep and run it on the local backend; the wall time is measured from the
-    call (storage not yet open) until every worker has exited."""
+    call (storage not yet open) until every worker has exited. ``max_starting``: the backend's
+    setting (default: one worker starting per core)."""
     from sweeper.backends.local import LocalBackend
     from sweeper.report import Progress
     from sweeper.spec import parse_spec_dict
@@ -69,22 +72,14 @@ def run_sweep(url: str, spec: dict[str, Any], log_root: Path | None = None) -> S
         sweep, _ = create_or_resume(storage, parsed)
         todo = unfinished_indexes(index_table(storage, parsed, sweep.study_id))
         progress = Progress(sweep, stream=io.StringIO())
-        result = LocalBackend(Path(tmp) / parsed.name).run(
+        result = LocalBackend(Path(tmp) / parsed.name, max_starting=max_starting).run(
             sweep, todo, storage_url=url, parallelism=parsed.parallelism, tick=progress.tick)
         progress.close()
         wall = time.perf_counter() - t0
         counts = state_counts(storage, sweep.study_id)
         storage.engine.dispose()
-    if result.failed or result.interrupted:
-        raise RuntimeError(f"benchmark sweep {parsed.name} did not finish cleanly: "
-                           f"{len(result.failed)} failed index(es), counts {counts}")
-    return SweepRun(wall, counts, len(result.finished), len(result.failed))
-
-
-def ensure_importable() -> None:
-    """Worker processes import ``benchmarks.objectives``: the local backend puts the current
-    directory on their PYTHONPATH, so run from the repository root."""
-    import os
-
-    if Path.cwd().resolve() != REPO:
-        os.chdir(REPO)
+        started = len(list((Path(tmp) / parsed.name).glob("worker-*.log")))
+    if result.failed or result.interrupted or counts.get("FAIL"):
+        raise Disturbed(f"sweep {parsed.name} did not finish cleanly: {len(result.failed)} "
+                        f"failed index(es), trials by state {counts}")
+    return SweepRun(wall, counts, len(result.finished), len(result.failed), started)

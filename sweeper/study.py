@@ -686,19 +686,40 @@ def set_trial_user_attrs(trial: optuna.Trial, attrs: Mapping[str, Any]) -> None:
         trial._cached_frozen_trial.user_attrs[key] = value
 
 
-def attach_trial(study: optuna.Study, trial_id: int) -> optuna.trial.FrozenTrial:
+def attach_trial(study: optuna.Study, trial_id: int) -> int:
     """Make a trial created outside Optuna's API (bulk insert, claim) known to the study's
     in-process storage cache, which Optuna otherwise only fills by loading every trial.
-    Returns the trial as stored (callers need not fetch it again)."""
+    Returns the trial's number."""
     from optuna.storages._cached_storage import _CachedStorage, _StudyInfo
+    from optuna.storages._rdb.models import TrialModel
+    from optuna.trial import FrozenTrial
 
     cache = study._storage
     if not isinstance(cache, _CachedStorage):
-        return cache.get_trial(trial_id)
-    frozen = cache._backend.get_trial(trial_id)
+        return cache.get_trial(trial_id).number
+    backend = cache._backend
+    trials = TrialModel.__table__
+
+    def row() -> tuple[int, TrialState]:
+        with backend.engine.connect() as conn:
+            number, state = conn.execute(sa.select(trials.c.number, trials.c.state).where(
+                trials.c.trial_id == trial_id)).one()
+        return int(number), state
+
+    number, state = with_retry(row, what="attach trial")
+    if state.is_finished():
+        frozen = backend.get_trial(trial_id)
+    else:
+        # The cache never serves an unfinished trial from memory (every access, and every
+        # refresh of the study's trials, reads it from the database), so registering its id,
+        # number and state is enough: one small query instead of Optuna's six for a full trial.
+        frozen = FrozenTrial(number=number, state=state, value=None, datetime_start=None,
+                             datetime_complete=None, params={}, distributions={},
+                             user_attrs={}, system_attrs={}, intermediate_values={},
+                             trial_id=trial_id)
     with cache._lock:
         info = cache._studies.setdefault(study._study_id, _StudyInfo())
         cache._add_trials_to_cache(study._study_id, [frozen])
         if not frozen.state.is_finished():
             info.unfinished_trial_ids.add(trial_id)
-    return frozen
+    return number

@@ -221,4 +221,5 @@ def test_killing_sweeper_run_takes_its_workers_along(pg_url: str, tmp_path: Path
     assert runner_pids("orphans") == []
     study = optuna.load_study(study_name="orphans", storage=open_storage(pg_url))
     states = Counter(t.state for t in study.get_trials())
-    assert states[TrialState.RUNNING] == 0 and states[TrialState.FAIL] == 2
+    logs = "\n".join(p.read_text() for p in (tmp_path / ".sweeper").rglob("*.log"))
+    assert states[TrialState.RUNNING] == 0 and states[TrialState.FAIL] == 2, logs

@@ -192,12 +192,22 @@ def run_index(sweep: Sweep, index: int, objective: Callable[[TrialContext], Any]
         return got
     trial_id, attempt = got
     spec = sweep.spec
-    study = sweep.runner_study(make_sampler(spec, index), make_pruner(spec))
-    number = attach_trial(study, trial_id).number
-    if trial_hook is not None:
-        trial_hook(trial_id, number)
-    with _Heartbeat(sweep, trial_id, settings.heartbeat_interval_s):
-        return _run_trial(sweep, study, index, trial_id, number, attempt, objective, settings)
+    try:
+        study = sweep.runner_study(make_sampler(spec, index), make_pruner(spec))
+        number = attach_trial(study, trial_id)
+        if trial_hook is not None:
+            trial_hook(trial_id, number)
+        with _Heartbeat(sweep, trial_id, settings.heartbeat_interval_s):
+            return _run_trial(sweep, study, index, trial_id, number, attempt, objective,
+                              settings)
+    except BaseException as e:
+        # Whatever escapes after the claim (a broken pipe to a dead orchestrator, a signal
+        # during set-up) must not leave the trial RUNNING until its heartbeat goes stale.
+        try:
+            mark_failed(sweep.storage, trial_id, f"runner stopped: {type(e).__name__}: {e}")
+        except Exception:
+            logger.warning("could not mark trial %d FAIL", trial_id)
+        raise
 
 
 def _run_trial(sweep: Sweep, study: optuna.Study, index: int, trial_id: int, number: int,
