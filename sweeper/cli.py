@@ -222,13 +222,16 @@ def run(spec_file: str, storage: str | None, parallelism: int | None, backend: s
     spec = spec.with_overrides(parallelism=parallelism)
     spec = with_kubernetes(spec, image=image, namespace=namespace, storage_secret=storage_secret)
     url = resolve_storage_url(storage, spec)
-    if backend == "local":
+    _launch(spec, url, _backend(backend, spec, log_dir, kubeconfig, context, detach))
+
+
+def _backend(kind: str, spec: Any, log_dir: str, kubeconfig: str | None, context: str | None,
+             detach: bool) -> Any:
+    if kind == "local":
         from sweeper.backends.local import LocalBackend
 
-        impl: Any = LocalBackend(Path(log_dir) / spec.name)
-    else:
-        impl = _kubernetes_backend(kubeconfig, context, detach)
-    _launch(spec, url, impl)
+        return LocalBackend(Path(log_dir) / spec.name)
+    return _kubernetes_backend(kubeconfig, context, detach)
 
 
 def _terminate_as_interrupt(signum: int, frame: Any) -> None:
@@ -650,13 +653,7 @@ def resume(name: str, storage: str | None, backend: str | None, parallelism: int
     if backend is None:
         launched = sweep.storage.get_study_user_attrs(sweep.study_id).get(LAUNCHES_ATTR)
         backend = "kubernetes" if launched else "local"
-    if backend == "local":
-        from sweeper.backends.local import LocalBackend
-
-        impl: Any = LocalBackend(Path(log_dir) / spec.name)
-    else:
-        impl = _kubernetes_backend(kubeconfig, context, detach)
-    _launch(spec, url, impl)
+    _launch(spec, url, _backend(backend, spec, log_dir, kubeconfig, context, detach))
 
 
 def main() -> None:
