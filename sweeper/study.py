@@ -660,10 +660,10 @@ def set_trial_user_attrs(trial: optuna.Trial, attrs: Mapping[str, Any]) -> None:
         return
     from optuna.storages._rdb.models import TrialModel, TrialUserAttributeModel
 
-    if dialect == "postgresql":
-        from sqlalchemy.dialects.postgresql import insert
-    else:
-        from sqlalchemy.dialects.sqlite import insert
+    from sqlalchemy.dialects import postgresql, sqlite
+
+    insert: Any = postgresql.insert if dialect == "postgresql" else sqlite.insert
+    assert isinstance(backend, RDBStorage)
     trial_id = trial._trial_id
     # The same rows Optuna writes (value_json = json.dumps(value)), as one upsert statement.
     stmt = insert(TrialUserAttributeModel.__table__).values(
