@@ -659,7 +659,6 @@ def set_trial_user_attrs(trial: optuna.Trial, attrs: Mapping[str, Any]) -> None:
             trial.set_user_attr(key, value)
         return
     from optuna.storages._rdb.models import TrialModel, TrialUserAttributeModel
-
     from sqlalchemy.dialects import postgresql, sqlite
 
     insert: Any = postgresql.insert if dialect == "postgresql" else sqlite.insert
