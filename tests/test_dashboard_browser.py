@@ -28,6 +28,17 @@ CHROMEDRIVER = "/usr/bin/chromedriver"
 SCREENSHOT = REPO / "docs" / "dashboard.png"
 
 
+def _publish(shot: Path, dest: Path) -> None:
+    """`SWEEPER_UPDATE_DOCS=1 make test` refreshes the README's screenshots from this test
+    (atomically); a plain test run leaves the committed ones alone."""
+    if os.environ.get("SWEEPER_UPDATE_DOCS") != "1":
+        return
+    dest.parent.mkdir(exist_ok=True)
+    tmp = dest.with_name(f".{dest.name}.{os.getpid()}")
+    shutil.copyfile(shot, tmp)
+    os.replace(tmp, dest)
+
+
 # --------------------------------------------------------------------------- CLI wiring
 
 
@@ -209,11 +220,7 @@ def test_dashboard_in_a_real_browser(dashboard_url: str, browser: Any, tmp_path:
     shot = tmp_path / "dashboard.png"
     assert browser.save_screenshot(str(shot))
     assert shot.stat().st_size > 20_000
-    # The README's screenshot, taken by this test (atomic: other test runs may read it).
-    SCREENSHOT.parent.mkdir(exist_ok=True)
-    tmp = SCREENSHOT.with_name(f".{SCREENSHOT.name}.{os.getpid()}")
-    shutil.copyfile(shot, tmp)
-    os.replace(tmp, SCREENSHOT)
+    _publish(shot, SCREENSHOT)
 
     # The trial list: the trial count, trial 0's params, provenance attrs and its artifact.
     browser.get(f"{dashboard_url}/trials")
@@ -226,9 +233,7 @@ def test_dashboard_in_a_real_browser(dashboard_url: str, browser: Any, tmp_path:
     _wait_text(browser, r"Artifacts[\s\S]*result\.json")
     trials_shot = tmp_path / "dashboard-trials.png"
     assert browser.save_screenshot(str(trials_shot))
-    tmp = SCREENSHOT.with_name(f".dashboard-trials.png.{os.getpid()}")
-    shutil.copyfile(trials_shot, tmp)
-    os.replace(tmp, SCREENSHOT.with_name("dashboard-trials.png"))
+    _publish(trials_shot, SCREENSHOT.with_name("dashboard-trials.png"))
 
     # The study list (home) shows the sweep too.
     browser.get(dashboard_url.split("/dashboard")[0] + "/dashboard")
