@@ -41,21 +41,51 @@ def admin_engine() -> sa.Engine:
                             pool_pre_ping=True, connect_args={"connect_timeout": 5})
 
 
+def wait_for_server(timeout_s: float = 120.0) -> None:
+    """Block until PostgreSQL accepts connections again (other people's fault-injection tests
+    restart the shared server now and then)."""
+    deadline = time.monotonic() + timeout_s
+    engine = admin_engine()
+    try:
+        while True:
+            try:
+                with engine.connect() as conn:
+                    conn.execute(sa.text("SELECT 1"))
+                return
+            except sa.exc.OperationalError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(1.0)
+    finally:
+        engine.dispose()
+
+
+def _admin(sql: str) -> None:
+    for attempt in range(3):
+        engine = admin_engine()
+        try:
+            with engine.connect() as conn:
+                conn.execute(sa.text(sql))
+            return
+        except (sa.exc.OperationalError, sa.exc.InterfaceError):
+            if attempt == 2:
+                raise
+            wait_for_server()
+        finally:
+            engine.dispose()
+
+
 @contextmanager
 def fresh_database(tag: str) -> Iterator[tuple[str, str]]:
     """A new empty database for one measurement, dropped afterwards (even on error).
     Yields (database name, URL in the plain ``postgresql://`` form users write)."""
     name = f"sweeper_bench_{tag}_{uuid.uuid4().hex[:8]}"
-    engine = admin_engine()
+    _admin(f'CREATE DATABASE "{name}"')
     try:
-        with engine.connect() as conn:
-            conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
         base = admin_url().rsplit("/", 1)[0]
         yield name, f"{base}/{name}"
     finally:
-        with engine.connect() as conn:
-            conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        engine.dispose()
+        _admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 def optuna_storage(url: str) -> Any:
@@ -237,19 +267,55 @@ def verdict(ok: bool) -> str:
 DISTURBED: list[str] = []
 
 
+def _disturbance(e: BaseException) -> bool:
+    """A run that ended because of the machine, not the code under test: a worker killed from
+    outside, or the shared PostgreSQL server restarting under it."""
+    from sweeper.errors import StorageError
+
+    seen: BaseException | None = e
+    for _ in range(10):
+        if seen is None:
+            return False
+        if isinstance(seen, (Disturbed, StorageError, sa.exc.OperationalError,
+                             sa.exc.InterfaceError)):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
 def undisturbed(fn: Callable[[], T], what: str, log: Callable[[str], None],
                 tries: int = 3) -> T:
-    """``fn()``, repeated (up to ``tries`` times) when it raises ``Disturbed``: a measurement
-    is only kept from a run that completed exactly as designed, and every repeat is recorded."""
+    """``fn()``, repeated (up to ``tries`` times) when the run was disturbed from outside: a
+    measurement is only kept from a run that completed exactly as designed, and every repeat is
+    recorded in the results."""
     for attempt in range(1, tries + 1):
+        started = server_started_at()
         try:
-            return fn()
-        except Disturbed as e:
-            DISTURBED.append(f"{what}: {e}")
-            if attempt == tries:
+            result = fn()
+        except Exception as e:
+            if not _disturbance(e) or attempt == tries:
                 raise
-            log(f"  {what}: run disturbed ({e}); repeating it")
+            why = (str(e).strip().splitlines() or [type(e).__name__])[0][:300]
+        else:
+            if server_started_at() == started:
+                return result
+            why = "the PostgreSQL server restarted during the run"
+            if attempt == tries:
+                raise Disturbed(why)
+        DISTURBED.append(f"{what}: {why}")
+        log(f"  {what}: run disturbed ({why}); repeating it")
+        wait_for_server()
     raise AssertionError("unreachable")
+
+
+def server_started_at() -> str:
+    wait_for_server()
+    engine = admin_engine()
+    try:
+        with engine.connect() as conn:
+            return str(conn.execute(sa.text("SELECT pg_postmaster_start_time()")).scalar_one())
+    finally:
+        engine.dispose()
 
 
 class Disturbed(RuntimeError):

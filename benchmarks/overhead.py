@@ -29,7 +29,8 @@ def sweeper_wall(n: int, duration: float, workers: int) -> dict[str, Any]:
         run = run_sweep(url, sleep_spec("bench-overhead", n, duration, workers))
     if run.counts.get("COMPLETE") != n:
         raise Disturbed(f"sweeper overhead run: expected {n} COMPLETE, got {run.counts}")
-    return {"wall_s": run.wall_s, "counts": run.counts, "workers_started": run.workers_started}
+    return {"wall_s": run.wall_s, "counts": run.counts, "workers_started": run.workers_started,
+            "phases": run.phases}
 
 
 def plain_wall(n: int, duration: float, workers: int) -> dict[str, Any]:

@@ -16,11 +16,19 @@ from __future__ import annotations
 
 import math
 import time
+from functools import partial
 from typing import Any
 
 import sqlalchemy as sa
 
-from benchmarks.common import Row, fresh_database, optuna_storage, summary_ms, verdict
+from benchmarks.common import (
+    Row,
+    fresh_database,
+    optuna_storage,
+    summary_ms,
+    undisturbed,
+    verdict,
+)
 
 
 def grid_spec(name: str, n: int) -> dict[str, Any]:
@@ -227,11 +235,11 @@ def latency(small: int, large: int, samples: int, log: Any) -> dict[str, Any]:
 def run(sizes: dict[str, Any], log: Any) -> tuple[list[Row], dict[str, Any]]:
     n_plan, n_loop = sizes["enqueue_n"], sizes["enqueue_loop_n"]
     log(f"scaling: bulk enqueue of {n_plan:,} grid points")
-    bulk = enqueue_sweeper(n_plan)
+    bulk = undisturbed(partial(enqueue_sweeper, n_plan), "enqueue sweeper", log)
     log(f"  {bulk['wall_s']:.2f}s")
     log(f"scaling: enqueue_trial loop of {n_loop:,} points"
         + (f" (extrapolated to {n_plan:,})" if n_loop < n_plan else ""))
-    loop = enqueue_loop(n_plan, n_loop)
+    loop = undisturbed(partial(enqueue_loop, n_plan, n_loop), "enqueue loop", log)
     log(f"  {loop['wall_s']:.2f}s ({loop['per_trial_ms']:.2f} ms per trial)")
     speedup = loop["extrapolated_wall_s"] / bulk["wall_s"]
     how = f"extrapolated from {n_loop:,}" if loop["extrapolated"] else "measured"
@@ -244,7 +252,8 @@ def run(sizes: dict[str, Any], log: Any) -> tuple[list[Row], dict[str, Any]]:
                  "speedup": speedup})]
 
     small, large = sizes["latency_sizes"]
-    lat = latency(small, large, sizes["latency_samples"], log)
+    lat = undisturbed(partial(latency, small, large, sizes["latency_samples"], log), "latency",
+                      log)
     s, g = lat[str(small)], lat[str(large)]
 
     def ratio(key: str, q: str) -> float:

@@ -8,9 +8,18 @@ import os
 import subprocess
 import sys
 import time
+from functools import partial
 from typing import Any
 
-from benchmarks.common import REPO, Row, fresh_database, median, optuna_storage, plain_env
+from benchmarks.common import (
+    REPO,
+    Row,
+    fresh_database,
+    median,
+    optuna_storage,
+    plain_env,
+    undisturbed,
+)
 
 
 def _python(args: list[str], env: dict[str, str]) -> float:
@@ -84,9 +93,9 @@ def per_trial(n: int) -> dict[str, Any]:
 def run(sizes: dict[str, Any], log: Any) -> tuple[list[Row], dict[str, Any]]:
     os.environ.setdefault("SWEEPER_LOG_LEVEL", "WARNING")
     log("startup: trial runner process start-up")
-    st = runner_startup(sizes["startup_repeats"])
+    st = undisturbed(partial(runner_startup, sizes["startup_repeats"]), "runner start-up", log)
     log("startup: per-trial database work, sweeper run_index vs plain study.optimize")
-    pt = per_trial(sizes["per_trial_n"])
+    pt = undisturbed(partial(per_trial, sizes["per_trial_n"]), "per-trial cost", log)
     runner, imports = median(st["runner_one_trial_s"]), median(st["runner_imports_s"])
     rows = [
         Row("runner start-up (python -m trial_runner, one 0 s trial)",

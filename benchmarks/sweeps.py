@@ -47,6 +47,8 @@ class SweepRun:
     finished: int
     failed: int
     workers_started: int
+    #: seconds from the start: backend called, each worker ready, workers being stopped, done
+    phases: dict[str, Any]
 
 
 def run_sweep(url: str, spec: dict[str, Any], log_root: Path | None = None,
@@ -72,14 +74,33 @@ def run_sweep(url: str, spec: dict[str, Any], log_root: Path | None = None,
         sweep, _ = create_or_resume(storage, parsed)
         todo = unfinished_indexes(index_table(storage, parsed, sweep.study_id))
         progress = Progress(sweep, stream=io.StringIO())
-        result = LocalBackend(Path(tmp) / parsed.name, max_starting=max_starting).run(
+        phases: dict[str, Any] = {"backend_s": time.perf_counter() - t0, "ready_s": []}
+
+        class Timed(LocalBackend):
+            """The local backend, noting when workers become ready and when stopping starts
+            (for the figures only; it runs exactly the same code)."""
+
+            def _read(self, w: Any, *args: Any, **kwargs: Any) -> Any:
+                was = w.ready
+                try:
+                    return super()._read(w, *args, **kwargs)
+                finally:
+                    if w.ready and not was:
+                        phases["ready_s"].append(time.perf_counter() - t0)
+
+            def _stop_all(self, *args: Any, **kwargs: Any) -> Any:
+                phases.setdefault("stop_s", time.perf_counter() - t0)
+                return super()._stop_all(*args, **kwargs)
+
+        result = Timed(Path(tmp) / parsed.name, max_starting=max_starting).run(
             sweep, todo, storage_url=url, parallelism=parsed.parallelism, tick=progress.tick)
         progress.close()
         wall = time.perf_counter() - t0
+        phases["end_s"] = wall
         counts = state_counts(storage, sweep.study_id)
         storage.engine.dispose()
         started = len(list((Path(tmp) / parsed.name).glob("worker-*.log")))
     if result.failed or result.interrupted or counts.get("FAIL"):
         raise Disturbed(f"sweep {parsed.name} did not finish cleanly: {len(result.failed)} "
                         f"failed index(es), trials by state {counts}")
-    return SweepRun(wall, counts, len(result.finished), len(result.failed), started)
+    return SweepRun(wall, counts, len(result.finished), len(result.failed), started, phases)
