@@ -108,8 +108,9 @@ def launch_plain(job: Mapping[str, Any], log: Path) -> subprocess.Popen[bytes]:
     """Start one plain-Optuna worker process (``benchmarks.plain``) for ``job``."""
     out = open(log, "ab")  # noqa: SIM115 - handed to the child, closed below
     try:
-        return subprocess.Popen([sys.executable, "-m", "benchmarks.plain", json.dumps(job)],
-                                cwd=REPO, env=plain_env(), stdin=subprocess.DEVNULL,
+        env = dict(plain_env(), SWEEPER_BENCH_JOB=json.dumps(job))  # not argv: it has a password
+        return subprocess.Popen([sys.executable, "-m", "benchmarks.plain"],
+                                cwd=REPO, env=env, stdin=subprocess.DEVNULL,
                                 stdout=out, stderr=out)
     finally:
         out.close()

@@ -1,4 +1,4 @@
-"""One plain-Optuna worker process: ``python -m benchmarks.plain '<job as JSON>'``.
+"""One plain-Optuna worker process: ``SWEEPER_BENCH_JOB=<job as JSON> python -m benchmarks.plain``.
 
 What an Optuna user writes without an orchestrator: load the shared study from the RDB storage
 and call ``study.optimize``. Jobs:
@@ -11,6 +11,7 @@ and call ``study.optimize``. Jobs:
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from typing import Any
@@ -31,7 +32,8 @@ def _objective(dims: int, duration: float, grid: bool) -> Any:
 
 
 def main(argv: list[str]) -> int:
-    job = json.loads(argv[0])
+    # The job (with the storage URL and its password) comes through the environment, not argv.
+    job = json.loads(argv[0] if argv else os.environ["SWEEPER_BENCH_JOB"])
     import optuna
     from optuna.storages import RDBStorage
 

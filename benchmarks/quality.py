@@ -119,6 +119,35 @@ def plain_parallel(name: str, dims: int, trials: int, workers: int, seed: int,
     return best
 
 
+def _summary_ratio(best: dict[str, dict[str, list[float]]], dims: int,
+                   picks: dict[str, list[int]]) -> float:
+    means = {}
+    for m in ("sweeper_parallel_tpe", "sequential_tpe"):
+        norm = []
+        for name in FUNCTIONS:
+            opt = optimum(name, dims)
+            b = best[name]
+            norm.append(statistics.fmean(b[m][i] - opt for i in picks[name])
+                        / statistics.fmean(b["random"][i] - opt for i in picks[name]))
+        means[m] = statistics.fmean(norm)
+    return means["sweeper_parallel_tpe"] / means["sequential_tpe"]
+
+
+def bootstrap_ratio(best: dict[str, dict[str, list[float]]], dims: int,
+                    rounds: int = 2000) -> tuple[float, float]:
+    """5th and 95th percentiles of the parallel/sequential ratio when the seeds of each
+    function are resampled with replacement: how much of a difference is seed noise."""
+    import random
+
+    from benchmarks.common import percentile
+
+    rng = random.Random(0)
+    n = len(best["sphere"]["random"])
+    ratios = [_summary_ratio(best, dims, {f: [rng.randrange(n) for _ in range(n)]
+                                          for f in FUNCTIONS}) for _ in range(rounds)]
+    return percentile(ratios, 5), percentile(ratios, 95)
+
+
 def run(sizes: dict[str, Any], log: Any) -> tuple[list[Row], dict[str, Any]]:
     import optuna
 
@@ -154,11 +183,13 @@ def run(sizes: dict[str, Any], log: Any) -> tuple[list[Row], dict[str, Any]]:
     detail = "; ".join(f"{f} {per_function[f]['sweeper_parallel_tpe']:.2f}/"
                        f"{per_function[f]['sequential_tpe']:.2f}" for f in FUNCTIONS)
     size = f"{dims}-D, {trials} trials, {seeds} seed(s)"
+    lo, hi = bootstrap_ratio(best, dims)
+    spread = f"; 90% bootstrap interval over seeds {lo:.2f}-{hi:.2f}" if seeds > 1 else ""
     rows = [
         Row(f"quality ({size}): parallel vs sequential TPE",
             f"normalised regret sweeper W={workers} {par:.3f} vs sequential {seq:.3f} = "
-            f"{par / seq:.2f}x ({detail})", "<= 1.25x", verdict(par <= 1.25 * seq),
-            {"ratio": par / seq, **mean}),
+            f"{par / seq:.2f}x{spread} ({detail})", "<= 1.25x", verdict(par <= 1.25 * seq),
+            {"ratio": par / seq, "ratio_interval_90": [lo, hi], **mean}),
         Row("quality: both well below random (1.0)",
             f"sweeper {par:.3f}, sequential {seq:.3f}, random 1.000", "both <= 0.5",
             verdict(par <= 0.5 and seq <= 0.5), dict(mean)),

@@ -177,8 +177,9 @@ def notes(result: dict[str, Any]) -> list[str]:
         stop = ph.get("stop_s", ph["end_s"])
         per_trial = (sum(stop - x for x in ready) - n * t) / n * 1000.0
         out.append(
-            f"Overhead N={n} (sweeper {r['wall_s']:.1f} s, ideal {ideal:.1f} s, 1.05x budget "
-            f"{0.05 * ideal:.2f} s): {ph['backend_s']:.2f} s to open the storage and enqueue; "
+            f"Overhead N={n}, ideal {ideal:.1f} s, 1.05x budget {0.05 * ideal:.2f} s; where a "
+            f"sweeper run of {r['wall_s']:.1f} s went: {ph['backend_s']:.2f} s to open the "
+            f"storage and enqueue; "
             f"workers ready {median(ready) - ph['backend_s']:.2f} s later (median; last "
             f"{max(ready) - ph['backend_s']:.2f} s, {result['machine']['nproc']} starting at a "
             f"time); then {per_trial:.0f} ms per trial per worker beyond the {t:g} s sleep "

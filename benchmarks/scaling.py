@@ -164,9 +164,9 @@ class _Study:
         trial_id = got[0]
         spec = self.sweep.spec
         study = self.sweep.study(sampler=make_sampler(spec, index), pruner=make_pruner(spec))
-        attach_trial(study, trial_id)
+        number = attach_trial(study, trial_id)
         t2 = time.perf_counter()
-        _tell(study, trial_id, TrialState.COMPLETE, [float(index)])
+        _tell(study, trial_id, TrialState.COMPLETE, [float(index)], number=number)
         t3 = time.perf_counter()
         if timed:
             self.claim.append(t1 - t0)
