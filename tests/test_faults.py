@@ -130,7 +130,7 @@ def test_frozen_runner_is_failed_by_the_watcher_and_retried(pg_url: str,
     spec = _spec(tmp_path, "frozen", indexes=6, parallelism=2, duration=3.0)
     env = _env(pg_url, tmp_path, SWEEPER_GRACE_PERIOD="2", SWEEPER_HEARTBEAT_INTERVAL="0.3")
     proc = _sweep(spec, env, tmp_path)
-    _wait_running(pg_url, "frozen")
+    _wait_running(pg_url, "frozen", n=2)  # both workers are mid-trial: freeze one of them
     pid = runner_pids("frozen")[0]
     os.kill(pid, signal.SIGSTOP)
     try:

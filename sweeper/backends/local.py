@@ -33,6 +33,8 @@ from trial_runner import exitcodes
 logger = logging.getLogger(__name__)
 #: Workers in a row that die before they are ready before the sweep gives up.
 _MAX_STARTUP_FAILURES = 5
+#: Seconds a worker may take from being handed an index to claiming its trial.
+_START_TIMEOUT_S = 30.0
 
 
 def detect_gpus(env: dict[str, str] | None = None) -> list[str]:
@@ -281,9 +283,23 @@ class LocalBackend:
         """Fail trials whose heartbeat went stale and SIGKILL the workers that held them (a
         frozen process cannot be trusted to come back); _reap then retries the index."""
         stale = set(fail_stale_trials(sweep.storage, sweep.study_id, self.grace_period_s))
+        now = time.monotonic()
         for w in workers:
             if w.trial_id is not None and w.trial_id in stale:
                 logger.warning("index %s: heartbeat stale; killing worker %d", w.index, w.slot)
+                w.proc.kill()
+            elif w.index is not None and w.trial_id is None and \
+                    now - w.started_at > max(self.grace_period_s, _START_TIMEOUT_S):
+                # Handed an index but never claimed it: frozen before it could (no trial is
+                # RUNNING, so no heartbeat can go stale). Unless another runner holds the
+                # index and is alive, the worker is killed and the index handed out again.
+                latest = attempts(sweep.storage, sweep.study_id, w.index)[-1:]
+                if latest and latest[0].state == TrialState.RUNNING and \
+                        (latest[0].heartbeat_age_s or 0.0) <= self.grace_period_s:
+                    w.started_at = now
+                    continue
+                logger.warning("index %s: worker %d did not start it; killing the worker",
+                               w.index, w.slot)
                 w.proc.kill()
 
     def _stop_all(self, workers: list[_Worker], sweep: Sweep) -> None:
