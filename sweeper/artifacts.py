@@ -70,8 +70,8 @@ def dashboard_artifacts_spec(storage: BaseStorage) -> ArtifactsSpec:
     """The store a dashboard over a whole storage should list: the one every sweeper sweep in
     it shares, else the default (one dashboard serves one store; name a sweep for its own)."""
     from sweeper.errors import SpecError
+    from sweeper.protocol import SPEC_ATTR
     from sweeper.spec import parse_spec_dict
-    from sweeper.study import SPEC_ATTR
 
     found: set[ArtifactsSpec] = set()
     for study in storage.get_all_studies():

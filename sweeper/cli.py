@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 
 import click
 
-from sweeper import __version__
+from sweeper import __version__, protocol
 from sweeper.errors import SpecError, SweeperError, SweepFailedError
 
 logger = logging.getLogger("sweeper")
@@ -193,7 +193,9 @@ def _kubernetes_backend(kubeconfig: str | None, context: str | None, detach: boo
     clients = _clients(kubeconfig, context)
     clients.api_client()  # a missing or broken kubeconfig fails here, before storage is touched
     return KubernetesBackend(clients, detach=detach,
-                             poll_interval_s=float(os.environ.get("SWEEPER_POLL_INTERVAL", 1.0)),
+                             poll_interval_s=protocol.env_float(
+                                 os.environ, protocol.ENV_POLL_INTERVAL,
+                                 protocol.DEFAULT_POLL_INTERVAL_S),
                              echo=lambda line: click.echo(line, err=True))
 
 
@@ -305,7 +307,7 @@ def _summary(sweep: Any, url: str) -> None:
         title = "Pareto-optimal trials" if len(metrics) > 1 else "best trials"
         click.echo(f"\n{title} of {sweep.name}:")
         click.echo(format_table(["trial", "index", *metrics, *names], [
-            [t.number, t.user_attrs.get("sweeper:index"), *(t.values or []),
+            [t.number, t.user_attrs.get(protocol.INDEX_ATTR), *(t.values or []),
              *(t.params.get(n) for n in names)] for t in top]))
     else:
         click.echo(f"\n{sweep.name}: no complete trial yet")
@@ -498,14 +500,14 @@ def _status_jobs(sweep: Any, kube: bool | None, namespace: str | None, kubeconfi
                  context: str | None) -> list[Any] | None:
     """The sweep's Jobs for ``status``; None when not asked for or not available. Automatic
     (``kube`` None) only for sweeps launched on Kubernetes, and never fatal."""
-    from sweeper.backends.kubernetes import LAUNCHES_ATTR, sweep_jobs
+    from sweeper.backends.kubernetes import sweep_jobs
     from sweeper.errors import BackendError
 
     if kube is False:
         return None
     clients = _clients(kubeconfig, context, timeout_s=30.0 if kube else 5.0)
     if kube is None:
-        launched = sweep.storage.get_study_user_attrs(sweep.study_id).get(LAUNCHES_ATTR)
+        launched = sweep.storage.get_study_user_attrs(sweep.study_id).get(protocol.LAUNCHES_ATTR)
         if not launched or not clients.configured():
             return None
     ns = namespace or sweep.spec.kubernetes.namespace
@@ -527,10 +529,10 @@ def _job_record(j: Any) -> dict[str, Any]:
 
 def _stored_sweep(name: str, storage: str | None) -> Any | None:
     """The sweep record if the storage is at hand (logs/cancel work without it too)."""
-    from sweeper.study import DEFAULT_STORAGE, resolve_storage_url
+    from sweeper.study import resolve_storage_url
 
     url = resolve_storage_url(storage)
-    if url == DEFAULT_STORAGE and not Path("sweeps.db").exists():
+    if url == protocol.DEFAULT_STORAGE and not Path("sweeps.db").exists():
         return None
     try:
         return _open_sweep(name, storage)[0]
@@ -644,14 +646,13 @@ def resume(name: str, storage: str | None, backend: str | None, parallelism: int
            kubeconfig: str | None, context: str | None, detach: bool) -> None:
     """Run only the indexes of a stored sweep that have no finished trial (its spec comes from
     the study; on Kubernetes a new, sparse Job NAME-r<N>)."""
-    from sweeper.backends.kubernetes import LAUNCHES_ATTR
     from sweeper.backends.manifests import with_kubernetes
 
     sweep, url = _open_sweep(name, storage)
     spec = sweep.spec.with_overrides(parallelism=parallelism)
     spec = with_kubernetes(spec, image=image, namespace=namespace, storage_secret=storage_secret)
     if backend is None:
-        launched = sweep.storage.get_study_user_attrs(sweep.study_id).get(LAUNCHES_ATTR)
+        launched = sweep.storage.get_study_user_attrs(sweep.study_id).get(protocol.LAUNCHES_ATTR)
         backend = "kubernetes" if launched else "local"
     _launch(spec, url, _backend(backend, spec, log_dir, kubeconfig, context, detach))
 

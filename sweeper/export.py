@@ -16,14 +16,16 @@ from typing import Any
 from optuna.trial import FrozenTrial
 
 from sweeper.artifacts import trial_artifacts
+from sweeper.protocol import (
+    CODE_VERSION_ATTR,
+    DEVICE_ATTR,
+    HASH_ATTR,
+    HISTORY_ATTR,
+    RETRY_OF_ATTR,
+)
 from sweeper.report import trial_record
 from sweeper.spec import SweepSpec
-from sweeper.study import HASH_ATTR, RETRY_OF_ATTR
 
-# Set by the trial runner (trial_runner.context / trial_runner.provenance; a test keeps them equal).
-DEVICE_ATTR = "sweeper:device"
-HISTORY_ATTR = "sweeper:history"
-CODE_VERSION_ATTR = "sweeper:code_version"
 FORMAT_VERSION = 1
 
 #: The fixed leading CSV columns; then values.<metric>, params.<name>, the fixed trailing

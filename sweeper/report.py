@@ -14,7 +14,8 @@ from typing import IO, Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from sweeper.study import ATTEMPT_ATTR, FAIL_REASON_ATTR, INDEX_ATTR, Sweep, state_counts
+from sweeper.protocol import ATTEMPT_ATTR, ATTR_PREFIX, FAIL_REASON_ATTR, INDEX_ATTR
+from sweeper.study import Sweep, state_counts
 
 # --------------------------------------------------------------------------- tables
 
@@ -143,7 +144,7 @@ def trial_record(t: FrozenTrial, metrics: Sequence[str]) -> dict[str, Any]:
         "values": values,
         "params": dict(t.params),
         "user_attrs": {k: v for k, v in t.user_attrs.items()
-                       if not k.startswith("sweeper:") and k not in metrics},
+                       if not k.startswith(ATTR_PREFIX) and k not in metrics},
         "fail_reason": t.user_attrs.get(FAIL_REASON_ATTR),
         "datetime_start": t.datetime_start.isoformat() if t.datetime_start else None,
         "datetime_complete": t.datetime_complete.isoformat() if t.datetime_complete else None,

@@ -21,6 +21,7 @@ from typing import Any, Literal
 import yaml
 
 from sweeper.errors import SpecError
+from sweeper.protocol import RESERVED_ENV
 
 METHODS = ("grid", "random", "tpe")
 DIRECTIONS = ("minimize", "maximize")
@@ -383,11 +384,6 @@ _RESOURCE_KEYS = ("gpu", "cpu", "memory")
 _K8S_KEYS = ("image", "image_pull_policy", "namespace", "storage_secret", "storage_secret_key",
              "service_account", "node_selector", "tolerations", "image_pull_secrets", "env",
              "indexes_per_pod", "active_deadline", "ttl_after_finished")
-#: Set by sweeper in every trial pod; runner tuning (SWEEPER_HEARTBEAT_INTERVAL,
-#: SWEEPER_GRACE_PERIOD, SWEEPER_LOG_LEVEL, SWEEPER_CODE_VERSION) may be given in kubernetes.env.
-_RESERVED_ENV = ("JOB_ID", "JOB_COMPLETION_INDEX", "SWEEPER_STORAGE", "SWEEPER_STUDY",
-                 "SWEEPER_INDEX_MAP", "SWEEPER_INDEXES_PER_POD", "SWEEPER_CHECKPOINT_DIR",
-                 "SWEEPER_CMD_FD", "SWEEPER_RESULT_FD", "SWEEPER_LOG_DIR", "SWEEPER_PARENT_PID")
 _TOLERATION_KEYS = ("key", "operator", "value", "effect", "tolerationSeconds")
 _ARTIFACT_KEYS = ("store", "path", "bucket", "prefix", "endpoint_url", "region",
                   "credentials_secret")
@@ -890,7 +886,7 @@ class _Validator:
             for k, v in env.items():
                 if not _ENV_NAME_RE.match(k):
                     raise self.err((*path, "env", k), f"{k!r} is not a valid env var name")
-                if k in _RESERVED_ENV:
+                if k in RESERVED_ENV:
                     raise self.err((*path, "env", k), f"{k} is set by sweeper itself")
                 if isinstance(v, (dict, list)) or v is None:
                     raise self.err((*path, "env", k), f"expected a string, got {_kind(v)}")

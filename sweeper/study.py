@@ -29,19 +29,23 @@ from optuna.storages import RDBStorage
 from optuna.trial import TrialState
 
 from sweeper.errors import SpecError, StorageError, StudyNotFoundError
+from sweeper.protocol import (
+    ATTEMPT_ATTR,
+    DEFAULT_STORAGE,
+    ENQUEUED_ATTR,
+    ENV_STORAGE,
+    FAIL_REASON_ATTR,
+    FIXED_PARAMS_ATTR,
+    HASH_ATTR,
+    INDEX_ATTR,
+    METRIC_NAMES_ATTR,
+    RETRY_OF_ATTR,
+    SPEC_ATTR,
+)
 from sweeper.spec import SweepSpec, parse_spec_dict
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_STORAGE = "sqlite:///sweeps.db"
-INDEX_ATTR = "sweeper:index"
-ATTEMPT_ATTR = "sweeper:attempt"
-RETRY_OF_ATTR = "sweeper:retry_of"
-FAIL_REASON_ATTR = "sweeper:fail_reason"
-SPEC_ATTR = "sweeper:spec"
-HASH_ATTR = "sweeper:spec_hash"
-ENQUEUED_ATTR = "sweeper:enqueued"
-METRIC_NAMES_ATTR = "study:metric_names"  # Optuna's own key (Study.set_metric_names)
 FINISHED = (TrialState.COMPLETE, TrialState.PRUNED)
 
 T = TypeVar("T")
@@ -56,7 +60,7 @@ def resolve_storage_url(flag: str | None, spec: SweepSpec | None = None,
     import os
 
     env = os.environ if env is None else env
-    return flag or env.get("SWEEPER_STORAGE") or (spec.storage if spec else None) \
+    return flag or env.get(ENV_STORAGE) or (spec.storage if spec else None) \
         or DEFAULT_STORAGE
 
 
@@ -432,7 +436,7 @@ def _bulk_insert_trials(conn: sa.Connection, study_id: int, rows: list[_TrialRow
             user_attrs.append({"trial_id": tid, "key": RETRY_OF_ATTR,
                                "value_json": json.dumps(r.retry_of)})
         if r.params is not None:
-            system_attrs.append({"trial_id": tid, "key": "fixed_params",
+            system_attrs.append({"trial_id": tid, "key": FIXED_PARAMS_ATTR,
                                  "value_json": json.dumps(r.params)})
     conn.execute(models.TrialUserAttributeModel.__table__.insert(), user_attrs)
     if system_attrs:

@@ -16,7 +16,6 @@ import yaml
 from optuna.distributions import CategoricalDistribution, FloatDistribution
 from optuna.trial import TrialState, create_trial
 
-from sweeper import export
 from sweeper.export import CSV_HEAD, CSV_TAIL, export_document, to_csv, to_json
 from sweeper.spec import parse_spec
 from tests.compare_support import invoke, isolate, quadratic_spec, run_sweep
@@ -101,14 +100,6 @@ def test_csv_columns_and_cells() -> None:
     assert done["artifacts"] == '["model.pt"]' and done["user_attrs.note"] == '{"k":[1,2]}'
     assert failed["values.loss"] == "" and failed["fail_reason"].startswith("objective raised")
     assert waiting["state"] == "WAITING" and waiting["params.x"] == ""
-
-
-def test_runner_and_export_agree_on_attr_names() -> None:
-    from trial_runner import context, provenance
-
-    assert export.DEVICE_ATTR == context.DEVICE_ATTR
-    assert export.HISTORY_ATTR == context.HISTORY_ATTR
-    assert export.CODE_VERSION_ATTR == provenance.CODE_VERSION_ATTR
 
 
 # --------------------------------------------------------------------------- the CLI, for real

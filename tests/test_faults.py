@@ -17,9 +17,9 @@ import pytest
 import yaml
 from optuna.trial import TrialState
 
+from sweeper import protocol
 from sweeper.study import open_storage
 from tests.chaos import REPO, SWEEPER, chaos_spec, check, run_chaos, runner_pids
-from trial_runner import exitcodes
 
 pytestmark = pytest.mark.slow
 
@@ -199,7 +199,7 @@ def test_sigterm_inside_a_runner_fails_the_trial_resumably(pg_url: str, tmp_path
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 128 + signal.SIGTERM, err
-    assert proc.returncode not in (exitcodes.NO_RETRY, exitcodes.CONFIG)
+    assert proc.returncode not in (protocol.EXIT_NO_RETRY, protocol.EXIT_CONFIG)
     (t,) = optuna.load_study(study_name="term", storage=open_storage(pg_url)).get_trials()
     assert t.state == TrialState.FAIL
     assert "interrupted by SIGTERM" in t.user_attrs["sweeper:fail_reason"]

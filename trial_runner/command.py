@@ -24,6 +24,7 @@ from typing import Any
 
 import optuna
 
+from sweeper import protocol
 from trial_runner.context import TrialContext, TrialTimeout
 
 _PAIR_RE = re.compile(
@@ -31,7 +32,7 @@ _PAIR_RE = re.compile(
     r"([-+]?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|\.\d+(?:[eE][-+]?\d+)?|nan|inf|infinity))(?![\w.])",
     re.IGNORECASE)
 #: Environment variables never passed on to the user's program (the storage URL has a password).
-_SECRET_ENV = ("SWEEPER_STORAGE",)
+_SECRET_ENV = protocol.SECRET_ENV
 
 
 def parse_metric_line(line: str) -> dict[str, float]:
@@ -73,10 +74,10 @@ def run_command(ctx: TrialContext, template: Sequence[str], timeout_s: float | N
     metrics_file = workdir / "metrics.json"
     env = {k: v for k, v in os.environ.items() if k not in _SECRET_ENV}
     env.update({
-        "SWEEPER_PARAMS": json.dumps(ctx.params), "SWEEPER_PARAMS_FILE": str(params_file),
-        "SWEEPER_METRICS_FILE": str(metrics_file), "JOB_ID": str(ctx.index),
-        "SWEEPER_TRIAL_NUMBER": str(ctx.trial_number),
-        "SWEEPER_CHECKPOINT_DIR": str(ctx.checkpoint_dir), "PYTHONUNBUFFERED": "1",
+        protocol.ENV_PARAMS: json.dumps(ctx.params), protocol.ENV_PARAMS_FILE: str(params_file),
+        protocol.ENV_METRICS_FILE: str(metrics_file), protocol.ENV_JOB_ID: str(ctx.index),
+        protocol.ENV_TRIAL_NUMBER: str(ctx.trial_number),
+        protocol.ENV_CHECKPOINT_DIR: str(ctx.checkpoint_dir), "PYTHONUNBUFFERED": "1",
     })
     ctx.checkpoint_dir.mkdir(parents=True, exist_ok=True)
     try:

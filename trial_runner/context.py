@@ -15,11 +15,10 @@ from typing import Any
 
 import optuna
 
+from sweeper.protocol import DEVICE_ATTR, HISTORY_ATTR, RESUMED_ATTR
+
 logger = logging.getLogger(__name__)
 
-HISTORY_ATTR = "sweeper:history"
-DEVICE_ATTR = "sweeper:device"
-RESUMED_ATTR = "sweeper:resumed_from_step"
 _CHECKPOINT = "checkpoint.pt"
 
 

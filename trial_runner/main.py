@@ -17,43 +17,19 @@ import logging
 import os
 import signal
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from types import FrameType
 from typing import Any
 
+from sweeper import protocol
 from sweeper.entrypoint import load_entrypoint
 from sweeper.errors import SpecError, StorageError
 from sweeper.spec import SweepSpec
-from sweeper.study import DEFAULT_STORAGE, Sweep, load_sweep, open_storage
-from trial_runner import exitcodes
+from sweeper.study import Sweep, load_sweep, open_storage
 from trial_runner.context import TrialContext
 from trial_runner.runner import Interrupted, Outcome, RunnerSettings, run_index
 
 logger = logging.getLogger("trial_runner")
-
-
-def job_indexes(env: Mapping[str, str], n_indexes: int) -> list[int]:
-    """The sweep indexes this process must run, from the Job's completion index. Pure."""
-    raw = env.get("JOB_ID", env.get("JOB_COMPLETION_INDEX"))
-    if raw is None or not raw.strip().isdigit():
-        raise ValueError(f"JOB_ID must be a non-negative integer, got {raw!r}")
-    job_id = int(raw)
-    index_map = env.get("SWEEPER_INDEX_MAP")
-    per_pod = int(env.get("SWEEPER_INDEXES_PER_POD", "1") or 1)
-    if per_pod < 1:
-        raise ValueError("SWEEPER_INDEXES_PER_POD must be >= 1")
-    if index_map:
-        universe = [int(x) for x in index_map.split(",") if x.strip()]
-    else:
-        universe = list(range(n_indexes))
-    chunk = universe[job_id * per_pod:(job_id + 1) * per_pod]
-    if not chunk:
-        raise ValueError(f"JOB_ID {job_id} is outside the sweep ({len(universe)} indexes, "
-                         f"{per_pod} per pod)")
-    for i in chunk:
-        if not 0 <= i < n_indexes:
-            raise ValueError(f"index {i} is outside the sweep (0..{n_indexes - 1})")
-    return chunk
 
 
 def load_objective(spec: SweepSpec) -> Callable[[TrialContext], Any]:
@@ -69,14 +45,6 @@ def _raise_interrupted(signum: int, frame: FrameType | None) -> None:
     raise Interrupted(signum)
 
 
-def combine(codes: list[int]) -> int:
-    """One exit code for a pod that ran several indexes: retry if any attempt can be retried."""
-    for code in (exitcodes.CONFIG, exitcodes.RETRY, exitcodes.NO_RETRY):
-        if code in codes:
-            return code
-    return exitcodes.OK
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m trial_runner", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -84,30 +52,32 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--index", type=int, help="run this index (default: from $JOB_ID)")
     parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    logging.basicConfig(level=os.environ.get("SWEEPER_LOG_LEVEL", "INFO"),
+    logging.basicConfig(level=os.environ.get(protocol.ENV_LOG_LEVEL, "INFO"),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
     logging.getLogger("sqlalchemy").setLevel(logging.WARNING)
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
 
-    name = args.study or os.environ.get("SWEEPER_STUDY")
+    name = args.study or os.environ.get(protocol.ENV_STUDY)
     if not name:
         logger.error("no sweep given: set SWEEPER_STUDY or pass --study")
-        return exitcodes.CONFIG
+        return protocol.EXIT_CONFIG
     try:
-        storage = open_storage(os.environ.get("SWEEPER_STORAGE", DEFAULT_STORAGE),
-                               connect_deadline_s=float(os.environ.get(
-                                   "SWEEPER_CONNECT_DEADLINE", 120)), prepared=True)
+        storage = open_storage(
+            os.environ.get(protocol.ENV_STORAGE, protocol.DEFAULT_STORAGE),
+            connect_deadline_s=protocol.env_float(os.environ, protocol.ENV_CONNECT_DEADLINE,
+                                                  protocol.DEFAULT_CONNECT_DEADLINE_S),
+            prepared=True)
     except StorageError as e:
         logger.error("%s", e)
-        return exitcodes.RETRY  # the database may come back; the Job retries the pod
+        return protocol.EXIT_RETRY  # the database may come back; the Job retries the pod
     try:
         sweep = load_sweep(storage, name)
         objective = load_objective(sweep.spec)
     except (SpecError, StorageError) as e:
         logger.error("%s", e)
-        return exitcodes.CONFIG
+        return protocol.EXIT_CONFIG
     settings = RunnerSettings.from_env()
     signal.signal(signal.SIGTERM, _raise_interrupted)
     signal.signal(signal.SIGINT, _raise_interrupted)
@@ -119,27 +89,27 @@ def main(argv: list[str] | None = None) -> int:
             storage.engine.dispose()  # close connections cleanly: __main__ skips the final GC
     try:
         indexes = [args.index] if args.index is not None else \
-            job_indexes(os.environ, sweep.spec.trials)
+            protocol.job_indexes_from_env(os.environ, sweep.spec.trials)
     except ValueError as e:
         logger.error("%s", e)
-        return exitcodes.CONFIG
+        return protocol.EXIT_CONFIG
     codes = []
     try:
         for index in indexes:
-            os.environ["JOB_ID"] = str(index)
+            os.environ[protocol.ENV_JOB_ID] = str(index)
             outcome = run_index(sweep, index, objective, settings)
             _log_outcome(outcome)
             codes.append(outcome.exit_code)
     except Interrupted as e:
         logger.error("interrupted by %s; the trial is marked FAIL and will be retried", e)
-        return 128 + e.signum
+        return protocol.EXIT_SIGNAL_BASE + e.signum
     finally:
         storage.engine.dispose()
-    return combine(codes)
+    return protocol.combine_exit_codes(codes)
 
 
 def _log_outcome(outcome: Outcome) -> None:
-    level = logging.INFO if outcome.exit_code == exitcodes.OK else logging.ERROR
+    level = logging.INFO if outcome.exit_code == protocol.EXIT_OK else logging.ERROR
     logger.log(level, "%s", outcome.message)
 
 
@@ -147,36 +117,39 @@ def serve(sweep: Sweep, objective: Callable[[TrialContext], Any],
           settings: RunnerSettings) -> int:
     """Worker loop for the local backend: ``run I`` lines in, ``start``/``done`` lines out, on
     two inherited pipes; each index's output goes to its own log file."""
-    if "SWEEPER_PARENT_PID" in os.environ:
-        _exit_with_parent(int(os.environ["SWEEPER_PARENT_PID"]))
-    cmd = os.fdopen(int(os.environ["SWEEPER_CMD_FD"]), "r")
-    res = os.fdopen(int(os.environ["SWEEPER_RESULT_FD"]), "w", buffering=1)
-    log_dir = os.environ.get("SWEEPER_LOG_DIR")
-    res.write("ready\n")
+    if protocol.ENV_PARENT_PID in os.environ:
+        _exit_with_parent(int(os.environ[protocol.ENV_PARENT_PID]))
+    cmd = os.fdopen(int(os.environ[protocol.ENV_CMD_FD]), "r")
+    res = os.fdopen(int(os.environ[protocol.ENV_RESULT_FD]), "w", buffering=1)
+    log_dir = os.environ.get(protocol.ENV_LOG_DIR)
+
+    def send(msg: protocol.Message) -> None:
+        res.write(protocol.encode_message(msg))
+
+    send(protocol.Ready())
     try:
         for line in cmd:
-            parts = line.split()
-            if not parts or parts[0] == "exit":
+            msg = protocol.parse_message(line) if line.strip() else protocol.Exit()
+            if not isinstance(msg, protocol.Run):
                 break
-            index = int(parts[1])
-            os.environ["JOB_ID"] = str(index)
+            index = msg.index
+            os.environ[protocol.ENV_JOB_ID] = str(index)
             if log_dir:
                 _redirect_output(os.path.join(log_dir, f"index-{index}.log"))
 
             def started(trial_id: int, number: int, index: int = index) -> None:
-                res.write(f"start {index} {trial_id} {number}\n")
+                send(protocol.Start(index, trial_id, number))
 
             outcome = run_index(sweep, index, objective, settings, trial_hook=started)
             _log_outcome(outcome)
             sys.stdout.flush()
             sys.stderr.flush()
-            res.write(f"done {index} {outcome.exit_code} {outcome.state} "
-                      f"{outcome.trial_number if outcome.trial_number is not None else -1}\n")
-            if outcome.exit_code == exitcodes.CONFIG:
-                res.write(f"error {outcome.message}\n")
+            send(protocol.Done(index, outcome.exit_code, outcome.state, outcome.trial_number))
+            if outcome.exit_code == protocol.EXIT_CONFIG:
+                send(protocol.Error(outcome.message))
     except Interrupted as e:
-        return 128 + e.signum
-    return exitcodes.OK
+        return protocol.EXIT_SIGNAL_BASE + e.signum
+    return protocol.EXIT_OK
 
 
 def _exit_with_parent(parent_pid: int) -> None:

@@ -14,13 +14,10 @@ import subprocess
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from sweeper.study import HASH_ATTR
+from sweeper.protocol import ENV_CODE_VERSION
 
 logger = logging.getLogger(__name__)
 
-CODE_VERSION_ATTR = "sweeper:code_version"
-SPEC_HASH_ATTR = HASH_ATTR  # the same key as the sweep record's hash on the study
-CODE_VERSION_ENV = "SWEEPER_CODE_VERSION"
 _SHA_RE = re.compile(r"^[0-9a-f]{40}([0-9a-f]{24})?$")
 
 
@@ -29,7 +26,7 @@ def code_version(env: Mapping[str, str] | None = None, cwd: str | None = None,
     """``$SWEEPER_CODE_VERSION`` (images and Jobs set it), else ``git:<commit>`` of the working
     directory's repository, else ``sweeper==<version>``. Pure but for the git call."""
     env = os.environ if env is None else env
-    given = env.get(CODE_VERSION_ENV, "").strip()
+    given = env.get(ENV_CODE_VERSION, "").strip()
     if given:
         return given[:200]
     try:

@@ -17,7 +17,7 @@ import signal
 import threading
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,12 +26,13 @@ import optuna
 from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
 from optuna.trial import TrialState
 
+from sweeper import protocol
 from sweeper.artifacts import cached_artifact_store
 from sweeper.errors import SpecError, StorageError
+from sweeper.protocol import CODE_VERSION_ATTR, FIXED_PARAMS_ATTR, SPEC_HASH_ATTR
 from sweeper.space import distribution, index_seed
 from sweeper.spec import Parameter, SweepSpec
 from sweeper.study import (
-    FAIL_REASON_ATTR,
     FINISHED,
     Sweep,
     attach_trial,
@@ -42,27 +43,28 @@ from sweeper.study import (
     set_trial_user_attrs,
     with_retry,
 )
-from trial_runner import exitcodes
 from trial_runner.context import InvalidResult, TrialContext, TrialTimeout, objective_values
-from trial_runner.provenance import CODE_VERSION_ATTR, SPEC_HASH_ATTR, process_code_version
+from trial_runner.provenance import process_code_version
 
 logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
 class RunnerSettings:
-    heartbeat_interval_s: float = 5.0
+    heartbeat_interval_s: float = protocol.DEFAULT_HEARTBEAT_INTERVAL_S
     #: A RUNNING attempt whose heartbeat is older than this is presumed dead.
-    grace_period_s: float = 30.0
-    checkpoint_root: Path = Path(".sweeper/checkpoints")
+    grace_period_s: float = protocol.DEFAULT_GRACE_PERIOD_S
+    checkpoint_root: Path = Path(protocol.DEFAULT_CHECKPOINT_DIR)
 
     @classmethod
-    def from_env(cls, env: dict[str, str] | None = None) -> RunnerSettings:
-        env = dict(os.environ) if env is None else env
+    def from_env(cls, env: Mapping[str, str] | None = None) -> RunnerSettings:
+        env = os.environ if env is None else env
         return cls(
-            heartbeat_interval_s=float(env.get("SWEEPER_HEARTBEAT_INTERVAL", 5.0)),
-            grace_period_s=float(env.get("SWEEPER_GRACE_PERIOD", 30.0)),
-            checkpoint_root=Path(env.get("SWEEPER_CHECKPOINT_DIR", ".sweeper/checkpoints")),
+            heartbeat_interval_s=protocol.env_float(env, protocol.ENV_HEARTBEAT_INTERVAL,
+                                                    protocol.DEFAULT_HEARTBEAT_INTERVAL_S),
+            grace_period_s=protocol.grace_period_s(env),
+            checkpoint_root=Path(env.get(protocol.ENV_CHECKPOINT_DIR)
+                                 or protocol.DEFAULT_CHECKPOINT_DIR),
         )
 
 
@@ -152,12 +154,12 @@ def acquire(sweep: Sweep, index: int, settings: RunnerSettings,
         atts = attempts(storage, sweep.study_id, index)
         done = [a for a in atts if a.state in FINISHED]
         if done:
-            return Outcome(index, exitcodes.OK, "ALREADY_DONE", done[-1].number,
+            return Outcome(index, protocol.EXIT_OK, "ALREADY_DONE", done[-1].number,
                            f"index {index} already finished (trial #{done[-1].number})")
         latest = atts[-1] if atts else None
         if latest is None:
             if not sweep.spec.is_adaptive:
-                return Outcome(index, exitcodes.CONFIG, "FAIL", None,
+                return Outcome(index, protocol.EXIT_CONFIG, "FAIL", None,
                                f"index {index} is not part of sweep {sweep.name!r} "
                                f"(indexes 0..{sweep.spec.trials - 1})")
             tid = new_attempt(storage, sweep.study_id, index, after=None, params=None)
@@ -177,7 +179,7 @@ def acquire(sweep: Sweep, index: int, settings: RunnerSettings,
             sleep(min(settings.heartbeat_interval_s, 2.0))
         elif latest.state == TrialState.FAIL:
             frozen = storage.get_trial(latest.trial_id)
-            params = frozen.system_attrs.get("fixed_params") or frozen.params or None
+            params = frozen.system_attrs.get(FIXED_PARAMS_ATTR) or frozen.params or None
             tid = new_attempt(storage, sweep.study_id, index, after=latest, params=params)
             if tid is not None:
                 return tid, latest.attempt + 1
@@ -234,24 +236,24 @@ def _run_trial(sweep: Sweep, study: optuna.Study, index: int, trial_id: int, num
         except optuna.TrialPruned:
             return _finish_pruned(study, trial_id, index, number)
         except TrialTimeout as e:
-            return _fail(storage, index, trial_id, number, str(e), exitcodes.NO_RETRY)
+            return _fail(storage, index, trial_id, number, str(e), protocol.EXIT_NO_RETRY)
         if result is None and ctx.should_prune():
             return _finish_pruned(study, trial_id, index, number)
         try:
             values, extra = objective_values(result, metrics)
         except InvalidResult as e:
-            return _fail(storage, index, trial_id, number, str(e), exitcodes.NO_RETRY)
+            return _fail(storage, index, trial_id, number, str(e), protocol.EXIT_NO_RETRY)
         for k, v in extra.items():
             if _jsonable(v):
                 trial.set_user_attr(k, v)
         if not _tell(study, trial_id, TrialState.COMPLETE, values, number=number):
             return _superseded(index, number)
-        return Outcome(index, exitcodes.OK, "COMPLETE", number,
+        return Outcome(index, protocol.EXIT_OK, "COMPLETE", number,
                        f"index {index}: trial #{number} complete: "
                        + ", ".join(f"{m}={v:.6g}" for m, v in zip(metrics, values, strict=True)))
     except Interrupted as e:
         _fail(storage, index, trial_id, number, f"interrupted by {e}; resumable",
-              exitcodes.RETRY)
+              protocol.EXIT_RETRY)
         raise
     except (StorageError, SpecError):
         raise
@@ -259,7 +261,7 @@ def _run_trial(sweep: Sweep, study: optuna.Study, index: int, trial_id: int, num
         tb = traceback.format_exception_only(type(e), e)[-1].strip()
         logger.error("index %d: trial #%d raised:\n%s", index, number, traceback.format_exc())
         return _fail(storage, index, trial_id, number, f"objective raised {tb}",
-                     exitcodes.RETRY)
+                     protocol.EXIT_RETRY)
     finally:
         if timer is not None:
             timer.cancel()
@@ -268,7 +270,7 @@ def _run_trial(sweep: Sweep, study: optuna.Study, index: int, trial_id: int, num
 def _finish_pruned(study: optuna.Study, trial_id: int, index: int, number: int) -> Outcome:
     if not _tell(study, trial_id, TrialState.PRUNED, None, number=number):
         return _superseded(index, number)
-    return Outcome(index, exitcodes.OK, "PRUNED", number,
+    return Outcome(index, protocol.EXIT_OK, "PRUNED", number,
                    f"index {index}: trial #{number} pruned")
 
 
@@ -293,7 +295,7 @@ def _tell(study: optuna.Study, trial_id: int, state: TrialState,
 
 
 def _superseded(index: int, number: int) -> Outcome:
-    return Outcome(index, exitcodes.RETRY, "FAIL", number,
+    return Outcome(index, protocol.EXIT_RETRY, "FAIL", number,
                    f"index {index}: trial #{number} was marked FAIL (stale heartbeat) before it "
                    "finished; the index needs another attempt")
 
@@ -329,7 +331,7 @@ def _start_timeout(sweep: Sweep, trial_id: int, index: int, number: int,
         finally:
             logger.error("index %d: trial #%d %s", index, number, reason)
             logging.shutdown()
-            os._exit(exitcodes.NO_RETRY)
+            os._exit(protocol.EXIT_NO_RETRY)
 
     timer = threading.Timer(timeout_s, expire)
     timer.daemon = True
@@ -337,5 +339,5 @@ def _start_timeout(sweep: Sweep, trial_id: int, index: int, number: int,
     return timer
 
 
-__all__ = ["FAIL_REASON_ATTR", "Interrupted", "Outcome", "RunnerSettings", "acquire",
+__all__ = ["Interrupted", "Outcome", "RunnerSettings", "acquire",
            "make_pruner", "make_sampler", "run_index"]

@@ -25,11 +25,12 @@ from typing import TYPE_CHECKING, Any
 
 from optuna.trial import TrialState
 
+from sweeper import protocol
 from sweeper.backends import manifests as m
 from sweeper.backends.base import RunResult, Tick
 from sweeper.errors import BackendError, SpecError
-from sweeper.study import INDEX_ATTR, Sweep, fail_stale_trials, mark_failed
-from trial_runner import exitcodes
+from sweeper.protocol import INDEX_ATTR, LAUNCHES_ATTR
+from sweeper.study import Sweep, fail_stale_trials, mark_failed
 
 if TYPE_CHECKING:
     from kubernetes.client import ApiClient, BatchV1Api, CoreV1Api
@@ -39,7 +40,6 @@ logger = logging.getLogger(__name__)
 Obj = dict[str, Any]
 Echo = Callable[[str], None]
 #: Study user attribute counting Kubernetes launches: the next Job is ``NAME-r<count>``.
-LAUNCHES_ATTR = "sweeper:k8s_launches"
 JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
 INDEX_FAILURE_COUNT = "batch.kubernetes.io/job-index-failure-count"
 INDEX_IGNORED_FAILURE_COUNT = "batch.kubernetes.io/job-index-ignored-failure-count"
@@ -277,15 +277,11 @@ class JobInfo:
         return self.state == "Running"
 
     def sweep_indexes(self, job_index: int) -> list[int]:
-        return m.sweep_indexes(job_index, self.per_pod, self.mapping, self.trials)
+        return protocol.chunk(job_index, self.per_pod, self.mapping, self.trials)
 
     def job_index(self, index: int) -> int | None:
         """The job index whose pod runs sweep index ``index`` (None: not in this Job)."""
-        if self.mapping is None:
-            position = index if 0 <= index < self.trials else None
-        else:
-            position = self.mapping.index(index) if index in self.mapping else None
-        return None if position is None else position // self.per_pod
+        return protocol.job_index_of(index, self.per_pod, self.mapping, self.trials)
 
 
 def parse_intervals(text: str | None) -> list[int]:
@@ -308,8 +304,7 @@ def job_info(job: Obj, trials: int | None) -> JobInfo:
     status = job.get("status") or {}
     ann = meta.get("annotations") or {}
     sweep = (meta.get("labels") or {}).get(m.SWEEP_LABEL, "")
-    raw_map = ann.get(m.INDEX_MAP_ANNOTATION)
-    mapping = tuple(int(x) for x in raw_map.split(",") if x.strip()) if raw_map else None
+    mapping = protocol.decode_index_map(ann.get(m.INDEX_MAP_ANNOTATION))
     per_pod = int(ann.get(m.INDEXES_PER_POD_ANNOTATION) or 1)
     launch = m.launch_of(sweep, meta.get("name", ""))
     if launch is None:
@@ -327,7 +322,7 @@ def job_info(job: Obj, trials: int | None) -> JobInfo:
 
     def mapped(job_indexes: Iterable[int]) -> tuple[int, ...]:
         return tuple(sorted({i for k in job_indexes
-                             for i in m.sweep_indexes(k, per_pod, mapping, size)}))
+                             for i in protocol.chunk(k, per_pod, mapping, size)}))
     return JobInfo(
         name=meta.get("name", ""), namespace=meta.get("namespace", ""), launch=launch,
         state=state, reason=reason, message=message,
@@ -367,7 +362,7 @@ class KubernetesBackend:
         self.stuck_check_interval_s = 5.0
         self.echo: Echo = echo or logger.info
         self.grace_period_s = grace_period_s if grace_period_s is not None else \
-            float(os.environ.get("SWEEPER_GRACE_PERIOD", 30.0))
+            protocol.grace_period_s(os.environ)
 
     def run(self, sweep: Sweep, indexes: Sequence[int], *, storage_url: str, parallelism: int,
             tick: Tick) -> RunResult:
@@ -454,7 +449,7 @@ class KubernetesBackend:
         if info.state == "Failed":
             if info.reason == "PodFailurePolicy":
                 raise SpecError(f"Job {ns}/{name} failed: a trial runner reported a "
-                                f"configuration error (exit code {exitcodes.CONFIG}): "
+                                f"configuration error (exit code {protocol.EXIT_CONFIG}): "
                                 f"{self._config_error_detail(api, info, ns)}",
                                 source=sweep.spec.source)
             messages.append(f"Job {ns}/{name} failed: {info.reason or 'Failed'}"
@@ -493,7 +488,7 @@ class KubernetesBackend:
     def _config_error_detail(self, api: _Api, info: JobInfo, ns: str) -> str:
         try:
             for pod in self._pods(api, info, ns, "Failed"):
-                if _exit_code(pod) == exitcodes.CONFIG:
+                if _exit_code(pod) == protocol.EXIT_CONFIG:
                     log = api.call("read_namespaced_pod_log", pod["metadata"]["name"], ns,
                                    api="core", container=m.CONTAINER_NAME, tail_lines=50,
                                    raw=True)
@@ -539,7 +534,7 @@ def _pod_exit(pod: Obj) -> str:
     if code is None:
         why = status.get("reason") or status.get("message") or "unknown reason"
         return f"failed ({why})"
-    meaning = exitcodes.NAMES.get(code) or ("killed by a signal" if code > 128 else "error")
+    meaning = protocol.EXIT_NAMES.get(code) or ("killed by a signal" if code > 128 else "error")
     return f"exited with code {code} ({meaning})"
 
 

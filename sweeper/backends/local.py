@@ -25,10 +25,10 @@ from typing import IO
 
 from optuna.trial import TrialState
 
+from sweeper import protocol
 from sweeper.backends.base import RunResult, Tick
 from sweeper.errors import BackendError, SpecError
 from sweeper.study import Sweep, attempts, fail_stale_trials, mark_failed
-from trial_runner import exitcodes
 
 logger = logging.getLogger(__name__)
 #: Workers in a row that die before they are ready before the sweep gives up.
@@ -88,7 +88,7 @@ class LocalBackend:
                  stop_timeout_s: float = 15.0, max_starting: int | None = None) -> None:
         self.log_dir = log_dir
         self.grace_period_s = grace_period_s if grace_period_s is not None else \
-            float(os.environ.get("SWEEPER_GRACE_PERIOD", 30.0))
+            protocol.grace_period_s(os.environ)
         self.stop_timeout_s = stop_timeout_s
         self._startup_failures = 0
         #: Workers starting (importing, connecting) at once: W interpreters started together
@@ -155,9 +155,9 @@ class LocalBackend:
 
     def _env(self, sweep: Sweep, storage_url: str, n_workers: int) -> dict[str, str]:
         env = dict(os.environ)
-        env.update({"SWEEPER_STORAGE": storage_url, "SWEEPER_STUDY": sweep.name,
-                    "SWEEPER_LOG_DIR": str(self.log_dir), "PYTHONUNBUFFERED": "1",
-                    "SWEEPER_PARENT_PID": str(os.getpid())})
+        env.update({protocol.ENV_STORAGE: storage_url, protocol.ENV_STUDY: sweep.name,
+                    protocol.ENV_LOG_DIR: str(self.log_dir), "PYTHONUNBUFFERED": "1",
+                    protocol.ENV_PARENT_PID: str(os.getpid())})
         threads = str(max(1, (os.cpu_count() or 1) // n_workers))
         for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
             env.setdefault(var, threads)
@@ -169,7 +169,7 @@ class LocalBackend:
                sel: selectors.BaseSelector) -> _Worker:
         cmd_r, cmd_w = os.pipe()
         res_r, res_w = os.pipe()
-        wenv = dict(env, SWEEPER_CMD_FD=str(cmd_r), SWEEPER_RESULT_FD=str(res_w))
+        wenv = dict(env, **{protocol.ENV_CMD_FD: str(cmd_r), protocol.ENV_RESULT_FD: str(res_w)})
         if gpus is not None:
             wenv["CUDA_VISIBLE_DEVICES"] = gpus
         log = open(self.log_dir / f"worker-{slot}.log", "ab")  # noqa: SIM115
@@ -192,7 +192,7 @@ class LocalBackend:
         dispatched[index] = dispatched.get(index, 0) + 1
         w.index, w.trial_id, w.started_at = index, None, time.monotonic()
         try:
-            w.cmd.write(f"run {index}\n")
+            w.cmd.write(protocol.encode_message(protocol.Run(index)))
         except (BrokenPipeError, OSError):
             pass  # the worker died; _reap puts the index back
 
@@ -207,28 +207,28 @@ class LocalBackend:
         w.buffer += chunk
         *lines, w.buffer = w.buffer.split(b"\n")
         for raw in lines:
-            parts = raw.decode(errors="replace").split(" ", 4)
-            kind = parts[0]
-            if kind == "ready":
+            msg = protocol.parse_message(raw.decode(errors="replace"))
+            if isinstance(msg, protocol.Ready):
                 w.ready = True
                 self._startup_failures = 0
-            elif kind == "start":
-                w.trial_id = int(parts[2])
-            elif kind == "done":
-                index, code = int(parts[1]), int(parts[2])
+            elif isinstance(msg, protocol.Start):
+                w.trial_id = msg.trial_id
+            elif isinstance(msg, protocol.Done):
                 w.index = w.trial_id = None
-                self._settle(index, code, sweep, pending, dispatched, finished, failed)
-            elif kind == "error":
-                raise SpecError(" ".join(parts[1:]), source=sweep.spec.source)
+                self._settle(msg.index, msg.exit_code, sweep, pending, dispatched, finished,
+                             failed)
+            elif isinstance(msg, protocol.Error):
+                raise SpecError(msg.message, source=sweep.spec.source)
 
     def _settle(self, index: int, code: int, sweep: Sweep, pending: deque[int],
                 dispatched: dict[int, int], finished: list[int], failed: list[int]) -> None:
-        if code == exitcodes.OK:
+        if code == protocol.EXIT_OK:
             finished.append(index)
-        elif code == exitcodes.CONFIG:
+        elif code == protocol.EXIT_CONFIG:
             raise SpecError(f"index {index}: the runner reported a configuration error; see "
                             f"{self.log_dir / f'index-{index}.log'}", source=sweep.spec.source)
-        elif code != exitcodes.NO_RETRY and dispatched.get(index, 0) <= sweep.spec.trial.retries:
+        elif code != protocol.EXIT_NO_RETRY and \
+                dispatched.get(index, 0) <= sweep.spec.trial.retries:
             logger.info("index %d failed (attempt %d); retrying", index, dispatched[index])
             pending.append(index)
         else:
@@ -248,7 +248,7 @@ class LocalBackend:
         except OSError:
             pass
         code = w.proc.returncode
-        if not w.ready and w.index is None and code == exitcodes.CONFIG:
+        if not w.ready and w.index is None and code == protocol.EXIT_CONFIG:
             raise SpecError(f"the trial runner could not start: {self._tail(w.slot)}",
                             source=sweep.spec.source)
         if w.index is None:
@@ -268,8 +268,8 @@ class LocalBackend:
             if a.state == TrialState.RUNNING:
                 mark_failed(sweep.storage, a.trial_id, f"runner process {reason}")
         logger.warning("index %d: runner process %s", index, reason)
-        self._settle(index, exitcodes.NO_RETRY if code == exitcodes.NO_RETRY
-                     else exitcodes.RETRY, sweep, pending, dispatched, [], failed)
+        self._settle(index, protocol.EXIT_NO_RETRY if code == protocol.EXIT_NO_RETRY
+                     else protocol.EXIT_RETRY, sweep, pending, dispatched, [], failed)
 
     def _tail(self, slot: int) -> str:
         try:
@@ -307,7 +307,7 @@ class LocalBackend:
             if w.proc.poll() is None:
                 try:
                     if w.index is None:
-                        w.cmd.write("exit\n")
+                        w.cmd.write(protocol.encode_message(protocol.Exit()))
                     else:
                         w.proc.send_signal(signal.SIGTERM)
                 except OSError:
@@ -337,9 +337,9 @@ def _describe_exit(code: int | None) -> str:
         return "is still running"
     if code < 0:
         return f"was killed by {signal.Signals(-code).name}"
-    if code > 128:
+    if code > protocol.EXIT_SIGNAL_BASE:
         try:
-            return f"was killed by {signal.Signals(code - 128).name}"
+            return f"was killed by {signal.Signals(code - protocol.EXIT_SIGNAL_BASE).name}"
         except ValueError:
             pass
-    return f"exited with code {code} ({exitcodes.NAMES.get(code, 'error')})"
+    return f"exited with code {code} ({protocol.EXIT_NAMES.get(code, 'error')})"

@@ -2,9 +2,9 @@
 
 One ``batch/v1`` Indexed Job per launch. The first launch of a sweep is named after it; a
 resume is ``NAME-r<N>`` and covers only the indexes with no finished trial: job index ``k``
-then runs the k-th of them (``SWEEPER_INDEX_MAP``, mirrored in the annotation
-``sweeper.dev/index-map`` so ``sweeper logs`` and ``status`` can map back). ``sweeper render``
-prints exactly what ``sweeper run --backend kubernetes`` submits.
+then runs the k-th of them (``SWEEPER_INDEX_MAP``, see :mod:`sweeper.protocol`, mirrored in
+the annotation ``sweeper.dev/index-map`` so ``sweeper logs`` and ``status`` can map back).
+``sweeper render`` prints exactly what ``sweeper run --backend kubernetes`` submits.
 """
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
+from sweeper import protocol
 from sweeper.errors import SpecError
 from sweeper.spec import KubernetesSpec, SweepSpec
-from trial_runner import exitcodes
 
 logger = logging.getLogger(__name__)
 
@@ -102,18 +102,11 @@ def index_map(spec: SweepSpec, indexes: Sequence[int] | None) -> list[int] | Non
     for i in todo:
         if not 0 <= i < spec.trials:
             raise ValueError(f"index {i} is outside the sweep (0..{spec.trials - 1})")
-    if len(",".join(map(str, todo))) > MAX_INDEX_MAP_CHARS:
+    if len(protocol.encode_index_map(todo)) > MAX_INDEX_MAP_CHARS:
         logger.warning("%d missing indexes are too many to list in the Job; it covers all %d "
                        "(finished ones exit at once)", len(todo), spec.trials)
         return None
     return todo
-
-
-def sweep_indexes(job_index: int, per_pod: int, mapping: Sequence[int] | None,
-                  trials: int) -> list[int]:
-    """The sweep indexes that job index ``job_index`` runs (what the runner computes)."""
-    universe: Sequence[int] = mapping if mapping is not None else range(trials)
-    return list(universe[job_index * per_pod:(job_index + 1) * per_pod])
 
 
 def render_job(spec: SweepSpec, indexes: Sequence[int] | None = None, *, launch: int = 0
@@ -121,15 +114,14 @@ def render_job(spec: SweepSpec, indexes: Sequence[int] | None = None, *, launch:
     """The Indexed Job for ``indexes`` of ``spec`` (all of them when None)."""
     k = spec.kubernetes
     mapping = index_map(spec, indexes)
-    n = len(mapping) if mapping is not None else spec.trials
-    if n == 0:
+    completions = protocol.completions(k.indexes_per_pod, mapping, spec.trials)
+    if completions == 0:
         raise ValueError("a Job needs at least one index")
-    completions = math.ceil(n / k.indexes_per_pod)
     name = job_name(spec.name, launch)
     annotations = {INDEXES_PER_POD_ANNOTATION: str(k.indexes_per_pod),
                    LAUNCH_ANNOTATION: str(launch)}
     if mapping is not None:
-        annotations[INDEX_MAP_ANNOTATION] = ",".join(map(str, mapping))
+        annotations[INDEX_MAP_ANNOTATION] = protocol.encode_index_map(mapping)
     job_spec: dict[str, Any] = {
         "completionMode": "Indexed",
         "completions": completions,
@@ -168,10 +160,10 @@ def _pod_failure_policy() -> dict[str, Any]:
          "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]},
         {"action": "FailJob",
          "onExitCodes": {"containerName": CONTAINER_NAME, "operator": "In",
-                         "values": [exitcodes.CONFIG]}},
+                         "values": [protocol.EXIT_CONFIG]}},
         {"action": "FailIndex",
          "onExitCodes": {"containerName": CONTAINER_NAME, "operator": "In",
-                         "values": [exitcodes.NO_RETRY]}},
+                         "values": [protocol.EXIT_NO_RETRY]}},
     ]}
 
 
@@ -223,13 +215,13 @@ def _env(spec: SweepSpec, k: KubernetesSpec, mapping: list[int] | None) -> list[
     plain.update(k.env)
     env: list[dict[str, Any]] = [{"name": n, "value": v} for n, v in plain.items()]
     env += [
-        {"name": "SWEEPER_STUDY", "value": spec.name},
+        {"name": protocol.ENV_STUDY, "value": spec.name},
         # Never a literal: the kubelet reads the URL (it holds a password) from the Secret.
-        {"name": "SWEEPER_STORAGE", "valueFrom": {"secretKeyRef": {
+        {"name": protocol.ENV_STORAGE, "valueFrom": {"secretKeyRef": {
             "name": k.storage_secret, "key": k.storage_secret_key}}},
-        {"name": "JOB_ID", "valueFrom": {"fieldRef": {
+        {"name": protocol.ENV_JOB_ID, "valueFrom": {"fieldRef": {
             "fieldPath": f"metadata.annotations['{COMPLETION_INDEX}']"}}},
-        {"name": "SWEEPER_CHECKPOINT_DIR", "value": f"{SCRATCH}/checkpoints"},
+        {"name": protocol.ENV_CHECKPOINT_DIR, "value": f"{SCRATCH}/checkpoints"},
     ]
     a = spec.artifacts
     if a.store == "s3" and a.credentials_secret:
@@ -237,9 +229,10 @@ def _env(spec: SweepSpec, k: KubernetesSpec, mapping: list[int] | None) -> list[
         env += [{"name": key, "valueFrom": {"secretKeyRef": {
             "name": a.credentials_secret, "key": key}}} for key in S3_CREDENTIAL_KEYS]
     if k.indexes_per_pod > 1:
-        env.append({"name": "SWEEPER_INDEXES_PER_POD", "value": str(k.indexes_per_pod)})
+        env.append({"name": protocol.ENV_INDEXES_PER_POD, "value": str(k.indexes_per_pod)})
     if mapping is not None:
-        env.append({"name": "SWEEPER_INDEX_MAP", "value": ",".join(map(str, mapping))})
+        env.append({"name": protocol.ENV_INDEX_MAP,
+                    "value": protocol.encode_index_map(mapping)})
     return env
 
 

@@ -12,13 +12,12 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
+from sweeper import protocol
 from sweeper.backends import manifests as m
 from sweeper.cli import cli
 from sweeper.errors import SpecError
 from sweeper.spec import load_spec, parse_spec
 from tests.k8s_schema import validate_k8s_objects
-from trial_runner import exitcodes
-from trial_runner.main import job_indexes
 
 REPO = Path(__file__).resolve().parents[2]
 SPECS = sorted((REPO / "search_spaces").glob("*.yaml"))
@@ -155,12 +154,12 @@ def test_failure_policy_matches_the_runner_exit_codes() -> None:
         {"type": "DisruptionTarget", "status": "True"}]}
     by_action = {r["action"]: r for r in rules[1:]}
     assert by_action["FailJob"]["onExitCodes"] == {
-        "containerName": "trial", "operator": "In", "values": [exitcodes.CONFIG]}
+        "containerName": "trial", "operator": "In", "values": [protocol.EXIT_CONFIG]}
     assert by_action["FailIndex"]["onExitCodes"] == {
-        "containerName": "trial", "operator": "In", "values": [exitcodes.NO_RETRY]}
+        "containerName": "trial", "operator": "In", "values": [protocol.EXIT_NO_RETRY]}
     # RETRY (and signals, OOM) match no rule: they count against backoffLimitPerIndex.
     codes = [v for r in rules[1:] for v in r["onExitCodes"]["values"]]
-    assert exitcodes.RETRY not in codes and exitcodes.OK not in codes
+    assert protocol.EXIT_RETRY not in codes and protocol.EXIT_OK not in codes
 
 
 def test_ttl_deadline_parallelism_and_placement() -> None:
@@ -201,7 +200,7 @@ def test_indexes_per_pod_sets_completions_and_covers_every_index(per_pod: int) -
     env = {k: v.get("value") for k, v in _env(job).items()}
     assert env.get("SWEEPER_INDEXES_PER_POD") == (str(per_pod) if per_pod > 1 else None)
     # What each pod runs, computed the way the runner computes it.
-    covered = [i for k in range(completions) for i in job_indexes(
+    covered = [i for k in range(completions) for i in protocol.job_indexes_from_env(
         {**{n: v for n, v in env.items() if v is not None}, "JOB_ID": str(k)}, spec.trials)]
     assert covered == list(range(10))
     assert validate_k8s_objects([job]) == []
@@ -220,10 +219,10 @@ def test_sparse_resume_job_maps_job_index_k_to_the_kth_missing_index(per_pod: in
     assert completions == math.ceil(4 / per_pod)
     assert job["spec"]["maxFailedIndexes"] == completions
     covered = [i for k in range(completions)
-               for i in job_indexes({**env, "JOB_ID": str(k)}, spec.trials)]
+               for i in protocol.job_indexes_from_env({**env, "JOB_ID": str(k)}, spec.trials)]
     assert covered == missing
     assert [i for k in range(completions)
-            for i in m.sweep_indexes(k, per_pod, missing, spec.trials)] == missing
+            for i in protocol.chunk(k, per_pod, missing, spec.trials)] == missing
     assert validate_k8s_objects([job]) == []
 
 

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from optuna.trial import TrialState
 
+from sweeper import protocol
 from sweeper.study import create_or_resume, open_storage
 from tests.helpers import make_spec
-from trial_runner import exitcodes
 from trial_runner.command import command_objective, parse_metric_line, render_argv
 from trial_runner.runner import RunnerSettings, run_index
 
@@ -69,13 +69,13 @@ def test_failing_and_hanging_commands(sqlite_url: str, tmp_path: Path) -> None:
     assert failing.trial.command is not None
     out = run_index(sweep, 0, command_objective(failing.trial.command, None),
                     RunnerSettings(checkpoint_root=tmp_path / "c"))
-    assert (out.state, out.exit_code) == ("FAIL", exitcodes.RETRY)
+    assert (out.state, out.exit_code) == ("FAIL", protocol.EXIT_RETRY)
     assert "exited with code 5" in sweep.study().trials[0].user_attrs["sweeper:fail_reason"]
 
     hanging = _spec(tmp_path, "import time; time.sleep(60)", timeout="1s")
     assert hanging.trial.command is not None
     out = run_index(sweep, 1, command_objective(hanging.trial.command, 1.0),
                     RunnerSettings(checkpoint_root=tmp_path / "c"))
-    assert (out.state, out.exit_code) == ("FAIL", exitcodes.NO_RETRY)
+    assert (out.state, out.exit_code) == ("FAIL", protocol.EXIT_NO_RETRY)
     t = sweep.study().trials[out.trial_number]
     assert t.state == TrialState.FAIL and "timed out" in t.user_attrs["sweeper:fail_reason"]

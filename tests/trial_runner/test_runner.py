@@ -12,10 +12,10 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
+from sweeper import protocol
 from sweeper.space import contains, grid_point
 from sweeper.study import attempts, create_or_resume, mark_failed, open_storage
 from tests.helpers import make_spec
-from trial_runner import exitcodes
 from trial_runner.context import TrialContext
 from trial_runner.runner import RunnerSettings, run_index
 
@@ -38,7 +38,7 @@ def test_index_runs_to_one_complete_trial_with_metrics(storage_url: str, tmp_pat
     storage = open_storage(storage_url)
     sweep, _ = create_or_resume(storage, make_spec())
     out = run_index(sweep, 5, ok, settings(tmp_path))
-    assert (out.exit_code, out.state) == (exitcodes.OK, "COMPLETE")
+    assert (out.exit_code, out.state) == (protocol.EXIT_OK, "COMPLETE")
     t = sweep.study().trials[out.trial_number]
     assert t.state == TrialState.COMPLETE
     assert t.params == grid_point(sweep.spec, 5)
@@ -48,7 +48,7 @@ def test_index_runs_to_one_complete_trial_with_metrics(storage_url: str, tmp_pat
     assert t.user_attrs["sweeper:history"]["loss"][0] == [0, t.value + 3]
     # a second runner for the same index has nothing to do
     again = run_index(sweep, 5, ok, settings(tmp_path))
-    assert (again.exit_code, again.state) == (exitcodes.OK, "ALREADY_DONE")
+    assert (again.exit_code, again.state) == (protocol.EXIT_OK, "ALREADY_DONE")
     assert len(sweep.study().trials) == 10
 
 
@@ -62,7 +62,7 @@ def test_unusable_results_fail_without_retry(sqlite_url: str, tmp_path: Path, re
                                              reason: str) -> None:
     sweep, _ = create_or_resume(open_storage(sqlite_url), make_spec())
     out = run_index(sweep, 0, lambda ctx: result, settings(tmp_path))
-    assert (out.exit_code, out.state) == (exitcodes.NO_RETRY, "FAIL")
+    assert (out.exit_code, out.state) == (protocol.EXIT_NO_RETRY, "FAIL")
     t = sweep.study().trials[out.trial_number]
     assert t.state == TrialState.FAIL
     assert reason in t.user_attrs["sweeper:fail_reason"]
@@ -76,7 +76,7 @@ def test_raising_objective_fails_retryably_and_retry_keeps_params(storage_url: s
         raise RuntimeError("CUDA out of memory (simulated)")
 
     first = run_index(sweep, 2, boom, settings(tmp_path))
-    assert (first.exit_code, first.state) == (exitcodes.RETRY, "FAIL")
+    assert (first.exit_code, first.state) == (protocol.EXIT_RETRY, "FAIL")
     failed = sweep.study().trials[first.trial_number]
     assert "RuntimeError: CUDA out of memory" in failed.user_attrs["sweeper:fail_reason"]
     second = run_index(sweep, 2, ok, settings(tmp_path))
@@ -96,7 +96,7 @@ def test_pruned_trial(sqlite_url: str, tmp_path: Path) -> None:
         raise optuna.TrialPruned()
 
     out = run_index(sweep, 1, prune, settings(tmp_path))
-    assert (out.exit_code, out.state) == (exitcodes.OK, "PRUNED")
+    assert (out.exit_code, out.state) == (protocol.EXIT_OK, "PRUNED")
     assert run_index(sweep, 1, ok, settings(tmp_path)).state == "ALREADY_DONE"
 
 
@@ -129,7 +129,7 @@ def test_adaptive_index_asks_tpe_and_params_lie_in_the_space(storage_url: str,
 
 def test_index_outside_the_sweep_is_a_config_error(sqlite_url: str, tmp_path: Path) -> None:
     sweep, _ = create_or_resume(open_storage(sqlite_url), make_spec())
-    assert run_index(sweep, 99, ok, settings(tmp_path)).exit_code == exitcodes.CONFIG
+    assert run_index(sweep, 99, ok, settings(tmp_path)).exit_code == protocol.EXIT_CONFIG
 
 
 def test_retry_resumes_from_the_saved_checkpoint(sqlite_url: str, tmp_path: Path) -> None:
@@ -167,15 +167,15 @@ def test_python_m_trial_runner_reads_job_id(pg_url: str, tmp_path: Path) -> None
                JOB_COMPLETION_INDEX="4", SWEEPER_CHECKPOINT_DIR=str(tmp_path))
     env.pop("JOB_ID", None)
     proc = _runner(env)
-    assert proc.returncode == exitcodes.OK, proc.stderr
+    assert proc.returncode == protocol.EXIT_OK, proc.stderr
     (t,) = [t for t in sweep.study().trials if t.state == TrialState.COMPLETE]
     assert t.user_attrs["sweeper:index"] == 4
     assert "sweeper-test-pw" not in proc.stdout + proc.stderr
     # config errors say so in the exit code
     bad = _runner(dict(env, SWEEPER_STUDY="no-such-sweep"))
-    assert bad.returncode == exitcodes.CONFIG
+    assert bad.returncode == protocol.EXIT_CONFIG
     assert "no sweep named 'no-such-sweep'" in bad.stderr
-    assert _runner(dict(env, JOB_COMPLETION_INDEX="10")).returncode == exitcodes.CONFIG
+    assert _runner(dict(env, JOB_COMPLETION_INDEX="10")).returncode == protocol.EXIT_CONFIG
 
 
 def test_timeout_fails_the_trial_and_exits_no_retry(sqlite_url: str, tmp_path: Path) -> None:
@@ -185,7 +185,7 @@ def test_timeout_fails_the_trial_and_exits_no_retry(sqlite_url: str, tmp_path: P
     env = dict(os.environ, SWEEPER_STORAGE=sqlite_url, SWEEPER_STUDY=sweep.name, JOB_ID="0",
                SWEEPER_CHECKPOINT_DIR=str(tmp_path))
     proc = _runner(env)
-    assert proc.returncode == exitcodes.NO_RETRY, proc.stderr
+    assert proc.returncode == protocol.EXIT_NO_RETRY, proc.stderr
     (t,) = [t for t in sweep.study().trials if t.state == TrialState.FAIL]
     assert "timed out after 1s" in t.user_attrs["sweeper:fail_reason"]
 
@@ -213,7 +213,7 @@ def test_work_on_a_trial_the_watcher_failed_does_not_count(storage_url: str,
         return 1.0
 
     out = run_index(sweep, 6, stalled, settings(tmp_path))
-    assert (out.state, out.exit_code) == ("FAIL", exitcodes.RETRY)
+    assert (out.state, out.exit_code) == ("FAIL", protocol.EXIT_RETRY)
     assert run_index(sweep, 6, ok, settings(tmp_path)).state == "COMPLETE"
     atts = attempts(storage, sweep.study_id, 6)
     assert [a.state for a in atts] == [TrialState.FAIL, TrialState.COMPLETE]

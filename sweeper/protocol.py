@@ -1,0 +1,306 @@
+"""What the orchestrator and the trial runner agree on, in one place. Pure: no I/O.
+
+Both sides import this module and nothing else of each other (``sweeper`` never imports
+``trial_runner``). Changing a name here changes it on both sides at once; changing a value
+changes the contract with trial images already built, so treat every value as public.
+
+- attribute keys: what sweeper stores on a study or trial (user/system attrs);
+- environment: the variables a runner reads, their defaults and which are reserved;
+- exit codes: what a runner's exit status tells a retry policy;
+- the index map: which sweep indexes job index ``k`` of an Indexed Job runs;
+- worker messages: the line protocol between the local backend and its workers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+# --------------------------------------------------------------------------- attribute keys
+
+#: Trial user attr: the sweep index a trial belongs to (indexed for the runner's lookup).
+INDEX_ATTR = "sweeper:index"
+#: Trial user attr: 0 for the first attempt of an index, 1 for its first retry, ...
+ATTEMPT_ATTR = "sweeper:attempt"
+#: Trial user attr: the trial number of the attempt this one retries.
+RETRY_OF_ATTR = "sweeper:retry_of"
+#: Trial user attr: why a trial ended FAIL (one line, the program's error where known).
+FAIL_REASON_ATTR = "sweeper:fail_reason"
+#: Trial user attr: per-report metrics other than the objective, ``[{step, metric...}]``.
+HISTORY_ATTR = "sweeper:history"
+#: Trial user attr: the device the trial trained on (``cuda:0``, ``cpu``).
+DEVICE_ATTR = "sweeper:device"
+#: Trial user attr: the step a retried attempt resumed from (its checkpoint).
+RESUMED_ATTR = "sweeper:resumed_from_step"
+#: Trial user attr: the version of the trial code (git describe, image digest, or env).
+CODE_VERSION_ATTR = "sweeper:code_version"
+#: Trial user attr: the spec hash the trial ran under (the study attr ``HASH_ATTR``).
+SPEC_HASH_ATTR = "sweeper:spec_hash"
+#: Study user attr: the normalised spec (the sweep record).
+SPEC_ATTR = "sweeper:spec"
+#: Study user attr: the hash of what defines the trials (``SweepSpec.spec_hash``).
+HASH_ATTR = "sweeper:spec_hash"
+#: Study user attr: True once the plan (grid / random sets) has been enqueued.
+ENQUEUED_ATTR = "sweeper:enqueued"
+#: Study user attr: how many Kubernetes Jobs this sweep has launched (the next resume's N).
+LAUNCHES_ATTR = "sweeper:k8s_launches"
+#: Study system attr, Optuna's own (``Study.set_metric_names``): objective names.
+METRIC_NAMES_ATTR = "study:metric_names"
+#: Trial system attr, Optuna's own (``Study.enqueue_trial``): the params a trial must take.
+FIXED_PARAMS_ATTR = "fixed_params"
+#: Every key sweeper owns starts with this (reports hide them from "other metrics").
+ATTR_PREFIX = "sweeper:"
+
+# --------------------------------------------------------------------------- environment
+
+ENV_STORAGE = "SWEEPER_STORAGE"
+ENV_STUDY = "SWEEPER_STUDY"
+ENV_JOB_ID = "JOB_ID"
+#: Set by the Indexed Job controller; the fallback when JOB_ID is not set.
+ENV_COMPLETION_INDEX = "JOB_COMPLETION_INDEX"
+ENV_INDEX_MAP = "SWEEPER_INDEX_MAP"
+ENV_INDEXES_PER_POD = "SWEEPER_INDEXES_PER_POD"
+ENV_CHECKPOINT_DIR = "SWEEPER_CHECKPOINT_DIR"
+ENV_HEARTBEAT_INTERVAL = "SWEEPER_HEARTBEAT_INTERVAL"
+ENV_GRACE_PERIOD = "SWEEPER_GRACE_PERIOD"
+ENV_CONNECT_DEADLINE = "SWEEPER_CONNECT_DEADLINE"
+ENV_LOG_LEVEL = "SWEEPER_LOG_LEVEL"
+ENV_CODE_VERSION = "SWEEPER_CODE_VERSION"
+ENV_POLL_INTERVAL = "SWEEPER_POLL_INTERVAL"
+# The local backend's worker plumbing.
+ENV_CMD_FD = "SWEEPER_CMD_FD"
+ENV_RESULT_FD = "SWEEPER_RESULT_FD"
+ENV_LOG_DIR = "SWEEPER_LOG_DIR"
+ENV_PARENT_PID = "SWEEPER_PARENT_PID"
+# What a command trial's program reads.
+ENV_PARAMS = "SWEEPER_PARAMS"
+ENV_PARAMS_FILE = "SWEEPER_PARAMS_FILE"
+ENV_METRICS_FILE = "SWEEPER_METRICS_FILE"
+ENV_TRIAL_NUMBER = "SWEEPER_TRIAL_NUMBER"
+
+DEFAULT_STORAGE = "sqlite:///sweeps.db"
+DEFAULT_HEARTBEAT_INTERVAL_S = 5.0
+#: A RUNNING attempt whose heartbeat is older than this is presumed dead.
+DEFAULT_GRACE_PERIOD_S = 30.0
+#: How long a runner keeps trying to reach a database that is not up yet.
+DEFAULT_CONNECT_DEADLINE_S = 120.0
+DEFAULT_CHECKPOINT_DIR = ".sweeper/checkpoints"
+DEFAULT_POLL_INTERVAL_S = 1.0
+
+#: Set by sweeper in every trial pod or worker: a spec's ``kubernetes.env`` may not set them.
+#: Runner tuning (heartbeat, grace period, log level, code version) may be set there.
+RESERVED_ENV = (ENV_JOB_ID, ENV_COMPLETION_INDEX, ENV_STORAGE, ENV_STUDY, ENV_INDEX_MAP,
+                ENV_INDEXES_PER_POD, ENV_CHECKPOINT_DIR, ENV_CMD_FD, ENV_RESULT_FD, ENV_LOG_DIR,
+                ENV_PARENT_PID)
+#: Never passed on to a command trial's program (the URL holds the database password).
+SECRET_ENV = (ENV_STORAGE,)
+
+
+def env_float(env: Mapping[str, str], name: str, default: float) -> float:
+    """A float setting from the environment; unset or empty means the default."""
+    raw = env.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        return float(raw)
+    except ValueError:
+        raise ValueError(f"${name} must be a number, got {raw!r}") from None
+
+
+def grace_period_s(env: Mapping[str, str]) -> float:
+    """The heartbeat age after which a RUNNING attempt is presumed dead (runner and watchers
+    must agree on it, so both read it here)."""
+    return env_float(env, ENV_GRACE_PERIOD, DEFAULT_GRACE_PERIOD_S)
+
+
+# --------------------------------------------------------------------------- exit codes
+
+#: The index is finished: COMPLETE, PRUNED, or already finished by an earlier attempt.
+EXIT_OK = 0
+#: This attempt failed (the objective raised, the database went away, ...): retry it.
+EXIT_RETRY = 1
+#: The trial failed in a way the same parameters will repeat (NaN, missing metric, timeout):
+#: fail this index, keep the others going (podFailurePolicy FailIndex).
+EXIT_NO_RETRY = 3
+#: Nothing can run (bad entrypoint, unknown study, index outside the sweep): stop the whole
+#: sweep (podFailurePolicy FailJob).
+EXIT_CONFIG = 4
+#: Killed by a signal reads as 128 + signum (retryable).
+EXIT_SIGNAL_BASE = 128
+
+EXIT_NAMES = {EXIT_OK: "ok", EXIT_RETRY: "retryable failure", EXIT_NO_RETRY: "failed (no retry)",
+              EXIT_CONFIG: "configuration error"}
+
+
+def combine_exit_codes(codes: Sequence[int]) -> int:
+    """One exit code for a pod that ran several indexes: the most severe one wins (a config
+    error stops the Job; otherwise retry if any attempt can be retried)."""
+    for code in (EXIT_CONFIG, EXIT_RETRY, EXIT_NO_RETRY):
+        if code in codes:
+            return code
+    return EXIT_OK
+
+
+# --------------------------------------------------------------------------- the index map
+#
+# An Indexed Job has completions 0..C-1. Job index k runs a chunk of ``per_pod`` consecutive
+# entries of the "universe": every sweep index 0..n-1 (a first launch), or an explicit list
+# (a sparse resume Job that covers only unfinished indexes).
+
+
+def encode_index_map(indexes: Sequence[int]) -> str:
+    """``[3, 7, 9]`` -> ``"3,7,9"`` (the env value and the Job annotation)."""
+    return ",".join(str(int(i)) for i in indexes)
+
+
+def decode_index_map(text: str | None) -> tuple[int, ...] | None:
+    """Inverse of :func:`encode_index_map`; None or empty means "no map" (dense)."""
+    if not text or not text.strip():
+        return None
+    try:
+        return tuple(int(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise ValueError(f"index map must be comma-separated integers, got {text[:80]!r}") \
+            from None
+
+
+def chunk(job_index: int, per_pod: int, mapping: Sequence[int] | None,
+          n_indexes: int) -> list[int]:
+    """The sweep indexes job index ``job_index`` runs, in order (empty: outside the Job)."""
+    if job_index < 0 or per_pod < 1:
+        return []
+    universe: Sequence[int] = mapping if mapping is not None else range(n_indexes)
+    return list(universe[job_index * per_pod:(job_index + 1) * per_pod])
+
+
+def job_index_of(index: int, per_pod: int, mapping: Sequence[int] | None,
+                 n_indexes: int) -> int | None:
+    """Inverse of :func:`chunk`: the job index whose pod runs sweep index ``index``."""
+    if mapping is None:
+        position = index if 0 <= index < n_indexes else None
+    else:
+        position = list(mapping).index(index) if index in mapping else None
+    return None if position is None else position // max(1, per_pod)
+
+
+def completions(per_pod: int, mapping: Sequence[int] | None, n_indexes: int) -> int:
+    """How many job indexes a Job needs to cover its universe."""
+    size = len(mapping) if mapping is not None else n_indexes
+    return -(-size // max(1, per_pod))
+
+
+def job_indexes_from_env(env: Mapping[str, str], n_indexes: int) -> list[int]:
+    """The sweep indexes this process must run, from the Job's completion index.
+
+    Raises ValueError with a message for the runner's log when the environment is wrong."""
+    raw = env.get(ENV_JOB_ID, env.get(ENV_COMPLETION_INDEX))
+    if raw is None or not raw.strip().isdigit():
+        raise ValueError(f"{ENV_JOB_ID} must be a non-negative integer, got {raw!r}")
+    job_id = int(raw)
+    per_pod = int(env.get(ENV_INDEXES_PER_POD, "1") or 1)
+    if per_pod < 1:
+        raise ValueError(f"{ENV_INDEXES_PER_POD} must be >= 1")
+    mapping = decode_index_map(env.get(ENV_INDEX_MAP))
+    indexes = chunk(job_id, per_pod, mapping, n_indexes)
+    if not indexes:
+        size = len(mapping) if mapping is not None else n_indexes
+        raise ValueError(f"{ENV_JOB_ID} {job_id} is outside the sweep ({size} indexes, "
+                         f"{per_pod} per pod)")
+    for i in indexes:
+        if not 0 <= i < n_indexes:
+            raise ValueError(f"index {i} is outside the sweep (0..{n_indexes - 1})")
+    return indexes
+
+
+# --------------------------------------------------------------------------- worker messages
+#
+# The local backend talks to each ``python -m trial_runner --serve`` worker over two pipes,
+# one line per message. Orchestrator -> worker: ``run I`` / ``exit``. Worker -> orchestrator:
+# ``ready``, ``start I TRIAL_ID NUMBER``, ``done I EXIT_CODE STATE NUMBER``, ``error TEXT``.
+
+
+@dataclass(frozen=True)
+class Run:
+    """Orchestrator -> worker: run this index."""
+
+    index: int
+
+
+@dataclass(frozen=True)
+class Exit:
+    """Orchestrator -> worker: no more work; exit cleanly."""
+
+
+@dataclass(frozen=True)
+class Ready:
+    """Worker -> orchestrator: imported and connected; send work."""
+
+
+@dataclass(frozen=True)
+class Start:
+    """Worker -> orchestrator: it owns trial ``trial_id`` (number ``number``) for ``index``."""
+
+    index: int
+    trial_id: int
+    number: int
+
+
+@dataclass(frozen=True)
+class Done:
+    """Worker -> orchestrator: ``index`` ended with this exit code and state."""
+
+    index: int
+    exit_code: int
+    state: str
+    trial_number: int | None
+
+
+@dataclass(frozen=True)
+class Error:
+    """Worker -> orchestrator: a configuration error no retry can fix (one line)."""
+
+    message: str
+
+
+Message = Run | Exit | Ready | Start | Done | Error
+
+
+def encode_message(msg: Message) -> str:
+    """One line, newline included."""
+    if isinstance(msg, Run):
+        return f"run {msg.index}\n"
+    if isinstance(msg, Exit):
+        return "exit\n"
+    if isinstance(msg, Ready):
+        return "ready\n"
+    if isinstance(msg, Start):
+        return f"start {msg.index} {msg.trial_id} {msg.number}\n"
+    if isinstance(msg, Done):
+        number = msg.trial_number if msg.trial_number is not None else -1
+        return f"done {msg.index} {msg.exit_code} {msg.state} {number}\n"
+    text = " ".join(msg.message.split())  # one line, whatever the message held
+    return f"error {text}\n"
+
+
+def parse_message(line: str) -> Message:
+    """Inverse of :func:`encode_message`. Raises ValueError on a line it does not know."""
+    kind, _, rest = line.strip().partition(" ")
+    args = rest.split()
+    try:
+        if kind == "run" and len(args) == 1:
+            return Run(int(args[0]))
+        if kind == "exit" and not args:
+            return Exit()
+        if kind == "ready" and not args:
+            return Ready()
+        if kind == "start" and len(args) == 3:
+            return Start(int(args[0]), int(args[1]), int(args[2]))
+        if kind == "done" and len(args) == 4:
+            number = int(args[3])
+            return Done(int(args[0]), int(args[1]), args[2], None if number < 0 else number)
+        if kind == "error":
+            return Error(rest.strip())
+    except ValueError:
+        pass
+    raise ValueError(f"not a worker message: {line.strip()[:80]!r}")
+
