@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import difflib
 import importlib
+import inspect
 import os
 import sys
 from collections.abc import Callable
@@ -41,7 +42,28 @@ def load_entrypoint(entrypoint: str, *, source: str | None = None) -> Callable[.
         raise SpecError(f"{entrypoint} is not callable (it is {type(fn).__name__} "
                         f"{_short_repr(fn)}); point at a function taking the trial context",
                         source=source, field="trial.entrypoint")
+    _check_signature(entrypoint, fn, source)
     return fn
+
+
+def _check_signature(entrypoint: str, fn: Callable[..., Any], source: str | None) -> None:
+    """The runner calls ``fn(ctx)``: a function that cannot take exactly one positional
+    argument would fail every index (and be retried pointlessly), so say so now."""
+    try:
+        signature = inspect.signature(fn)
+    except (TypeError, ValueError):  # a builtin or C callable without a signature: trust it
+        return
+    try:
+        signature.bind(object())
+    except TypeError:
+        raise SpecError(f"{entrypoint} has signature {_clip(str(signature))}; an entrypoint "
+                        "takes exactly one argument, the trial context: def "
+                        f"{getattr(fn, '__name__', 'train')}(ctx)", source=source,
+                        field="trial.entrypoint") from None
+
+
+def _clip(text: str, limit: int = 60) -> str:
+    return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
 def _first_line(e: BaseException) -> str:

@@ -18,9 +18,10 @@ import sys
 import tempfile
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import optuna
 
@@ -33,6 +34,48 @@ _PAIR_RE = re.compile(
     re.IGNORECASE)
 #: Environment variables never passed on to the user's program (the storage URL has a password).
 _SECRET_ENV = protocol.SECRET_ENV
+
+
+#: A Python exception line (``ModuleNotFoundError: No module named 'x'``) or the like.
+_EXCEPTION_RE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Interrupt|Exit|Warning)\b")
+_ERROR_WORDS = ("error", "can't", "cannot", "no such file", "not found", "permission denied",
+                "killed", "fatal", "abort")
+#: Lines of the program's stderr kept for the failure reason.
+_STDERR_TAIL = 50
+
+
+def last_error_line(lines: Sequence[str]) -> str | None:
+    """The line of a failed program's stderr that says why: the last exception line of a
+    traceback, else the last line that reads like an error, else the last line. Pure."""
+    clean = [line.strip() for line in lines if line.strip()]
+    for pattern in (lambda s: bool(_EXCEPTION_RE.match(s)),
+                    lambda s: any(w in s.lower() for w in _ERROR_WORDS),
+                    lambda s: True):
+        for line in reversed(clean):
+            if pattern(line):
+                return line[:300]
+    return None
+
+
+class _StderrTee:
+    """Copies the program's stderr to ours (the index's log) line by line and keeps the tail,
+    so a failure's reason can be the program's own error rather than only its exit code."""
+
+    def __init__(self, stream: IO[str]) -> None:
+        self.tail: deque[str] = deque(maxlen=_STDERR_TAIL)
+        self._thread = threading.Thread(target=self._copy, args=(stream,), daemon=True,
+                                        name="sweeper-stderr")
+        self._thread.start()
+
+    def _copy(self, stream: IO[str]) -> None:
+        for line in stream:
+            sys.stderr.write(line)
+            self.tail.append(line)
+        sys.stderr.flush()
+
+    def reason(self) -> str | None:
+        self._thread.join(timeout=5)
+        return last_error_line(list(self.tail))
 
 
 def parse_metric_line(line: str) -> dict[str, float]:
@@ -81,10 +124,13 @@ def run_command(ctx: TrialContext, template: Sequence[str], timeout_s: float | N
     })
     ctx.checkpoint_dir.mkdir(parents=True, exist_ok=True)
     try:
-        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=None, env=env, text=True,
-                                bufsize=1, preexec_fn=_die_with_parent)
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
+                                text=True, bufsize=1, errors="replace",
+                                preexec_fn=_die_with_parent)
     except OSError as e:
         raise RuntimeError(f"cannot start {argv[0]!r}: {e.strerror}") from None
+    assert proc.stderr is not None
+    stderr = _StderrTee(proc.stderr)
 
     final: dict[str, float] = {}
     timed_out = threading.Event()
@@ -126,7 +172,8 @@ def run_command(ctx: TrialContext, template: Sequence[str], timeout_s: float | N
     if pruned:
         raise optuna.TrialPruned()
     if code != 0:
-        raise RuntimeError(f"command exited with code {code}")
+        why = stderr.reason()
+        raise RuntimeError(f"command exited with code {code}" + (f": {why}" if why else ""))
     if metrics_file.exists():
         try:
             data = json.loads(metrics_file.read_text())

@@ -11,7 +11,12 @@ from optuna.trial import TrialState
 from sweeper import protocol
 from sweeper.study import create_or_resume, open_storage
 from tests.helpers import make_spec
-from trial_runner.command import command_objective, parse_metric_line, render_argv
+from trial_runner.command import (
+    command_objective,
+    last_error_line,
+    parse_metric_line,
+    render_argv,
+)
 from trial_runner.runner import RunnerSettings, run_index
 
 
@@ -79,3 +84,34 @@ def test_failing_and_hanging_commands(sqlite_url: str, tmp_path: Path) -> None:
     assert (out.state, out.exit_code) == ("FAIL", protocol.EXIT_NO_RETRY)
     t = sweep.study().trials[out.trial_number]
     assert t.state == TrialState.FAIL and "timed out" in t.user_attrs["sweeper:fail_reason"]
+
+
+@pytest.mark.parametrize("lines, reason", [
+    (["Traceback (most recent call last):", '  File "train.py", line 3, in <module>',
+      "    import torchx", "ModuleNotFoundError: No module named 'torchx'"],
+     "ModuleNotFoundError: No module named 'torchx'"),
+    (["python: can't open file '/w/train.py': [Errno 2] No such file or directory"],
+     "python: can't open file '/w/train.py': [Errno 2] No such file or directory"),
+    (["epoch 1", "Segmentation fault (core dumped)", ""], "Segmentation fault (core dumped)"),
+    (["loading data", "giving up"], "giving up"),
+    ([], None), (["", "  "], None),
+])
+def test_last_error_line_picks_what_a_user_would_read(lines: list[str],
+                                                      reason: str | None) -> None:
+    assert last_error_line(lines) == reason
+
+
+def test_a_failed_command_stores_the_programs_own_error(sqlite_url: str, tmp_path: Path,
+                                                        capfd: pytest.CaptureFixture[str]
+                                                        ) -> None:
+    spec = _spec(tmp_path, "import sys\nprint('step=0 loss=1')\nimport not_a_module_xyz\n")
+    sweep, _ = create_or_resume(open_storage(sqlite_url), spec)
+    assert spec.trial.command is not None
+    out = run_index(sweep, 0, command_objective(spec.trial.command, None),
+                    RunnerSettings(checkpoint_root=tmp_path / "c"))
+    assert (out.state, out.exit_code) == ("FAIL", protocol.EXIT_RETRY)
+    reason = sweep.study().trials[0].user_attrs["sweeper:fail_reason"]
+    assert "exited with code 1: ModuleNotFoundError: No module named 'not_a_module_xyz'" \
+        in reason
+    # The whole traceback still reaches the runner's stderr (the index's log file).
+    assert "Traceback (most recent call last)" in capfd.readouterr().err
