@@ -4,15 +4,21 @@ is committed without outputs."""
 from __future__ import annotations
 
 import base64
+import os
+import re
+import shlex
+import subprocess
+import sys
 from pathlib import Path
 
 import nbformat
 import pytest
-from nbclient import NotebookClient
 
 from tests.compare_support import isolate, quadratic_spec, run_sweep
 
-NOTEBOOK = Path(__file__).resolve().parents[1] / "notebooks" / "compare_trials.ipynb"
+REPO = Path(__file__).resolve().parents[1]
+NOTEBOOK = REPO / "notebooks" / "compare_trials.ipynb"
+README = REPO / "README.md"
 
 
 def test_committed_notebook_has_parameters_and_no_outputs() -> None:
@@ -25,8 +31,21 @@ def test_committed_notebook_has_parameters_and_no_outputs() -> None:
         assert cell.outputs == [] and cell.execution_count is None, "clear the outputs"
 
 
-def test_notebook_executes_and_draws_the_figures(tmp_path: Path,
-                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+def _readme_command() -> list[str]:
+    """The headless command the README gives, as argv after ``jupyter``."""
+    text = README.read_text()
+    m = re.search(r"\.venv/bin/jupyter (execute notebooks/compare_trials\.ipynb[^\n`]*)", text)
+    assert m, "the README's headless notebook command moved; update this test"
+    return shlex.split(m.group(1))
+
+
+def _git_status(*paths: str) -> str:
+    return subprocess.run(["git", "status", "--porcelain", "--", *paths], cwd=REPO,
+                          capture_output=True, text=True, check=True).stdout
+
+
+def test_readme_command_executes_next_to_the_notebook_and_draws_the_figures(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     isolate(tmp_path, monkeypatch)
     url = f"sqlite:///{tmp_path / 'sweeps.db'}"
     spec = quadratic_spec("nb-sweep", trials=10, method="tpe",
@@ -34,13 +53,24 @@ def test_notebook_executes_and_draws_the_figures(tmp_path: Path,
     spec["trial"]["fixed"] = {"epochs": 4}
     run_sweep(tmp_path, url, spec)
 
+    argv = _readme_command()
+    out_name = argv[argv.index("--output") + 1]
+    executed = NOTEBOOK.parent / f"{out_name}.ipynb"
+    before = NOTEBOOK.read_bytes()
+    status_before = _git_status("notebooks")
     # The kernel inherits the environment: that is how the parameters cell gets the sweep.
-    monkeypatch.setenv("SWEEPER_STUDY", "nb-sweep")
-    monkeypatch.setenv("SWEEPER_STORAGE", url)
-    monkeypatch.setenv("MPLBACKEND", "module://matplotlib_inline.backend_inline")
-    nb = nbformat.read(NOTEBOOK, as_version=4)
-    NotebookClient(nb, kernel_name="python3", timeout=120, startup_timeout=60,
-                   resources={"metadata": {"path": str(tmp_path)}}).execute()
+    env = {**os.environ, "SWEEPER_STUDY": "nb-sweep", "SWEEPER_STORAGE": url,
+           "MPLBACKEND": "module://matplotlib_inline.backend_inline"}
+    jupyter = Path(sys.executable).with_name("jupyter")
+    try:
+        proc = subprocess.run([str(jupyter), *argv], cwd=REPO, env=env, capture_output=True,
+                              text=True, timeout=300)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        assert NOTEBOOK.read_bytes() == before, "the README's command overwrote the notebook"
+        assert _git_status("notebooks") == status_before, "the executed copy is not ignored"
+        nb = nbformat.read(executed, as_version=4)
+    finally:
+        executed.unlink(missing_ok=True)
 
     outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs]
     assert not [o for o in outputs if o.output_type == "error"]
