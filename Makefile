@@ -70,7 +70,7 @@ bench: install-test postgres
 	$(PY) -m benchmarks.run $(BENCH_ARGS)
 
 chaos: install-test postgres
-	$(PY) -m tests.chaos $(CHAOS_ARGS)
+	$(PY) -m tests.support.chaos $(CHAOS_ARGS)
 
 clean:
 	rm -rf $(VENV) .sweeper sweeps.db* *.egg-info .pytest_cache .mypy_cache .ruff_cache

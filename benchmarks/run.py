@@ -235,7 +235,7 @@ def main(argv: list[str] | None = None) -> int:
         t0 = time.perf_counter()
         try:
             rows, raw = _section(section)(sizes, log)
-        except Exception:
+        except Exception:  # noqa: BLE001 - one broken section is reported, the others still run
             result["errors"][section] = traceback.format_exc()
             log(f"{section} FAILED:\n{result['errors'][section]}")
             continue

@@ -189,12 +189,14 @@ class _Study:
             self.plain_tell.append(t2 - t1)
         else:
             self.cold_ask_s = t1 - t0
+        from sweeper.study._optuna_compat import trial_id_of
+
         with self.storage.engine.begin() as conn:
             for table in ("trial_values", "trial_params", "trial_user_attributes",
                           "trial_system_attributes", "trial_intermediate_values",
                           "trial_heartbeats", "trials"):
                 conn.execute(sa.text(f"DELETE FROM {table} WHERE trial_id = :t"),
-                             {"t": trial._trial_id})
+                             {"t": trial_id_of(trial)})
 
     def close(self) -> None:
         self.storage.engine.dispose()

@@ -93,7 +93,7 @@ def run_sweep(url: str, spec: dict[str, Any], log_root: Path | None = None,
                 return super()._stop_all(*args, **kwargs)
 
         result = Timed(Path(tmp) / parsed.name, max_starting=max_starting).run(
-            sweep, todo, storage_url=url, parallelism=parsed.parallelism, tick=progress.tick)
+            sweep, todo, storage_url=url, tick=progress.tick)
         progress.close()
         wall = time.perf_counter() - t0
         phases["end_s"] = wall

@@ -33,9 +33,10 @@ from sweeper.spec import ArtifactsSpec
 
 if TYPE_CHECKING:
     import optuna
-    from optuna.artifacts._protocol import ArtifactStore
     from optuna.storages import BaseStorage
     from optuna.trial import FrozenTrial
+
+    from sweeper.study._optuna_compat import ArtifactStore
 
 logger = logging.getLogger(__name__)
 
@@ -241,7 +242,7 @@ def download_trial(store: ArtifactStore, trial: FrozenTrial, dest: Path) -> list
             with store.open_reader(info.artifact_id) as reader, open(tmp, "wb") as out:
                 shutil.copyfileobj(reader, out)
             os.replace(tmp, target)
-        except Exception as e:
+        except Exception as e:  # noqa: BLE001 - any store/IO failure: no partial file, one line
             tmp.unlink(missing_ok=True)
             raise ArtifactError(f"trial #{trial.number}: cannot download artifact "
                                 f"{info.filename!r} ({info.artifact_id}): "

@@ -28,7 +28,7 @@ def load_entrypoint(entrypoint: str, *, source: str | None = None) -> Callable[.
     except ImportError as e:
         raise SpecError(f"cannot import {module_name!r}: {_first_line(e)}", source=source,
                         field="trial.entrypoint") from None
-    except (Exception, SystemExit) as e:  # the module itself raised (or exited) while importing
+    except (Exception, SystemExit) as e:  # noqa: BLE001 - the user's module raised or exited
         raise SpecError(f"importing {module_name!r} raised {type(e).__name__}: {_first_line(e)}",
                         source=source, field="trial.entrypoint") from None
     fn = getattr(module, attr, None)

@@ -1,4 +1,4 @@
-"""One error hierarchy. Library code raises these; only cli.py turns them into exit codes."""
+"""One error hierarchy. Library code raises these; only sweeper.cli turns them into exit codes."""
 
 from __future__ import annotations
 

@@ -98,7 +98,7 @@ class Progress:
     def tick(self) -> None:
         try:
             line = progress_line(self.snapshot(), self.sweep.spec.objectives[0].metric)
-        except Exception:  # a progress line is never worth failing the sweep
+        except Exception:  # noqa: BLE001 - a progress line is never worth failing the sweep
             return
         now = time.monotonic()
         if self.tty:
@@ -148,7 +148,7 @@ def trial_record(t: FrozenTrial, metrics: Sequence[str]) -> dict[str, Any]:
         "fail_reason": t.user_attrs.get(FAIL_REASON_ATTR),
         "datetime_start": t.datetime_start.isoformat() if t.datetime_start else None,
         "datetime_complete": t.datetime_complete.isoformat() if t.datetime_complete else None,
-        "duration_s": t.duration.total_seconds() if t.duration else None,
+        "duration_s": t.duration.total_seconds() if t.duration is not None else None,
     }
 
 

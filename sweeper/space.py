@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import math
 import random
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 from optuna.distributions import (
@@ -15,7 +15,9 @@ from optuna.distributions import (
     IntDistribution,
 )
 
-from sweeper.spec import Parameter, Scalar, SweepSpec, grid_size_of
+# The model module, not the package: the package's validator calls grid_size_of from here.
+from sweeper.spec.model import Parameter, Scalar, SweepSpec
+from sweeper.study._optuna_compat import distribution_contains
 
 
 def distribution(p: Parameter) -> BaseDistribution:
@@ -52,6 +54,26 @@ def grid_values(p: Parameter) -> tuple[Scalar, ...]:
 
 def _clean(x: float, high: float) -> float:
     return min(round(x, 12), high)
+
+
+def grid_size_of(params: Iterable[Parameter]) -> int:
+    """Number of grid points (exact Python int; may be astronomically large; 0 when a parameter
+    is continuous). Counts what ``grid_values`` would list, without listing it."""
+    size = 1
+    for p in params:
+        if p.values is not None:
+            size *= len(p.values)
+        elif p.choices is not None:
+            size *= len(p.choices)
+        elif p.type == "int":
+            assert p.low is not None and p.high is not None and p.step is not None
+            size *= (int(p.high) - int(p.low)) // int(p.step) + 1
+        elif p.step is not None:
+            assert p.low is not None and p.high is not None
+            size *= round((p.high - p.low) / p.step) + 1
+        else:
+            return 0
+    return size
 
 
 def grid_size(spec: SweepSpec) -> int:
@@ -122,7 +144,7 @@ def contains(spec: SweepSpec, params: dict[str, Any]) -> bool:
     if set(params) != set(dists):
         return False
     try:
-        return all(d._contains(d.to_internal_repr(params[n])) for n, d in dists.items())
+        return all(distribution_contains(d, params[n]) for n, d in dists.items())
     except (ValueError, TypeError):
         return False
 

@@ -23,7 +23,7 @@ from sweeper.artifacts import (
 from sweeper.errors import ArtifactError, SpecError
 from sweeper.spec import ArtifactsSpec, parse_spec, parse_spec_dict
 from sweeper.study import create_or_resume, load_sweep, open_storage
-from tests.compare_support import invoke, isolate, quadratic_spec, run_sweep
+from tests.support.compare import invoke, isolate, quadratic_spec, run_sweep
 
 BASE = """\
 name: art
@@ -111,7 +111,7 @@ def test_prefixed_store_and_upload_of_bytes_and_files(tmp_path: Path) -> None:
     b = upload(store, trial, src, name="renamed.txt")
     c = upload(store, trial, str(src))
     assert (tmp_path / "store" / "team" / "s1" / a).read_bytes() == b"weights"
-    frozen = study._storage.get_trial(trial._trial_id)
+    frozen = study.trials[trial.number]
     from sweeper.artifacts import trial_artifacts
 
     assert [(x.filename, x.artifact_id) for x in trial_artifacts(frozen)] == sorted(

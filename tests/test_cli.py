@@ -17,7 +17,7 @@ from optuna.trial import TrialState
 from sweeper.cli import cli
 from sweeper.space import contains
 from sweeper.study import load_sweep, open_storage
-from tests.helpers import write_spec
+from tests.support.helpers import write_spec
 
 REPO = Path(__file__).resolve().parents[1]
 SWEEPER = Path(sys.executable).parent / "sweeper"

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from tests.compare_support import invoke, isolate, quadratic_spec, run_sweep
+from tests.support.compare import invoke, isolate, quadratic_spec, run_sweep
 
 REPO = Path(__file__).resolve().parents[1]
 CHROMIUM = "/usr/bin/chromium"
@@ -68,12 +68,12 @@ def test_dashboard_prints_url_without_password_and_passes_the_artifact_store(
     assert call["port"] == 8123 and call["host"] == "127.0.0.1"
     store = call["artifact_store"]
     assert isinstance(store, FileSystemArtifactStore)
-    assert Path(store._base_path) == tmp_path / "art"
+    assert Path(store._base_path) == tmp_path / "art"  # noqa: SLF001 - no public getter
 
     # No NAME: the whole storage, with the store its sweeps share.
     calls.clear()
     assert invoke("dashboard", "--storage", pg_url, "--port", "8124").exit_code == 0
-    assert Path(calls[0]["artifact_store"]._base_path) == tmp_path / "art"
+    assert Path(calls[0]["artifact_store"]._base_path) == tmp_path / "art"  # noqa: SLF001
 
 
 def test_dashboard_port_in_use_is_one_line(tmp_path: Path) -> None:

@@ -18,7 +18,7 @@ from optuna.trial import TrialState, create_trial
 
 from sweeper.export import CSV_HEAD, CSV_TAIL, export_document, to_csv, to_json
 from sweeper.spec import parse_spec
-from tests.compare_support import invoke, isolate, quadratic_spec, run_sweep
+from tests.support.compare import invoke, isolate, quadratic_spec, run_sweep
 
 RECORD_KEYS = ["number", "index", "attempt", "retry_of", "state", "values", "params", "user_attrs",
                "history", "fail_reason", "datetime_start", "datetime_complete", "duration_s",

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -19,7 +20,7 @@ from optuna.trial import TrialState
 
 from sweeper import protocol
 from sweeper.study import open_storage
-from tests.chaos import REPO, SWEEPER, chaos_spec, check, run_chaos, runner_pids
+from tests.support.chaos import REPO, SWEEPER, chaos_spec, check, run_chaos, runner_pids
 
 pytestmark = pytest.mark.slow
 
@@ -177,6 +178,8 @@ def test_stopping_sweeper_run_leaves_it_resumable(pg_url: str, tmp_path: Path,
     assert interrupted and all("stopped" in t.user_attrs["sweeper:fail_reason"]
                                or "interrupted" in t.user_attrs["sweeper:fail_reason"]
                                for t in interrupted)
+    stopped = re.search(r"stopped (\d+) running trial\(s\)", err)
+    assert stopped and int(stopped.group(1)) == len(interrupted), err
     done_before = {t.number for t in before if t.state == TrialState.COMPLETE}
     rerun = _sweep(spec, env, tmp_path)
     _, err = rerun.communicate(timeout=300)

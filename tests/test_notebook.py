@@ -14,7 +14,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from tests.compare_support import isolate, quadratic_spec, run_sweep
+from tests.support.compare import isolate, quadratic_spec, run_sweep
 
 REPO = Path(__file__).resolve().parents[1]
 NOTEBOOK = REPO / "notebooks" / "compare_trials.ipynb"

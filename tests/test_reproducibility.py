@@ -10,7 +10,7 @@ from typing import Any
 import optuna
 import pytest
 
-from tests.compare_support import isolate, quadratic_spec, run_sweep
+from tests.support.compare import isolate, quadratic_spec, run_sweep
 
 
 def _params_by_index(url: str, name: str) -> dict[int, dict[str, Any]]:

@@ -143,22 +143,8 @@ def run_command(ctx: TrialContext, template: Sequence[str], timeout_s: float | N
         timer = threading.Timer(timeout_s, expire)
         timer.daemon = True
         timer.start()
-    pruned = False
     try:
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            sys.stdout.write(line)
-            pairs = parse_metric_line(line)
-            if not pairs:
-                continue
-            final.update({k: v for k, v in pairs.items() if k != "step"})
-            if "step" in pairs and not pruned:
-                metrics = {k: v for k, v in pairs.items() if k != "step"}
-                if metrics:
-                    ctx.report(int(pairs["step"]), **metrics)
-                    if ctx.should_prune():
-                        pruned = True
-                        _terminate(proc)
+        pruned = _follow(proc, ctx, final)
         code = proc.wait()
     except BaseException:
         _terminate(proc)
@@ -174,16 +160,40 @@ def run_command(ctx: TrialContext, template: Sequence[str], timeout_s: float | N
     if code != 0:
         why = stderr.reason()
         raise RuntimeError(f"command exited with code {code}" + (f": {why}" if why else ""))
-    if metrics_file.exists():
-        try:
-            data = json.loads(metrics_file.read_text())
-        except ValueError as e:
-            raise RuntimeError(f"$SWEEPER_METRICS_FILE is not valid JSON: {e}") from None
-        if not isinstance(data, dict):
-            raise RuntimeError("$SWEEPER_METRICS_FILE must hold a JSON object")
-        final.update(data)
+    final.update(_metrics_file(metrics_file))
     return {k: v for k, v in final.items() if not (isinstance(v, float) and math.isnan(v))
             or k in ctx.objective_metrics}
+
+
+def _follow(proc: subprocess.Popen[str], ctx: TrialContext, final: dict[str, float]) -> bool:
+    """Echo the program's stdout, report ``step=`` lines, keep the last value of every metric
+    in ``final``; stop the program when the pruner says so. Returns whether it was pruned."""
+    assert proc.stdout is not None
+    pruned = False
+    for line in proc.stdout:
+        sys.stdout.write(line)
+        pairs = parse_metric_line(line)
+        metrics = {k: v for k, v in pairs.items() if k != "step"}
+        final.update(metrics)
+        if "step" in pairs and metrics and not pruned:
+            ctx.report(int(pairs["step"]), **metrics)
+            if ctx.should_prune():
+                pruned = True
+                _terminate(proc)
+    return pruned
+
+
+def _metrics_file(path: Path) -> dict[str, Any]:
+    """The JSON object a program may write to ``$SWEEPER_METRICS_FILE`` (nothing if absent)."""
+    if not path.exists():
+        return {}
+    try:
+        data = json.loads(path.read_text())
+    except ValueError as e:
+        raise RuntimeError(f"$SWEEPER_METRICS_FILE is not valid JSON: {e}") from None
+    if not isinstance(data, dict):
+        raise RuntimeError("$SWEEPER_METRICS_FILE must hold a JSON object")
+    return data
 
 
 def _terminate(proc: subprocess.Popen[str], grace_s: float = 5.0) -> None:

@@ -170,10 +170,7 @@ class TrialContext:
             import torch
 
             payload = torch.load(path, map_location="cpu", weights_only=False)
-        except ImportError:
-            with open(path, "rb") as f:
-                payload = pickle.load(f)
-        except Exception:
+        except Exception:  # noqa: BLE001 - no torch, or not a torch file: saved by pickle
             with open(path, "rb") as f:
                 payload = pickle.load(f)
         step = int(payload["step"])

@@ -30,8 +30,9 @@ from sweeper import protocol
 from sweeper.artifacts import cached_artifact_store
 from sweeper.errors import SpecError, StorageError
 from sweeper.protocol import CODE_VERSION_ATTR, FIXED_PARAMS_ATTR, SPEC_HASH_ATTR
-from sweeper.space import distribution, index_seed
-from sweeper.spec import Parameter, SweepSpec
+from sweeper.space import distribution
+from sweeper.spec import Parameter
+from sweeper.spec.registry import make_pruner, make_sampler  # the validator's registry too
 from sweeper.study import (
     FINISHED,
     Sweep,
@@ -43,6 +44,7 @@ from sweeper.study import (
     set_trial_user_attrs,
     with_retry,
 )
+from sweeper.study._optuna_compat import storage_of, tell
 from trial_runner.context import InvalidResult, TrialContext, TrialTimeout, objective_values
 from trial_runner.provenance import process_code_version
 
@@ -85,32 +87,6 @@ class Interrupted(BaseException):
         self.signum = signum
 
 
-def make_sampler(spec: SweepSpec, index: int) -> optuna.samplers.BaseSampler:
-    """Grid/random sets are fixed params, so any sampler returns them; TPE is seeded per index
-    (the same seed everywhere would make parallel runners propose identical start points) and
-    ``constant_liar`` is explicit because its default differs between Optuna 4 and 5."""
-    seed = index_seed(spec.seed, index)
-    if spec.method == "tpe":
-        kwargs: dict[str, Any] = {"constant_liar": True, "multivariate": True}
-        kwargs.update(spec.sampler)
-        return optuna.samplers.TPESampler(seed=seed, **kwargs)
-    return optuna.samplers.RandomSampler(seed=seed)
-
-
-def make_pruner(spec: SweepSpec) -> optuna.pruners.BasePruner:
-    p = spec.pruner
-    options = dict(p.options)
-    if p.type == "median":
-        return optuna.pruners.MedianPruner(**options)
-    if p.type == "percentile":
-        return optuna.pruners.PercentilePruner(**options)
-    if p.type == "hyperband":
-        return optuna.pruners.HyperbandPruner(**options)
-    if p.type == "successive_halving":
-        return optuna.pruners.SuccessiveHalvingPruner(**options)
-    return optuna.pruners.NopPruner()
-
-
 def suggest(trial: optuna.Trial, p: Parameter) -> Any:
     d = distribution(p)
     if isinstance(d, CategoricalDistribution):
@@ -133,7 +109,7 @@ class _Heartbeat:
         while not self._stop.wait(interval_s):
             try:
                 sweep.storage.record_heartbeat(trial_id)
-            except Exception as e:  # keep beating; a long outage makes the trial stale anyway
+            except Exception as e:  # noqa: BLE001 - keep beating; an outage makes it stale anyway
                 logger.warning("heartbeat failed: %s", type(e).__name__)
 
     def __enter__(self) -> _Heartbeat:
@@ -207,7 +183,7 @@ def run_index(sweep: Sweep, index: int, objective: Callable[[TrialContext], Any]
         # during set-up) must not leave the trial RUNNING until its heartbeat goes stale.
         try:
             mark_failed(sweep.storage, trial_id, f"runner stopped: {type(e).__name__}: {e}")
-        except Exception:
+        except Exception:  # noqa: BLE001 - the original error matters more; re-raised below
             logger.warning("could not mark trial %d FAIL", trial_id)
         raise
 
@@ -257,7 +233,7 @@ def _run_trial(sweep: Sweep, study: optuna.Study, index: int, trial_id: int, num
         raise
     except (StorageError, SpecError):
         raise
-    except Exception as e:
+    except Exception as e:  # noqa: BLE001 - whatever the user's code raised fails this attempt
         tb = traceback.format_exception_only(type(e), e)[-1].strip()
         logger.error("index %d: trial #%d raised:\n%s", index, number, traceback.format_exc())
         return _fail(storage, index, trial_id, number, f"objective raised {tb}",
@@ -279,19 +255,17 @@ def _tell(study: optuna.Study, trial_id: int, state: TrialState,
     """Finish the trial; a retry after a lost commit acknowledgement finds it finished.
     Optuna's internal tell (what ``study.optimize`` calls) skips the public ``Study.tell``'s
     re-read and deep copy of the finished trial, which nobody here uses."""
-    from optuna.study._tell import _tell_with_warning
-
-    def tell() -> bool:
-        n = number if number is not None else study._storage.get_trial(trial_id).number
+    def finish() -> bool:
+        n = number if number is not None else storage_of(study).get_trial(trial_id).number
         try:
-            _tell_with_warning(study, n, values, state=state, skip_if_finished=False)
+            tell(study, n, values, state)
         except (optuna.exceptions.UpdateFinishedTrialError, ValueError):
             # Finished already: by our own commit whose acknowledgement was lost (fine), or
             # by the watcher, which failed it for a stale heartbeat (the work does not count).
-            return study._storage.get_trial(trial_id).state == state
+            return storage_of(study).get_trial(trial_id).state == state
         return True
 
-    return with_retry(tell, what="tell")
+    return with_retry(finish, what="tell")
 
 
 def _superseded(index: int, number: int) -> Outcome:

@@ -27,8 +27,9 @@ Tick = Callable[[], None]
 class Backend(Protocol):
     name: str
 
-    def run(self, sweep: Sweep, indexes: Sequence[int], *, storage_url: str, parallelism: int,
+    def run(self, sweep: Sweep, indexes: Sequence[int], *, storage_url: str,
             tick: Tick) -> RunResult:
-        """Run ``indexes`` of ``sweep`` to completion (or launch them, when detached), calling
-        ``tick`` about once a second so the caller can show progress."""
+        """Run ``indexes`` of ``sweep`` to completion (or launch them, when detached), at most
+        ``sweep.spec.parallelism`` at once, calling ``tick`` about once a second so the caller
+        can show progress. ``storage_url`` is the URL the runners open the study with."""
         ...

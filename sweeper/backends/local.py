@@ -42,7 +42,9 @@ def detect_gpus(env: dict[str, str] | None = None) -> list[str]:
     env = dict(os.environ) if env is None else env
     visible = env.get("CUDA_VISIBLE_DEVICES")
     if visible is not None:
-        return [g for g in visible.split(",") if g.strip() and g.strip() != "-1"]
+        ids = [g.strip() for g in visible.split(",") if g.strip()]
+        # CUDA stops at the first invalid id: "0,-1,1" exposes GPU 0 only.
+        return ids[:ids.index("-1")] if "-1" in ids else ids
     if shutil.which("nvidia-smi") is None:
         return []
     try:
@@ -98,14 +100,14 @@ class LocalBackend:
 
     # ---------------------------------------------------------------- public
 
-    def run(self, sweep: Sweep, indexes: Sequence[int], *, storage_url: str, parallelism: int,
+    def run(self, sweep: Sweep, indexes: Sequence[int], *, storage_url: str,
             tick: Tick) -> RunResult:
         pending = deque(indexes)
         self._startup_failures = 0
         if not pending:
             return RunResult()
         self.log_dir.mkdir(parents=True, exist_ok=True)
-        n = min(parallelism, len(pending))
+        n = min(sweep.spec.parallelism, len(pending))
         slots = gpu_slots(detect_gpus(), sweep.spec.trial.resources.gpu, n)
         env = self._env(sweep, storage_url, n)
         dispatched: dict[int, int] = {}
@@ -142,8 +144,8 @@ class LocalBackend:
             tick()
             return RunResult(finished=tuple(sorted(finished)), failed=tuple(sorted(failed)))
         except KeyboardInterrupt:
+            busy = {w.index for w in workers if w.index is not None}  # before _stop_all clears
             self._stop_all(workers, sweep)
-            busy = {w.index for w in workers if w.index is not None}
             return RunResult(finished=tuple(sorted(finished)),
                              failed=tuple(sorted(failed)), interrupted=True,
                              messages=(f"stopped {len(busy)} running trial(s)",))

@@ -1,10 +1,13 @@
 """The Kubernetes backend end to end: the real `kubernetes` client over HTTP to the stateful fake
-API server in tests/k8s_fake (which runs each pod's command as a local process), the pods and
-the CLI sharing one real PostgreSQL database. The pods get the storage URL only from the
-fake's Secret, as on a cluster.
+API server in tests/support/k8s_fake (which runs each pod's command as a local process), the
+pods and the CLI sharing one real PostgreSQL database. The pods get the storage URL only from
+the Secret, as on a cluster.
 
-What this cannot show (and a real cluster can): scheduling, images, GPUs, the real
-controllers' timing. The Job's schema is checked in test_manifests.py.
+The same tests run against a real cluster when SWEEPER_TEST_KUBECONFIG and SWEEPER_TEST_IMAGE
+are set (the ``cluster`` fixture in conftest.py; docs/real-cluster-tests.md): that checks the
+fake's reading of the Job controller and shows what the fake cannot (scheduling, images, the
+real controllers' timing). Tests marked ``fake_only`` need the fake's powers and are skipped
+there. The Job's schema is checked in test_manifests.py.
 """
 
 from __future__ import annotations
@@ -12,88 +15,26 @@ from __future__ import annotations
 import json
 import socket
 import time
-from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-import optuna
 import pytest
 import yaml
-from click.testing import CliRunner, Result
-from kubernetes.client.exceptions import ApiException
+from click.testing import Result
 from optuna.trial import TrialState
 
 from sweeper.backends import manifests as m
-from sweeper.backends.kubernetes import (
-    ClientFactory,
-    KubernetesBackend,
-    api_error,
-    job_info,
-    parse_intervals,
-)
-from sweeper.cli import cli
-from sweeper.spec import parse_spec
-from sweeper.study import INDEX_ATTR, create_or_resume, driver_url, open_storage
-from tests.k8s_fake import FakeKubeAPI
+from sweeper.backends.kubernetes import ClientFactory, KubernetesBackend, job_info, parse_intervals
+from sweeper.study import create_or_resume, open_storage, trial_id_of
+from tests.support.k8s_cluster import NS, REPO, Cluster
+from tests.support.k8s_fake import FakeKubeAPI
 
 pytestmark = pytest.mark.postgres
 
-REPO = Path(__file__).resolve().parents[2]
-NS = "sweeper"
-FLAKY = "tests.backends.k8s_objectives:flaky"
-SLOW = "tests.backends.k8s_objectives:slow"
+FLAKY = "tests.support.k8s_objectives:flaky"
+SLOW = "tests.support.k8s_objectives:slow"
 QUADRATIC = "trial_runner.examples.synthetic:quadratic"
-
-
-@dataclass
-class Cluster:
-    fake: FakeKubeAPI
-    url: str
-    env: dict[str, str | None]
-    tmp: Path
-    kubeconfig: Path
-
-    def sweeper(self, *args: str, **env: str | None) -> Result:
-        return CliRunner().invoke(cli, list(args), env={**self.env, **env},
-                                  catch_exceptions=False)
-
-    def spec(self, text: str) -> str:
-        name = yaml.safe_load(text)["name"]
-        path = self.tmp / f"{name}.yaml"
-        path.write_text(text)
-        return str(path)
-
-    def trials(self, name: str) -> dict[int, list[optuna.trial.FrozenTrial]]:
-        study = optuna.load_study(study_name=name, storage=driver_url(self.url))
-        out: dict[int, list[optuna.trial.FrozenTrial]] = {}
-        for t in study.get_trials(deepcopy=False):
-            out.setdefault(t.user_attrs[INDEX_ATTR], []).append(t)
-        return out
-
-    def finished_per_index(self, name: str) -> dict[int, int]:
-        return {i: sum(t.state in (TrialState.COMPLETE, TrialState.PRUNED) for t in ts)
-                for i, ts in sorted(self.trials(name).items())}
-
-
-@pytest.fixture
-def cluster(pg_url: str, tmp_path: Path) -> Iterator[Cluster]:
-    fake = FakeKubeAPI(workdir=REPO, state_dir=tmp_path / "fake", extra_env={
-        "SWEEPER_HEARTBEAT_INTERVAL": "0.5", "SWEEPER_GRACE_PERIOD": "5",
-        "SWEEPER_CONNECT_DEADLINE": "10", "OMP_NUM_THREADS": "1"})
-    fake.start()
-    try:
-        fake.add_namespace(NS)
-        fake.add_secret(NS, "sweeper-db", {"url": pg_url})
-        kubeconfig = fake.write_kubeconfig(tmp_path / "kubeconfig", namespace=NS)
-        env: dict[str, str | None] = {
-            "SWEEPER_STORAGE": pg_url, "KUBECONFIG": str(kubeconfig),
-            "SWEEPER_POLL_INTERVAL": "0.2", "SWEEPER_GRACE_PERIOD": "5",
-            "KUBERNETES_SERVICE_HOST": None}
-        yield Cluster(fake, pg_url, env, tmp_path, kubeconfig)
-    finally:
-        fake.stop()
 
 
 def _grid(name: str, entrypoint: str = QUADRATIC, n: int = 6, parallelism: int = 3,
@@ -156,29 +97,21 @@ def test_run_grid_one_finished_trial_per_index(cluster: Cluster) -> None:
     result = cluster.sweeper("run", spec, "--backend", "kubernetes")
     assert result.exit_code == 0, result.output
     assert "created Job sweeper/k8s-grid: 6 indexes in 6 pods, parallelism 3" in result.output
+    assert "this launch: 6 of 6 indexes finished" in result.output
     assert cluster.finished_per_index("k8s-grid") == {i: 1 for i in range(6)}
     assert sum(len(ts) for ts in cluster.trials("k8s-grid").values()) == 6
 
-    (job,) = cluster.fake.jobs(NS)
+    (job,) = cluster.jobs("k8s-grid")
     assert job["metadata"]["name"] == "k8s-grid"
     assert job["status"]["completedIndexes"] == "0-5" and job["status"]["succeeded"] == 6
-    pods = cluster.fake.pods(NS)
+    pods = cluster.pods("k8s-grid")
     assert len(pods) == 6 and {p["status"]["phase"] for p in pods} == {"Succeeded"}
 
-    # What run submitted is exactly what render prints.
-    posts = [r for r in cluster.fake.request_log if r.method == "POST" and
-             r.path.endswith(f"/namespaces/{NS}/jobs")]
-    assert len(posts) == 1
-    rendered = list(yaml.safe_load_all(cluster.sweeper("render", spec).stdout))
-    assert posts[0].body == rendered[0]
-
-    # The password went to the pods through the Secret only: not in any request, object,
-    # pod argv or output.
+    # The password went to the pods through the Secret only: not in any object or output.
     password = urlsplit(cluster.url).password
     assert password
     assert password not in result.output
-    assert password not in json.dumps([r.body for r in cluster.fake.request_log], default=str)
-    assert password not in json.dumps(cluster.fake.jobs(NS) + pods)
+    assert password not in json.dumps(cluster.jobs("k8s-grid") + pods)
 
     status = cluster.sweeper("status", "k8s-grid")
     assert status.exit_code == 0, status.output
@@ -192,9 +125,6 @@ def test_run_grid_one_finished_trial_per_index(cluster: Cluster) -> None:
     assert "index 4: trial #" in logs.stdout and "complete: loss=" in logs.stdout
     assert "Job k8s-grid, index 4" in logs.stderr
 
-    # Everything run, status and logs asked of the API is within the Role sweeper ships.
-    _assert_within_rbac(cluster.fake)
-
     # Without any cluster configuration, status still works and skips the Jobs.
     offline = cluster.sweeper("status", "k8s-grid", KUBECONFIG=str(cluster.tmp / "none"),
                               HOME=str(cluster.tmp))
@@ -204,7 +134,32 @@ def test_run_grid_one_finished_trial_per_index(cluster: Cluster) -> None:
     # Running the same spec again finds nothing to do and creates no Job.
     again = cluster.sweeper("run", spec, "--backend", "kubernetes")
     assert again.exit_code == 0 and "6 of 6 indexes already finished" in again.output
-    assert len(cluster.fake.jobs(NS)) == 1
+    assert len(cluster.jobs("k8s-grid")) == 1
+
+
+@pytest.mark.fake_only(reason="reads the fake's log of every API request")
+def test_requests_are_what_render_prints_and_within_the_role(cluster: Cluster) -> None:
+    """run submits exactly the Job render prints and never sends the password; run, status,
+    logs, cancel and resume ask only what the Role in manifests/rbac.yaml grants."""
+    fake = cluster.fake
+    assert fake is not None
+    spec = cluster.spec(_grid("k8s-rbac", n=2))
+    result = cluster.sweeper("run", spec, "--backend", "kubernetes")
+    assert result.exit_code == 0, result.output
+    posts = [r for r in fake.request_log if r.method == "POST" and
+             r.path.endswith(f"/namespaces/{NS}/jobs")]
+    assert len(posts) == 1
+    rendered = list(yaml.safe_load_all(cluster.sweeper("render", spec).stdout))
+    assert posts[0].body == rendered[0]
+    password = urlsplit(cluster.url).password
+    assert password
+    assert password not in json.dumps([r.body for r in fake.request_log], default=str)
+
+    for args in (["status", "k8s-rbac"], ["logs", "k8s-rbac", "--index", "1"],
+                 ["cancel", "k8s-rbac"], ["resume", "k8s-rbac"]):
+        r = cluster.sweeper(*args)
+        assert r.exit_code == 0, (args, r.output)
+    _assert_within_rbac(fake)
 
 
 def test_run_tpe_with_several_indexes_per_pod(cluster: Cluster) -> None:
@@ -229,7 +184,7 @@ kubernetes: {indexes_per_pod: 2}
     assert "6 indexes in 3 pods, parallelism 2" in result.output
     assert cluster.finished_per_index("k8s-tpe") == {i: 1 for i in range(6)}
     assert sum(len(ts) for ts in cluster.trials("k8s-tpe").values()) == 6
-    (job,) = cluster.fake.jobs(NS)
+    (job,) = cluster.jobs("k8s-tpe")
     assert job["spec"]["completions"] == 3 and job["status"]["succeeded"] == 3
 
 
@@ -239,6 +194,7 @@ def test_retryable_exit_replaces_the_pod_and_no_retry_fails_only_that_index(
     result = cluster.sweeper("run", spec, "--backend", "kubernetes")
     assert result.exit_code == 1, result.output
     assert "1 index(es) failed for good: 1" in _one_error_line(result)
+    assert "this launch: 3 of 4 indexes finished, 1 failed for good (1)" in result.output
     assert "exited with code 1 (retryable failure)" in result.output
     assert "exited with code 3 (failed (no retry))" in result.output
 
@@ -247,11 +203,11 @@ def test_retryable_exit_replaces_the_pod_and_no_retry_fails_only_that_index(
     assert [t.state for t in trials[1]] == [TrialState.FAIL]  # not retried: FailIndex
     assert cluster.finished_per_index("k8s-flaky") == {0: 1, 1: 0, 2: 1, 3: 1}
 
-    (job,) = cluster.fake.jobs(NS)
+    (job,) = cluster.jobs("k8s-flaky")
     assert parse_intervals(job["status"]["completedIndexes"]) == [0, 2, 3]
     assert job["status"]["failedIndexes"] == "1"
     by_index: dict[str, list[Any]] = {}
-    for pod in cluster.fake.pods(NS):
+    for pod in cluster.pods("k8s-flaky"):
         k = pod["metadata"]["annotations"][m.COMPLETION_INDEX]
         by_index.setdefault(k, []).append(pod["status"]["phase"])
     assert by_index["0"] == ["Failed", "Succeeded"]  # replaced once
@@ -274,12 +230,13 @@ def test_detach_cancel_and_sparse_resume(cluster: Cluster) -> None:
     assert result.exit_code == 0, result.output
     assert time.monotonic() - started < 5
     assert "detached: Job sweeper/k8s-slow runs on" in result.output
-    assert job_info(cluster.fake.jobs(NS)[0], 6).state == "Running"
+    assert "this launch:" not in result.output  # nothing is known yet
+    assert job_info(cluster.jobs("k8s-slow")[0], 6).state == "Running"
 
     def states() -> list[TrialState]:
         return [t.state for ts in cluster.trials("k8s-slow").values() for t in ts]
 
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + cluster.patience(30)
     while not (states().count(TrialState.COMPLETE) >= 2 and TrialState.RUNNING in states()):
         assert time.monotonic() < deadline, states()
         time.sleep(0.1)
@@ -288,20 +245,21 @@ def test_detach_cancel_and_sparse_resume(cluster: Cluster) -> None:
     assert cancelled.exit_code == 0, cancelled.output
     assert "deleted Job sweeper/k8s-slow" in cancelled.stdout
     assert "sweeper resume k8s-slow" in cancelled.output
-    assert cluster.fake.jobs(NS) == [] and cluster.fake.pods(NS) == []
+    assert cluster.jobs("k8s-slow") == [] and cluster.pods("k8s-slow") == []
     assert TrialState.RUNNING not in states()
     missing = [i for i, n in cluster.finished_per_index("k8s-slow").items() if n == 0]
     missing += [i for i in range(6) if i not in cluster.trials("k8s-slow")]
     missing = sorted(missing)
     assert 0 < len(missing) <= 4
 
+    # --parallelism goes into the spec the backend reads (not into the spec's hash).
     resumed = cluster.sweeper("resume", "k8s-slow", "--parallelism", "4")
     assert resumed.exit_code == 0, resumed.output
     assert f"created Job sweeper/k8s-slow-r1: {len(missing)} indexes in {len(missing)} pods, " \
            f"parallelism {len(missing)}" in resumed.output
     assert "sparse resume Job" in resumed.output
     assert cluster.finished_per_index("k8s-slow") == {i: 1 for i in range(6)}
-    (job,) = cluster.fake.jobs(NS)
+    (job,) = cluster.jobs("k8s-slow")
     assert job["metadata"]["name"] == "k8s-slow-r1"
     assert job["metadata"]["annotations"][m.INDEX_MAP_ANNOTATION] == ",".join(map(str, missing))
     assert job["spec"]["completions"] == len(missing)
@@ -311,25 +269,25 @@ def test_detach_cancel_and_sparse_resume(cluster: Cluster) -> None:
     assert logs.exit_code == 0, logs.output
     assert f"objective output of index {missing[-1]}" in logs.stdout
     assert "Job k8s-slow-r1" in logs.stderr
-    _assert_within_rbac(cluster.fake)  # run, cancel, resume and logs
     finished_first = next(i for i in range(6) if i not in missing)
     gone = cluster.sweeper("logs", "k8s-slow", "--index", str(finished_first))
     assert gone.exit_code == 3 and "no pod of sweep k8s-slow ran index" in _one_error_line(gone)
 
 
 def test_ctrl_c_while_watching_leaves_the_job_running(cluster: Cluster) -> None:
-    spec = parse_spec(_grid("k8s-ctrlc", SLOW, n=2, parallelism=1, fixed="{delay: 30}"))
+    spec = cluster.parse(_grid("k8s-ctrlc", SLOW, n=2, parallelism=1, fixed="{delay: 30}"))
     sweep, _ = create_or_resume(open_storage(cluster.url), spec)
     backend = KubernetesBackend(ClientFactory(str(cluster.kubeconfig)), poll_interval_s=0.1)
 
     def tick() -> None:
         raise KeyboardInterrupt
 
-    result = backend.run(sweep, [0, 1], storage_url=cluster.url, parallelism=1, tick=tick)
+    result = backend.run(sweep, [0, 1], storage_url=cluster.url, tick=tick)
     assert result.interrupted and result.detached
     assert "Job sweeper/k8s-ctrlc keeps running" in result.messages[0]
     assert "sweeper cancel k8s-ctrlc" in result.messages[0]
-    assert job_info(cluster.fake.jobs(NS)[0], 2).state == "Running"
+    (job,) = cluster.jobs("k8s-ctrlc")
+    assert job_info(job, 2).state == "Running" and job["spec"]["parallelism"] == 1
 
     # A second launch while that Job is active is refused, in one line.
     again = cluster.sweeper("run", cluster.spec(_grid("k8s-ctrlc", SLOW, n=2, parallelism=1,
@@ -341,12 +299,12 @@ def test_ctrl_c_while_watching_leaves_the_job_running(cluster: Cluster) -> None:
     # Index 1 has not started (parallelism 1); make its trial RUNNING as if a pod had claimed
     # it and died without a word (SIGKILL, node lost): cancel must fail it for a quick resume.
     (waiting,) = cluster.trials("k8s-ctrlc")[1]
-    assert sweep.storage.set_trial_state_values(waiting._trial_id, TrialState.RUNNING)
+    assert sweep.storage.set_trial_state_values(trial_id_of(waiting), TrialState.RUNNING)
     cancelled = cluster.sweeper("cancel", "k8s-ctrlc")
     assert cancelled.exit_code == 0, cancelled.output
     assert "running trial(s) FAIL (cancelled)" in cancelled.stdout
     assert f"#{waiting.number}" in cancelled.stdout
-    assert cluster.fake.jobs(NS) == [] and cluster.fake.pods(NS) == []
+    assert cluster.jobs("k8s-ctrlc") == [] and cluster.pods("k8s-ctrlc") == []
     trials = cluster.trials("k8s-ctrlc")
     assert [t.state for t in trials[1]] == [TrialState.FAIL]
     assert trials[1][0].user_attrs["sweeper:fail_reason"] == "cancelled (sweeper cancel)"
@@ -357,51 +315,56 @@ def test_ctrl_c_while_watching_leaves_the_job_running(cluster: Cluster) -> None:
 
 
 def test_config_error_fails_the_job_with_the_runner_reason(cluster: Cluster) -> None:
-    spec = cluster.spec(_grid("k8s-config", "tests.backends.k8s_objectives:nope", n=3,
+    spec = cluster.spec(_grid("k8s-config", "tests.support.k8s_objectives:nope", n=3,
                               retries=3, fixed="{}"))
     result = cluster.sweeper("run", spec, "--backend", "kubernetes")
     assert result.exit_code == 2, result.output
     line = _one_error_line(result)
     assert "Job sweeper/k8s-config failed: a trial runner reported a configuration error " \
            "(exit code 4): <study k8s-config>: trial.entrypoint: module " \
-           "'tests.backends.k8s_objectives' has no attribute 'nope' (pod k8s-config-" in line
-    (job,) = cluster.fake.jobs(NS)
+           "'tests.support.k8s_objectives' has no attribute 'nope' (pod k8s-config-" in line
+    (job,) = cluster.jobs("k8s-config")
     assert job_info(job, 3).reason == "PodFailurePolicy"  # FailJob: no retries were spent
-    assert len(cluster.fake.pods(NS)) <= 3
+    assert len(cluster.pods("k8s-config")) <= 3
 
 
 def test_pods_that_cannot_start_are_reported(cluster: Cluster) -> None:
-    spec = parse_spec(_grid("k8s-stuck", n=2, parallelism=1))
+    spec = cluster.parse(_grid("k8s-stuck", n=2, parallelism=1))
     spec = m.with_kubernetes(spec, storage_secret="no-such-secret")
     sweep, _ = create_or_resume(open_storage(cluster.url), spec)
     said: list[str] = []
     backend = KubernetesBackend(ClientFactory(str(cluster.kubeconfig)), poll_interval_s=0.1,
                                 echo=said.append)
     backend.stuck_check_interval_s = 0.2
-    deadline = time.monotonic() + 20
+    deadline = time.monotonic() + cluster.patience(20)
 
     def tick() -> None:
         if any("cannot start" in line for line in said) or time.monotonic() > deadline:
             raise KeyboardInterrupt
 
-    result = backend.run(sweep, [0, 1], storage_url=cluster.url, parallelism=1, tick=tick)
+    result = backend.run(sweep, [0, 1], storage_url=cluster.url, tick=tick)
     assert result.interrupted
     (warning,) = [line for line in said if "cannot start" in line]
     assert warning.startswith("warning: index 0: pod k8s-stuck-0-")
     assert "CreateContainerConfigError" in warning and "no-such-secret" in warning
 
 
-def test_api_errors_are_one_clear_line(cluster: Cluster) -> None:
-    spec = cluster.spec(_grid("k8s-err", n=2))
+@pytest.mark.fake_only(reason="denies a permission; a test cannot change a real cluster's RBAC")
+def test_permission_denied_names_the_missing_permission(cluster: Cluster) -> None:
     fake = cluster.fake
-
+    assert fake is not None
+    spec = cluster.spec(_grid("k8s-forbidden", n=2))
     fake.forbid("create", "jobs", namespace=NS)
     r = cluster.sweeper("run", spec, "--backend", "kubernetes")
     assert r.exit_code == 3
     line = _one_error_line(r)
     assert "permission denied:" in line and "may not create jobs.batch in namespace sweeper" \
         in line and fake.user in line
-    fake.allow_all()
+    assert "manifests/rbac.yaml" in line
+
+
+def test_api_errors_are_one_clear_line(cluster: Cluster) -> None:
+    spec = cluster.spec(_grid("k8s-err", n=2))
 
     r = cluster.sweeper("run", spec, "--backend", "kubernetes", "--namespace", "nowhere")
     assert r.exit_code == 3
@@ -409,10 +372,7 @@ def test_api_errors_are_one_clear_line(cluster: Cluster) -> None:
                                   "manifests/ creates sweeper)")
 
     # A Job of that name that sweeper did not create (no sweep label).
-    from kubernetes import config
-    from kubernetes.client import BatchV1Api
-    api = BatchV1Api(config.new_client_from_config(str(cluster.kubeconfig)))
-    api.create_namespaced_job(NS, {
+    cluster.batch().create_namespaced_job(NS, {
         "apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "k8s-err"},
         "spec": {"suspend": True, "template": {"spec": {"restartPolicy": "Never", "containers": [
             {"name": "c", "image": "busybox", "command": ["true"]}]}}}})
@@ -424,9 +384,7 @@ def test_api_errors_are_one_clear_line(cluster: Cluster) -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    dead = cluster.tmp / "dead-kubeconfig"
-    dead.write_text(cluster.kubeconfig.read_text().replace(
-        urlsplit(fake.url).netloc, f"127.0.0.1:{port}"))
+    dead = _kubeconfig(cluster.tmp / "dead-kubeconfig", f"http://127.0.0.1:{port}")
     r = cluster.sweeper("run", spec, "--backend", "kubernetes", "--kubeconfig", str(dead))
     assert r.exit_code == 3
     assert _one_error_line(r).startswith(
@@ -441,36 +399,11 @@ def test_api_errors_are_one_clear_line(cluster: Cluster) -> None:
     assert _one_error_line(r).startswith("error: no Kubernetes configuration")
 
 
-def _api_exception(status: int, body: dict[str, Any]) -> ApiException:
-    e = ApiException(status=status, reason="reason")
-    e.body = json.dumps(body).encode()
-    return e
-
-
-def test_api_error_messages() -> None:
-    forbidden = _api_exception(403, {"message": 'pods "p" is forbidden: User '
-                                     '"system:serviceaccount:ci:runner" cannot get resource '
-                                     '"pods/log" in API group "" in the namespace "ml"'})
-    assert str(api_error(forbidden)).startswith(
-        "permission denied: system:serviceaccount:ci:runner may not get pods/log in namespace ml")
-    invalid = _api_exception(422, {"message": "Job.batch \"x\" is invalid", "details": {
-        "name": "x", "kind": "jobs", "causes": [
-            {"field": "spec.parallelism", "message": "Invalid value: -1"},
-            {"field": "metadata.name", "message": "must be no more than 63 characters"}]}})
-    assert str(api_error(invalid)) == (
-        "the API server rejected Job x: spec.parallelism: Invalid value: -1; metadata.name: "
-        "must be no more than 63 characters")
-    assert str(api_error(_api_exception(401, {}))).startswith("the Kubernetes API rejected")
-    assert parse_intervals("0-2,5,7-8") == [0, 1, 2, 5, 7, 8] and parse_intervals(None) == []
-
-
-def test_job_info_maps_sparse_job_indexes_back() -> None:
-    spec = parse_spec(_grid("k8s-map", n=10, extra="kubernetes: {indexes_per_pod: 2}"))
-    job = m.render_job(spec, [1, 3, 4, 8, 9], launch=3)
-    job["status"] = {"completedIndexes": "0,2", "failedIndexes": "1", "active": 0,
-                     "conditions": [{"type": "Failed", "status": "True",
-                                     "reason": "FailedIndexes"}]}
-    info = job_info(job, 10)
-    assert info.launch == 3 and info.state == "Failed" and info.reason == "FailedIndexes"
-    assert info.indexes == (1, 3, 4, 8, 9)
-    assert info.completed == (1, 3, 9) and info.failed_indexes == (4, 8)
+def _kubeconfig(path: Path, server: str) -> Path:
+    """A kubeconfig for ``server`` (plain HTTP, a dummy token)."""
+    path.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "c",
+        "clusters": [{"name": "c", "cluster": {"server": server}}],
+        "users": [{"name": "u", "user": {"token": "t"}}],
+        "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u", "namespace": NS}}]}))
+    return path

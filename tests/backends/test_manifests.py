@@ -17,7 +17,7 @@ from sweeper.backends import manifests as m
 from sweeper.cli import cli
 from sweeper.errors import SpecError
 from sweeper.spec import load_spec, parse_spec
-from tests.k8s_schema import validate_k8s_objects
+from tests.support.k8s_schema import validate_k8s_objects
 
 REPO = Path(__file__).resolve().parents[2]
 SPECS = sorted((REPO / "search_spaces").glob("*.yaml"))
@@ -126,7 +126,10 @@ def test_labels_on_job_and_pods() -> None:
 
 
 def test_gpu_limits_and_toleration() -> None:
-    grid = load_spec(REPO / "search_spaces" / "digits_grid.yaml")
+    # digits_grid.yaml with the GPU its comment offers (the example itself runs on CPUs).
+    text = (REPO / "search_spaces" / "digits_grid.yaml").read_text()
+    assert text.count("resources: {cpu: 2, memory: 4Gi}") == 1
+    grid = parse_spec(text.replace("resources: {cpu: 2,", "resources: {gpu: 1, cpu: 2,"))
     assert grid.trial.resources.gpu == 1
     job = m.render_job(grid)
     resources = _container(job)["resources"]

@@ -10,7 +10,7 @@ from optuna.trial import TrialState
 
 from sweeper import protocol
 from sweeper.study import create_or_resume, open_storage
-from tests.helpers import make_spec
+from tests.support.helpers import make_spec
 from trial_runner.command import (
     command_objective,
     last_error_line,

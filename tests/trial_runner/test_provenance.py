@@ -12,7 +12,7 @@ import pytest
 from sweeper import __version__
 from sweeper.protocol import CODE_VERSION_ATTR, SPEC_HASH_ATTR
 from sweeper.study import load_sweep, open_storage
-from tests.compare_support import isolate, quadratic_spec, run_sweep
+from tests.support.compare import isolate, quadratic_spec, run_sweep
 from trial_runner.provenance import code_version
 
 SHA = "0123456789abcdef0123456789abcdef01234567"

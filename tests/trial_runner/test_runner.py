@@ -15,7 +15,8 @@ from optuna.trial import TrialState
 from sweeper import protocol
 from sweeper.space import contains, grid_point
 from sweeper.study import attempts, create_or_resume, mark_failed, open_storage
-from tests.helpers import make_spec
+from sweeper.study._optuna_compat import trial_id_of
+from tests.support.helpers import make_spec
 from trial_runner.context import TrialContext
 from trial_runner.runner import RunnerSettings, run_index
 
@@ -209,7 +210,7 @@ def test_work_on_a_trial_the_watcher_failed_does_not_count(storage_url: str,
     sweep, _ = create_or_resume(storage, make_spec())
 
     def stalled(ctx: TrialContext) -> float:
-        mark_failed(storage, ctx.trial._trial_id, "heartbeat 40s old: the runner died or froze")
+        mark_failed(storage, trial_id_of(ctx.trial), "heartbeat 40s old: the runner died or froze")
         return 1.0
 
     out = run_index(sweep, 6, stalled, settings(tmp_path))

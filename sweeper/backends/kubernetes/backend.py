@@ -1,0 +1,203 @@
+"""The Kubernetes backend: one Indexed Job per launch, submitted and (unless detached) watched.
+
+The Job is what :func:`sweeper.backends.manifests.render_job` builds from the spec (the same
+objects ``sweeper render`` prints); the storage URL is never sent to the cluster: pods read it
+from a Secret. While it watches, the backend reports failed pods once each (which index, what
+the exit code means), warns about pods that cannot start, and fails the trials of dead runners
+whose heartbeats went stale so that their retries do not wait.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from sweeper import protocol
+from sweeper.backends import manifests as m
+from sweeper.backends.base import RunResult, Tick
+from sweeper.backends.kubernetes.client import ClientFactory, KubeClient, Obj
+from sweeper.backends.kubernetes.jobstatus import (
+    JOB_NAME_LABEL,
+    JobInfo,
+    exit_code,
+    job_info,
+    last_error_line,
+    pod_exit,
+    pod_indexes,
+    pod_name,
+    stuck_reasons,
+)
+from sweeper.backends.kubernetes.ops import sweep_jobs
+from sweeper.errors import BackendError, SpecError
+from sweeper.protocol import LAUNCHES_ATTR
+from sweeper.study import Sweep, fail_stale_trials
+
+logger = logging.getLogger(__name__)
+
+Echo = Callable[[str], None]
+
+
+@dataclass
+class _Watch:
+    """What one watch has already said and when it last looked (so each thing is said once)."""
+
+    api: KubeClient
+    namespace: str
+    name: str
+    seen_failures: set[str] = field(default_factory=set)
+    warned: set[tuple[str, str]] = field(default_factory=set)
+    last_failed: int = 0
+    last_pending: float = 0.0
+    last_stale: float = 0.0
+
+
+class KubernetesBackend:
+    """Creates the sweep's Job and (unless detached) watches it and the study until it ends."""
+
+    name = "kubernetes"
+
+    def __init__(self, clients: ClientFactory, *, detach: bool = False,
+                 poll_interval_s: float = 1.0, echo: Echo | None = None,
+                 grace_period_s: float | None = None) -> None:
+        self.clients = clients
+        self.detach = detach
+        self.poll_interval_s = poll_interval_s
+        #: How often to look for pods that cannot start (a Pending-pods list call).
+        self.stuck_check_interval_s = 5.0
+        self.echo: Echo = echo or logger.info
+        self.grace_period_s = grace_period_s if grace_period_s is not None else \
+            protocol.grace_period_s(os.environ)
+
+    def run(self, sweep: Sweep, indexes: Sequence[int], *, storage_url: str,
+            tick: Tick) -> RunResult:
+        """Submit one Job for ``indexes`` (``sweep.spec.parallelism`` pods at once) and watch
+        it to the end; detached, return once it is created."""
+        if not indexes:
+            return RunResult()
+        spec = sweep.spec
+        ns = spec.kubernetes.namespace
+        if storage_url.startswith("sqlite"):
+            self.echo(f"warning: the study is in SQLite on this machine, but the pods use the "
+                      f"URL in Secret {spec.kubernetes.storage_secret}; both must name the "
+                      "same database (use PostgreSQL)")
+        existing = sweep_jobs(self.clients, ns, spec.name, spec.trials)
+        for j in existing:
+            if j.active_job:
+                raise BackendError(
+                    f"Job {ns}/{j.name} of sweep {spec.name} is still running; wait for it "
+                    f"(sweeper status {spec.name}) or stop it first (sweeper cancel {spec.name})")
+        launch = self._next_launch(sweep, existing)
+        job = m.render_job(spec, indexes, launch=launch)
+        name = job["metadata"]["name"]
+        api = KubeClient(self.clients, spec.name)
+        api.create_job(ns, job)
+        self._record_launch(sweep, launch)
+        completions = job["spec"]["completions"]
+        sparse = " (a sparse resume Job)" if m.INDEX_MAP_ANNOTATION in \
+            job["metadata"]["annotations"] else ""
+        self.echo(f"created Job {ns}/{name}: {len(indexes)} indexes in {completions} pods, "
+                  f"parallelism {job['spec']['parallelism']}{sparse}")
+        if self.detach:
+            return RunResult(detached=True, messages=(
+                f"detached: Job {ns}/{name} runs on; follow it with `sweeper status "
+                f"{spec.name}`, stop it with `sweeper cancel {spec.name}`",))
+        try:
+            return self._watch(sweep, _Watch(api, ns, name), tick)
+        except KeyboardInterrupt:
+            return RunResult(interrupted=True, detached=True, messages=(
+                f"stopped watching; Job {ns}/{name} keeps running: `sweeper status "
+                f"{spec.name}` shows it, `sweeper cancel {spec.name}` stops it",))
+
+    # ---------------------------------------------------------------- launch bookkeeping
+
+    @staticmethod
+    def _next_launch(sweep: Sweep, existing: Sequence[JobInfo]) -> int:
+        recorded = sweep.storage.get_study_user_attrs(sweep.study_id).get(LAUNCHES_ATTR, 0)
+        taken = max((j.launch for j in existing), default=-1) + 1
+        return max(int(recorded or 0), taken)
+
+    @staticmethod
+    def _record_launch(sweep: Sweep, launch: int) -> None:
+        sweep.storage.set_study_user_attr(sweep.study_id, LAUNCHES_ATTR, launch + 1)
+
+    # ---------------------------------------------------------------- watching
+
+    def _watch(self, sweep: Sweep, w: _Watch, tick: Tick) -> RunResult:
+        where = f"{w.namespace}/{w.name}"
+        while True:
+            job = w.api.read_job(w.namespace, w.name)
+            if job is None:
+                raise BackendError(f"Job {where} was deleted while sweeper watched it; "
+                                   f"`sweeper resume {sweep.name}` relaunches what is missing")
+            info = job_info(job, sweep.spec.trials)
+            self._observe(sweep, w, info)
+            tick()
+            if info.finished or info.state == "Deleting":
+                break
+            time.sleep(self.poll_interval_s)
+        if info.state == "Deleting":
+            raise BackendError(f"Job {where} is being deleted (sweeper cancel?); "
+                               f"`sweeper resume {sweep.name}` relaunches what is missing")
+        messages: list[str] = []
+        if info.state == "Failed":
+            if info.reason == "PodFailurePolicy":
+                raise SpecError(f"Job {where} failed: a trial runner reported a "
+                                f"configuration error (exit code {protocol.EXIT_CONFIG}): "
+                                f"{self._config_error_detail(w, info)}",
+                                source=sweep.spec.source)
+            messages.append(f"Job {where} failed: {info.reason or 'Failed'}"
+                            + (f": {info.message}" if info.message else ""))
+        return RunResult(finished=info.completed, failed=info.unfinished(),
+                         messages=tuple(messages))
+
+    def _observe(self, sweep: Sweep, w: _Watch, info: JobInfo) -> None:
+        """One look at the Job: new failed pods, pods that cannot start, stale trials."""
+        now = time.monotonic()
+        if info.failed != w.last_failed:
+            w.last_failed = info.failed
+            self._report_failures(w, info)
+        if info.active > info.ready and now - w.last_pending >= self.stuck_check_interval_s:
+            w.last_pending = now
+            self._report_stuck(w, info)
+        if now - w.last_stale >= max(1.0, self.grace_period_s / 4):
+            w.last_stale = now
+            fail_stale_trials(sweep.storage, sweep.study_id, self.grace_period_s)
+
+    def _pods(self, w: _Watch, info: JobInfo, phase: str) -> list[Obj]:
+        """The Job's pods in one phase (never every pod: a big sweep keeps thousands)."""
+        return w.api.list_pods(w.namespace, f"{JOB_NAME_LABEL}={info.name}",
+                               field_selector=f"status.phase={phase}")
+
+    def _report_failures(self, w: _Watch, info: JobInfo) -> None:
+        """Say once per failed pod which index it ran and what its exit code means."""
+        for pod in self._pods(w, info, "Failed"):
+            pname = pod_name(pod)
+            if pname not in w.seen_failures:
+                w.seen_failures.add(pname)
+                self.echo(f"index {pod_indexes(pod, info)}: pod {pname} {pod_exit(pod)}")
+
+    def _report_stuck(self, w: _Watch, info: JobInfo) -> None:
+        """Warn (once) about pods that cannot start: a bad image, a missing Secret key."""
+        for pod in self._pods(w, info, "Pending"):
+            pname = pod_name(pod)
+            for reason, message in stuck_reasons(pod):
+                if (pname, reason) not in w.warned:
+                    w.warned.add((pname, reason))
+                    self.echo(f"warning: index {pod_indexes(pod, info)}: pod {pname} cannot "
+                              f"start: {reason}: {message}")
+
+    def _config_error_detail(self, w: _Watch, info: JobInfo) -> str:
+        """The runner's own reason, from the log of a pod that exited with EXIT_CONFIG."""
+        try:
+            for pod in self._pods(w, info, "Failed"):
+                if exit_code(pod) == protocol.EXIT_CONFIG:
+                    log = w.api.read_pod_log(w.namespace, pod_name(pod),
+                                             container=m.CONTAINER_NAME, tail_lines=50)
+                    return f"{last_error_line(log)} (pod {pod_name(pod)}, index " \
+                           f"{pod_indexes(pod, info)})"
+        except BackendError as e:
+            return f"(could not read the pod log: {e})"
+        return info.message or "see `sweeper logs`"

@@ -1,0 +1,216 @@
+"""Commands that read a stored sweep: status, best, export, dashboard."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import click
+
+from sweeper import protocol
+from sweeper.cli._common import (
+    _clients,
+    _cluster_options,
+    _errors,
+    _open_sweep,
+    _ranges_of,
+    storage_option,
+)
+from sweeper.cli._group import cli
+from sweeper.errors import SweeperError, SweepFailedError
+
+
+@cli.command()
+@click.argument("name")
+@storage_option
+@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table",
+              show_default=True)
+@click.option("--kubernetes/--no-kubernetes", "kube", default=None,
+              help="Also show the sweep's Jobs (default: when a cluster is configured; "
+                   "skipped quietly when none is).")
+@click.option("--namespace", "-n", metavar="NS",
+              help="Kubernetes: namespace (default: the one the sweep was launched in).")
+@_cluster_options
+@_errors
+def status(name: str, storage: str | None, fmt: str, kube: bool | None, namespace: str | None,
+           kubeconfig: str | None, context: str | None) -> None:
+    """Trial counts by state, the sweep's Kubernetes Jobs, and the per-index table."""
+    from sweeper.report import format_table
+    from sweeper.study import index_table, state_counts
+
+    sweep, _ = _open_sweep(name, storage)
+    counts = state_counts(sweep.storage, sweep.study_id)
+    table = index_table(sweep.storage, sweep.spec, sweep.study_id)
+    metrics = [o.metric for o in sweep.spec.objectives]
+    finished = sum(1 for s in table if s.state in ("COMPLETE", "PRUNED"))
+    jobs = _status_jobs(sweep, kube, namespace, kubeconfig, context)
+    if fmt == "json":
+        click.echo(json.dumps({
+            "name": sweep.name, "method": sweep.spec.method, "indexes": sweep.spec.trials,
+            "finished_indexes": finished, "trials_by_state": counts,
+            **({"kubernetes_jobs": [_job_record(j) for j in jobs]} if jobs is not None else {}),
+            "per_index": [{"index": s.index, "state": s.state, "attempts": s.attempts,
+                           "trial_number": s.trial_number,
+                           "values": dict(zip(metrics, s.values, strict=False))
+                           if s.values else None} for s in table]}, indent=2))
+        return
+    click.echo(f"{sweep.name}: {finished}/{sweep.spec.trials} indexes finished; trials: "
+               + ", ".join(f"{k.lower()} {v}" for k, v in sorted(counts.items())))
+    for j in jobs or []:
+        click.echo(f"Job {j.namespace}/{j.name}: {j.state}"
+                   + (f" ({j.reason})" if j.reason else "")
+                   + f"; pods active {j.active}, succeeded {j.succeeded}, failed {j.failed}; "
+                   f"indexes completed {_ranges_of(list(j.completed)) or '-'}, failed "
+                   f"{_ranges_of(list(j.failed_indexes)) or '-'} (of {len(j.indexes)})")
+    click.echo(format_table(["index", "state", "attempts", "trial", *metrics], [
+        [s.index, s.state, s.attempts, s.trial_number, *(s.values or [None] * len(metrics))]
+        for s in table]))
+
+
+def _status_jobs(sweep: Any, kube: bool | None, namespace: str | None, kubeconfig: str | None,
+                 context: str | None) -> list[Any] | None:
+    """The sweep's Jobs for ``status``; None when not asked for or not available. Automatic
+    (``kube`` None) only for sweeps launched on Kubernetes, and never fatal."""
+    from sweeper.backends.kubernetes import sweep_jobs
+    from sweeper.errors import BackendError
+
+    if kube is False:
+        return None
+    clients = _clients(kubeconfig, context, timeout_s=30.0 if kube else 5.0)
+    if kube is None:
+        launched = sweep.storage.get_study_user_attrs(sweep.study_id).get(protocol.LAUNCHES_ATTR)
+        if not launched or not clients.configured():
+            return None
+    ns = namespace or sweep.spec.kubernetes.namespace
+    try:
+        return list(sweep_jobs(clients, ns, sweep.name, sweep.spec.trials))
+    except BackendError as e:
+        if kube:
+            raise
+        click.echo(f"note: Kubernetes Jobs not shown: {e}", err=True)
+        return None
+
+
+def _job_record(j: Any) -> dict[str, Any]:
+    return {"job": j.name, "namespace": j.namespace, "state": j.state, "reason": j.reason,
+            "active": j.active, "ready": j.ready, "succeeded": j.succeeded, "failed": j.failed,
+            "indexes": len(j.indexes), "completed_indexes": list(j.completed),
+            "failed_indexes": list(j.failed_indexes)}
+
+
+@cli.command()
+@click.argument("name")
+@storage_option
+@click.option("--format", "fmt", type=click.Choice(["json", "yaml", "table"]), default="json",
+              show_default=True)
+@click.option("--download", "download_dir", type=click.Path(file_okay=False), default=None,
+              metavar="DIR", help="Also fetch the best trial's artifacts into DIR "
+                                  "(multi-objective: DIR/trial-N/ per Pareto-optimal trial).")
+@_errors
+def best(name: str, storage: str | None, fmt: str, download_dir: str | None) -> None:
+    """The best trial (every Pareto-optimal trial for multi-objective sweeps)."""
+    from sweeper.export import trial_export_record
+    from sweeper.report import best_trials, dumps, format_table
+
+    sweep, url = _open_sweep(name, storage)
+    metrics = [o.metric for o in sweep.spec.objectives]
+    trials = best_trials(sweep.study())
+    if not trials:
+        raise SweepFailedError(f"sweep {name!r} has no complete trial yet")
+    if download_dir is not None:
+        _download(sweep, url, trials, Path(download_dir))
+    records = [trial_export_record(t, metrics) for t in trials]
+    if fmt == "table":
+        names = [p.name for p in sweep.spec.parameters]
+        click.echo(format_table(["trial", "index", *metrics, *names], [
+            [r["number"], r["index"], *(r["values"] or {}).values(),
+             *(r["params"].get(n) for n in names)] for r in records]))
+        return
+    data: Any = records[0] if len(metrics) == 1 else {"pareto_front": records}
+    if len(metrics) == 1:
+        data = {"study": name, "directions": [o.direction for o in sweep.spec.objectives],
+                **records[0]}
+    else:
+        data = {"study": name, "directions": [o.direction for o in sweep.spec.objectives],
+                "pareto_front": records}
+    click.echo(dumps(data, fmt))
+
+
+def _download(sweep: Any, url: str, trials: list[Any], dest: Path) -> None:
+    from sweeper.artifacts import describe, download_trial, open_artifact_store
+
+    store = open_artifact_store(sweep.spec.artifacts, url, create=False)
+    multi = sweep.spec.is_multi_objective
+    got = 0
+    for t in trials:
+        paths = download_trial(store, t, dest / f"trial-{t.number}" if multi else dest)
+        got += len(paths)
+        for path in paths:
+            click.echo(f"trial #{t.number}: {path}", err=True)
+    if not got:
+        numbers = ", ".join(f"#{t.number}" for t in trials)
+        raise SweeperError(f"trial {numbers} of {sweep.name!r} saved no artifacts "
+                           f"(store: {describe(sweep.spec.artifacts, url)})")
+
+
+@cli.command()
+@click.argument("name")
+@storage_option
+@click.option("--format", "fmt", type=click.Choice(["csv", "json"]), default="csv",
+              show_default=True)
+@click.option("--output", "-o", type=click.Path(dir_okay=False, allow_dash=True), default="-",
+              help="Write to this file instead of stdout.")
+@_errors
+def export(name: str, storage: str | None, fmt: str, output: str) -> None:
+    """Every trial of the sweep (all states, all attempts) as CSV or JSON, for scripts."""
+    from sweeper.export import export_document, to_csv, to_json
+
+    sweep, _ = _open_sweep(name, storage)
+    doc = export_document(sweep.spec, sweep.study().get_trials(deepcopy=False))
+    text = to_csv(doc) if fmt == "csv" else to_json(doc)
+    if output == "-":
+        click.echo(text, nl=False)
+        return
+    target = Path(output)
+    tmp = target.with_name(f".{target.name}.tmp")
+    try:
+        tmp.write_text(text, encoding="utf-8")
+        tmp.replace(target)
+    except OSError as e:
+        tmp.unlink(missing_ok=True)
+        raise SweeperError(f"cannot write {output}: {e.strerror}") from None
+    click.echo(f"wrote {len(doc['trials'])} trials of {name} to {output}", err=True)
+
+
+@cli.command()
+@click.argument("name", required=False)
+@storage_option
+@click.option("--host", default="127.0.0.1", show_default=True)
+@click.option("--port", type=int, default=8080, show_default=True)
+@_errors
+def dashboard(name: str | None, storage: str | None, host: str, port: int) -> None:
+    """Serve optuna-dashboard on the sweep storage (works while a sweep runs)."""
+    from sweeper.artifacts import dashboard_artifacts_spec, describe, open_artifact_store
+    from sweeper.study import load_sweep, open_storage, redact, resolve_storage_url
+
+    url = resolve_storage_url(storage)
+    store = open_storage(url)
+    path = "/dashboard"
+    if name:
+        sweep = load_sweep(store, name)
+        path = f"/dashboard/studies/{sweep.study_id}"
+        artifacts = sweep.spec.artifacts
+    else:
+        artifacts = dashboard_artifacts_spec(store)
+    artifact_store = open_artifact_store(artifacts, url, create=False)
+    click.echo(f"optuna-dashboard for {redact(url)} on http://{host}:{port}{path} "
+               f"(artifacts: {describe(artifacts, url)}; Ctrl-C to stop)", err=True)
+    import optuna_dashboard
+
+    try:
+        optuna_dashboard.run_server(store, host=host, port=port, artifact_store=artifact_store)
+    except OSError as e:
+        raise SweeperError(f"cannot serve on {host}:{port}: {e.strerror}") from None
+    except KeyboardInterrupt:
+        pass

@@ -1,0 +1,86 @@
+"""Storage URLs, opening the storage, the sweep record, the index protocol's queries and claims,
+and read-side summaries. Shared by the orchestrator and the trial runner, so it imports
+neither click nor kubernetes.
+
+- :mod:`.urls`: which storage, its driver, printing it without the password;
+- :mod:`.retry`: transient database errors and the backoff that retries them;
+- :mod:`.storage`: the retrying RDBStorage sweeper hands to Optuna, and ``open_storage``;
+- :mod:`.record`: the sweep record (create, resume, load);
+- :mod:`._bulk`: the locked bulk insert that enqueues plans and creates attempts;
+- :mod:`.index`: an index's attempts, claiming one, the next attempt, failing stale ones;
+- :mod:`.trials`: batched user attrs, and registering a trial in Optuna's cache;
+- :mod:`.summaries`: counts and the per-index table for status and resume;
+- :mod:`._optuna_compat`: the only module that touches Optuna's private API.
+"""
+
+from __future__ import annotations
+
+# Attribute keys and defaults live in sweeper.protocol; re-exported here for existing imports.
+from sweeper.protocol import (
+    ATTEMPT_ATTR,
+    DEFAULT_STORAGE,
+    ENQUEUED_ATTR,
+    ENV_STORAGE,
+    FAIL_REASON_ATTR,
+    FIXED_PARAMS_ATTR,
+    HASH_ATTR,
+    INDEX_ATTR,
+    METRIC_NAMES_ATTR,
+    RETRY_OF_ATTR,
+    SPEC_ATTR,
+)
+from sweeper.study._optuna_compat import UnsupportedOptunaError, trial_id_of
+from sweeper.study.index import (
+    FINISHED,
+    Attempt,
+    attempts,
+    claim,
+    fail_stale_trials,
+    mark_failed,
+    new_attempt,
+)
+from sweeper.study.record import Sweep, create_or_resume, load_sweep
+from sweeper.study.retry import with_retry
+from sweeper.study.storage import RetryingRDBStorage, open_storage
+from sweeper.study.summaries import IndexStatus, index_table, state_counts, unfinished_indexes
+from sweeper.study.trials import attach_trial, set_trial_user_attrs
+from sweeper.study.urls import driver_url, redact, resolve_storage_url, scrub
+
+__all__ = [
+    "ATTEMPT_ATTR",
+    "DEFAULT_STORAGE",
+    "ENQUEUED_ATTR",
+    "ENV_STORAGE",
+    "FAIL_REASON_ATTR",
+    "FINISHED",
+    "FIXED_PARAMS_ATTR",
+    "HASH_ATTR",
+    "INDEX_ATTR",
+    "METRIC_NAMES_ATTR",
+    "RETRY_OF_ATTR",
+    "SPEC_ATTR",
+    "Attempt",
+    "IndexStatus",
+    "RetryingRDBStorage",
+    "Sweep",
+    "UnsupportedOptunaError",
+    "attach_trial",
+    "attempts",
+    "claim",
+    "create_or_resume",
+    "driver_url",
+    "fail_stale_trials",
+    "index_table",
+    "load_sweep",
+    "mark_failed",
+    "new_attempt",
+    "open_storage",
+    "redact",
+    "resolve_storage_url",
+    "scrub",
+    "set_trial_user_attrs",
+    "state_counts",
+    "trial_id_of",
+    "unfinished_indexes",
+    "with_retry",
+]

@@ -1,0 +1,211 @@
+"""Every use sweeper makes of Optuna's private API, in one place, for the one Optuna it knows.
+
+Optuna's public API has no way to finish a trial without re-reading it, to register a trial
+created outside the API in a study's trial cache, to write several attributes in one
+transaction, or to name its RDB tables; sweeper needs all four on its hot paths. Each private
+name used here has a contract test in ``tests/study/test_optuna_compat.py`` that fails on the
+Optuna release that removes or changes it. Importing this module on an Optuna series it was
+not written for fails at once with one line, instead of misbehaving later: check the contract
+tests against the new series, then add it to :data:`SUPPORTED_SERIES`.
+
+No other module of ``sweeper`` or ``trial_runner`` touches an ``_underscored`` Optuna name.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import optuna
+import sqlalchemy as sa
+from optuna.distributions import BaseDistribution
+from optuna.storages import BaseStorage, RDBStorage
+from optuna.study._frozen import FrozenStudy
+from optuna.trial import FrozenTrial, TrialState
+
+from sweeper.errors import SweeperError
+
+if TYPE_CHECKING:
+    from optuna.artifacts._protocol import ArtifactStore
+
+__all__ = [
+    "SUPPORTED_SERIES",
+    "ArtifactStore",
+    "FrozenStudy",
+    "RDBStoragePrivateRetries",
+    "RDBTables",
+    "UnsupportedOptunaError",
+    "add_to_cache",
+    "cached_rdb_backend",
+    "check_version",
+    "distribution_contains",
+    "rdb_backend",
+    "rdb_tables",
+    "reset_trials_cache",
+    "set_cached_user_attrs",
+    "storage_of",
+    "study_id_of",
+    "tell",
+    "trial_id_of",
+    "trial_value",
+]
+
+T = TypeVar("T")
+
+#: ``major.minor`` series of Optuna whose private API this module was written and tested for.
+SUPPORTED_SERIES = ("5.0",)
+
+
+class UnsupportedOptunaError(SweeperError, ImportError):
+    """The installed Optuna is a series this module does not know (see the module docstring)."""
+
+    exit_code = 2
+
+
+def check_version(version: str) -> None:
+    """Raise :class:`UnsupportedOptunaError` unless ``version`` is of a supported series."""
+    series = ".".join(version.split(".")[:2])
+    if series not in SUPPORTED_SERIES:
+        raise UnsupportedOptunaError(
+            f"sweeper works with optuna {' or '.join(s + '.x' for s in SUPPORTED_SERIES)}, "
+            f"found optuna {version}: pip install 'optuna~={SUPPORTED_SERIES[-1]}.0'")
+
+
+check_version(optuna.__version__)
+
+
+def __getattr__(name: str) -> Any:
+    # ArtifactStore, imported on first use: `import optuna` does not load optuna.artifacts.
+    if name == "ArtifactStore":
+        from optuna.artifacts._protocol import ArtifactStore
+
+        return ArtifactStore
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+# --------------------------------------------------------------------------- studies and trials
+
+
+def storage_of(study: optuna.Study) -> BaseStorage:
+    """The storage a study reads and writes through (Optuna's cache over an RDBStorage)."""
+    return study._storage
+
+
+def study_id_of(study: optuna.Study) -> int:
+    return study._study_id
+
+
+def trial_id_of(trial: optuna.Trial | FrozenTrial) -> int:
+    """The storage's id of a trial (``number`` counts within a study, this across studies)."""
+    return trial._trial_id
+
+
+def reset_trials_cache(study: optuna.Study) -> None:
+    """Forget the per-thread list of all trials that samplers read, as ``Study.ask`` does, so
+    the next sampler call reads the trials again."""
+    study._thread_local.cached_all_trials = None
+
+
+def tell(study: optuna.Study, number: int, values: Sequence[float] | None,
+         state: TrialState) -> None:
+    """Finish trial ``number`` the way ``study.optimize`` does: without the public
+    ``Study.tell``'s re-read and deep copy of the finished trial. Raises
+    ``UpdateFinishedTrialError`` or ``ValueError`` when the trial is finished already."""
+    from optuna.study._tell import _tell_with_warning
+
+    _tell_with_warning(study, number, values, state=state, skip_if_finished=False)
+
+
+def set_cached_user_attrs(trial: optuna.Trial, attrs: Mapping[str, Any]) -> None:
+    """Make ``trial.user_attrs`` show attrs written to the storage behind Optuna's back."""
+    for key, value in attrs.items():
+        trial._cached_frozen_trial.user_attrs[key] = value
+
+
+def distribution_contains(distribution: BaseDistribution, value: Any) -> bool:
+    """Whether ``value`` is one of the distribution's points (in range, on its step, one of
+    its choices). Raises ValueError or TypeError for a value of the wrong kind."""
+    return distribution._contains(distribution.to_internal_repr(value))
+
+
+# --------------------------------------------------------------------------- storages
+
+
+def rdb_backend(storage: BaseStorage) -> RDBStorage | None:
+    """The RDBStorage under ``storage`` (itself, or the one Optuna's cache wraps), else None."""
+    from optuna.storages._cached_storage import _CachedStorage
+
+    if isinstance(storage, _CachedStorage):
+        storage = storage._backend
+    return storage if isinstance(storage, RDBStorage) else None
+
+
+def cached_rdb_backend(study: optuna.Study) -> RDBStorage | None:
+    """The RDBStorage behind the study's trial cache; None when the study has no such cache."""
+    from optuna.storages._cached_storage import _CachedStorage
+
+    cache = study._storage
+    return cache._backend if isinstance(cache, _CachedStorage) else None
+
+
+def add_to_cache(study: optuna.Study, trial: FrozenTrial) -> None:
+    """Register a trial created outside Optuna's API in the study's trial cache (which Optuna
+    otherwise fills only by reading every trial). Unfinished trials are re-read from the
+    database on every access, so one with just its id, number and state is enough."""
+    from optuna.storages._cached_storage import _CachedStorage, _StudyInfo
+
+    cache = study._storage
+    if not isinstance(cache, _CachedStorage):
+        return
+    with cache._lock:
+        info = cache._studies.setdefault(study._study_id, _StudyInfo())
+        cache._add_trials_to_cache(study._study_id, [trial])
+        if not trial.state.is_finished():
+            info.unfinished_trial_ids.add(trial._trial_id)
+
+
+def trial_value(value: float | None, value_type: str) -> float:
+    """The objective value of a raw ``trial_values`` row: Optuna stores +-inf as NULL with
+    ``value_type`` INF_POS / INF_NEG, and finite values with FINITE."""
+    from optuna.storages._rdb.models import TrialValueModel
+
+    kind = TrialValueModel.TrialValueType[value_type]
+    return float(TrialValueModel.stored_repr_to_value(value, kind))
+
+
+@dataclass(frozen=True)
+class RDBTables:
+    """The tables of Optuna's RDB schema that sweeper writes rows into directly."""
+
+    trials: sa.Table
+    trial_user_attributes: sa.Table
+    trial_system_attributes: sa.Table
+    trial_heartbeats: sa.Table
+
+
+@functools.cache
+def rdb_tables() -> RDBTables:
+    from optuna.storages._rdb import models
+
+    def table(model: Any) -> sa.Table:
+        t: sa.Table = model.__table__
+        return t
+
+    return RDBTables(trials=table(models.TrialModel),
+                     trial_user_attributes=table(models.TrialUserAttributeModel),
+                     trial_system_attributes=table(models.TrialSystemAttributeModel),
+                     trial_heartbeats=table(models.TrialHeartbeatModel))
+
+
+class RDBStoragePrivateRetries(RDBStorage):
+    """The private RDBStorage method that sweeper's storage retries: Optuna's own
+    ``fail_stale_trials`` and ``study.optimize``'s heartbeat call it. Subclasses say how
+    to retry in ``_retry``; this class calls straight through."""
+
+    def _retry(self, name: str, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        return fn(*args, **kwargs)
+
+    def _get_stale_trial_ids(self, study_id: int) -> list[int]:
+        return self._retry("_get_stale_trial_ids", super()._get_stale_trial_ids, study_id)

@@ -1,0 +1,156 @@
+"""The index protocol's queries and claims (see DESIGN.md, "The index protocol").
+
+A runner only ever touches the trials of its own index, found by a query on the indexed
+``sweeper:index`` tag, never by a scan of the study. Claiming a WAITING trial is a conditional
+UPDATE; creating the next attempt of an index holds the study lock (:mod:`._bulk`)."""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import optuna
+import sqlalchemy as sa
+from optuna.storages import RDBStorage
+from optuna.trial import TrialState
+
+from sweeper.protocol import FAIL_REASON_ATTR, INDEX_ATTR
+from sweeper.study._bulk import TrialRow, exclusive, insert_trials, utcnow
+from sweeper.study._optuna_compat import rdb_tables
+from sweeper.study.retry import with_retry
+
+logger = logging.getLogger(__name__)
+
+#: States in which an index is done: nothing left to run.
+FINISHED = (TrialState.COMPLETE, TrialState.PRUNED)
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """One trial of one index."""
+
+    trial_id: int
+    number: int
+    state: TrialState
+    attempt: int
+    heartbeat_age_s: float | None  # seconds since the last heartbeat (RUNNING trials)
+
+
+_ATTEMPTS_SQL = f"""
+SELECT t.trial_id, t.number, t.state, t.datetime_start, hb.heartbeat
+FROM trial_user_attributes ua
+JOIN trials t ON t.trial_id = ua.trial_id
+LEFT JOIN trial_heartbeats hb ON hb.trial_id = t.trial_id
+WHERE ua.key = '{INDEX_ATTR}' AND ua.value_json = :v AND t.study_id = :s
+ORDER BY t.number
+"""
+
+
+def _as_datetime(value: datetime | str) -> datetime:
+    """Naive datetime from a raw-SQL row (SQLite hands back text)."""
+    if isinstance(value, str):
+        value = datetime.fromisoformat(value)
+    return value.replace(tzinfo=None)
+
+
+def _db_now(conn: sa.Connection) -> datetime:
+    return _as_datetime(conn.execute(sa.select(sa.func.now())).scalar_one())
+
+
+def _attempts(conn: sa.Connection, study_id: int, index: int) -> list[Attempt]:
+    rows = conn.execute(sa.text(_ATTEMPTS_SQL), {"v": json.dumps(index), "s": study_id}).all()
+    if not rows:
+        return []
+    now: datetime | None = None  # the database clock, read only when a heartbeat needs it
+    out = []
+    for k, (tid, number, state, started, heartbeat) in enumerate(rows):
+        st = TrialState[state] if isinstance(state, str) else TrialState(state)
+        age = None
+        if st == TrialState.RUNNING:
+            if heartbeat is not None:
+                now = now or _db_now(conn)
+                age = (now - _as_datetime(heartbeat)).total_seconds()
+            elif started is not None:
+                age = (utcnow() - _as_datetime(started)).total_seconds()
+        out.append(Attempt(tid, number, st, k, age))
+    return out
+
+
+def attempts(storage: RDBStorage, study_id: int, index: int) -> list[Attempt]:
+    """Every trial tagged ``index``, oldest first: one indexed query."""
+    def query() -> list[Attempt]:
+        with storage.engine.connect() as conn:
+            return _attempts(conn, study_id, index)
+
+    return with_retry(query, what="find index")
+
+
+def claim(storage: RDBStorage, trial_id: int) -> bool:
+    """WAITING -> RUNNING for exactly one caller: a conditional UPDATE, atomic on PostgreSQL
+    and SQLite alike (Optuna's read-then-write claim is not, on SQLite). Records the first
+    heartbeat in the same transaction."""
+    def update() -> bool:
+        with storage.engine.begin() as conn:
+            won = conn.execute(sa.text(
+                "UPDATE trials SET state = 'RUNNING', datetime_start = :now "
+                "WHERE trial_id = :t AND state = 'WAITING'"),
+                {"t": trial_id, "now": utcnow()}).rowcount == 1
+            if won:
+                conn.execute(rdb_tables().trial_heartbeats.insert(), [{"trial_id": trial_id}])
+            return won
+
+    return with_retry(update, what="claim")
+
+
+def new_attempt(storage: RDBStorage, study_id: int, index: int, *, after: Attempt | None,
+                params: dict[str, Any] | None) -> int | None:
+    """Create the next attempt of ``index`` as RUNNING (owned by the caller), linked to
+    ``after``. Returns its trial id, or None when another runner got there first (the latest
+    attempt is no longer ``after``): the caller looks again."""
+    def create() -> int | None:
+        with exclusive(storage.engine, study_id) as conn:
+            current = _attempts(conn, study_id, index)
+            latest = current[-1] if current else None
+            if (latest.trial_id if latest else None) != (after.trial_id if after else None):
+                return None
+            if latest is not None and not latest.state.is_finished():
+                return None
+            row = TrialRow(index=index, params=params, state=TrialState.RUNNING,
+                           attempt=len(current),
+                           retry_of=after.number if after is not None else None)
+            return insert_trials(conn, study_id, [row])[0]
+
+    return with_retry(create, what="create attempt")
+
+
+def mark_failed(storage: RDBStorage, trial_id: int, reason: str) -> bool:
+    """RUNNING -> FAIL with the reason stored on the trial. False if it had already finished."""
+    try:
+        storage.set_trial_user_attr(trial_id, FAIL_REASON_ATTR, reason[:2000])
+        return storage.set_trial_state_values(trial_id, TrialState.FAIL)
+    except optuna.exceptions.UpdateFinishedTrialError:
+        return False
+
+
+def fail_stale_trials(storage: RDBStorage, study_id: int, grace_s: float) -> list[int]:
+    """Mark RUNNING trials whose heartbeat is older than ``grace_s`` FAIL (the watcher's sweep
+    for runners that froze or vanished). Returns the ids of the trials it failed."""
+    def stale() -> list[tuple[int, int]]:
+        with storage.engine.connect() as conn:
+            now = _db_now(conn)
+            rows = conn.execute(sa.text(
+                "SELECT t.trial_id, t.number, hb.heartbeat FROM trials t JOIN trial_heartbeats hb "
+                "ON hb.trial_id = t.trial_id WHERE t.study_id = :s AND t.state = 'RUNNING'"),
+                {"s": study_id}).all()
+        return [(tid, number) for tid, number, hb in rows
+                if (now - _as_datetime(hb)).total_seconds() > grace_s]
+
+    failed = []
+    for tid, number in with_retry(stale, what="find stale trials"):
+        if mark_failed(storage, tid, f"heartbeat older than {grace_s:.0f}s: runner presumed dead"):
+            logger.warning("trial #%d: heartbeat stale for %.0fs; marked FAIL", number, grace_s)
+            failed.append(tid)
+    return failed

@@ -1,0 +1,91 @@
+"""Trial writes and reads that Optuna's API makes slow on a runner's hot path: several user
+attrs in one transaction, and a trial created by the index protocol made known to the study's
+trial cache without reloading every trial."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+import optuna
+import sqlalchemy as sa
+from optuna.trial import FrozenTrial, TrialState
+
+from sweeper.study._optuna_compat import (
+    add_to_cache,
+    cached_rdb_backend,
+    rdb_backend,
+    rdb_tables,
+    set_cached_user_attrs,
+    storage_of,
+    trial_id_of,
+)
+from sweeper.study.retry import with_retry
+
+
+def set_trial_user_attrs(trial: optuna.Trial, attrs: Mapping[str, Any]) -> None:
+    """``trial.set_user_attr`` for several keys in one transaction (Optuna commits each key
+    separately: one commit, an fsync on PostgreSQL, per metric per report)."""
+    import sqlite3
+
+    backend = rdb_backend(trial.storage)
+    dialect = backend.engine.dialect.name if backend is not None else ""
+    if backend is None or len(attrs) < 2 or not (dialect == "postgresql" or (
+            dialect == "sqlite" and sqlite3.sqlite_version_info >= (3, 24))):
+        for key, value in attrs.items():
+            trial.set_user_attr(key, value)
+        return
+    from sqlalchemy.dialects import postgresql, sqlite
+
+    insert: Any = postgresql.insert if dialect == "postgresql" else sqlite.insert
+    trial_id = trial_id_of(trial)
+    tables = rdb_tables()
+    # The same rows Optuna writes (value_json = json.dumps(value)), as one upsert statement.
+    stmt = insert(tables.trial_user_attributes).values(
+        [{"trial_id": trial_id, "key": k, "value_json": json.dumps(v)} for k, v in attrs.items()])
+    stmt = stmt.on_conflict_do_update(index_elements=["trial_id", "key"],
+                                      set_={"value_json": stmt.excluded.value_json})
+    trials = tables.trials
+
+    def write() -> None:
+        with backend.engine.begin() as conn:
+            state = conn.execute(sa.select(trials.c.state).where(
+                trials.c.trial_id == trial_id)).scalar_one_or_none()
+            if state is None:
+                raise KeyError(f"No trial with trial id {trial_id} exists.")
+            backend.check_trial_is_updatable(trial_id, state)  # finished: UpdateFinishedTrialError
+            conn.execute(stmt)
+
+    with_retry(write, what="set user attrs")
+    set_cached_user_attrs(trial, attrs)
+
+
+def attach_trial(study: optuna.Study, trial_id: int) -> int:
+    """Make a trial created outside Optuna's API (bulk insert, claim) known to the study's
+    in-process storage cache, which Optuna otherwise only fills by loading every trial.
+    Returns the trial's number."""
+    backend = cached_rdb_backend(study)
+    if backend is None:
+        return storage_of(study).get_trial(trial_id).number
+    trials = rdb_tables().trials
+
+    def row() -> tuple[int, TrialState]:
+        with backend.engine.connect() as conn:
+            number, state = conn.execute(sa.select(trials.c.number, trials.c.state).where(
+                trials.c.trial_id == trial_id)).one()
+        return int(number), state
+
+    number, state = with_retry(row, what="attach trial")
+    if state.is_finished():
+        frozen = backend.get_trial(trial_id)
+    else:
+        # The cache never serves an unfinished trial from memory (every access, and every
+        # refresh of the study's trials, reads it from the database), so registering its id,
+        # number and state is enough: one small query instead of Optuna's six for a full trial.
+        frozen = FrozenTrial(number=number, state=state, value=None, datetime_start=None,
+                             datetime_complete=None, params={}, distributions={},
+                             user_attrs={}, system_attrs={}, intermediate_values={},
+                             trial_id=trial_id)
+    add_to_cache(study, frozen)
+    return number

@@ -1,0 +1,241 @@
+"""The local backend directly: GPU detection and slots, exit descriptions, and real small runs
+of ``LocalBackend.run`` (worker processes, SQLite) with objectives that finish, die and fail."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import stat
+from collections import Counter
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+from optuna.trial import TrialState
+
+from sweeper import protocol
+from sweeper.backends.base import RunResult, Tick
+from sweeper.backends.local import LocalBackend, _describe_exit, detect_gpus, gpu_slots
+from sweeper.errors import BackendError
+from sweeper.study import Sweep, attempts, create_or_resume, open_storage
+from tests.support.helpers import make_spec
+
+# --------------------------------------------------------------------------- detect_gpus
+
+
+@pytest.mark.parametrize(("visible", "expected"), [
+    ("0", ["0"]),
+    ("0,1,3", ["0", "1", "3"]),
+    ("GPU-5f1c,GPU-9a2b", ["GPU-5f1c", "GPU-9a2b"]),  # UUIDs are passed through as they are
+    ("-1", []),  # the CUDA idiom for "hide every GPU"
+    ("", []),
+    ("0,,2,", ["0", "2"]),
+    ("0,-1,1", ["0"]),  # CUDA ignores every id after an invalid one
+])
+def test_detect_gpus_reads_cuda_visible_devices(visible: str, expected: list[str],
+                                                monkeypatch: pytest.MonkeyPatch,
+                                                tmp_path: Path) -> None:
+    # An nvidia-smi that lists other GPUs: CUDA_VISIBLE_DEVICES, when set, must win over it.
+    _fake_nvidia_smi(tmp_path, "echo 0; echo 1; echo 2; echo 3; echo 4")
+    monkeypatch.setenv("PATH", str(tmp_path))
+    assert detect_gpus({"CUDA_VISIBLE_DEVICES": visible}) == expected
+
+
+def test_detect_gpus_without_nvidia_smi_is_empty(monkeypatch: pytest.MonkeyPatch,
+                                                 tmp_path: Path) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))  # an empty directory: no nvidia-smi
+    assert detect_gpus({}) == []
+
+
+def test_detect_gpus_asks_nvidia_smi_when_the_variable_is_unset(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    _fake_nvidia_smi(tmp_path, 'printf "0\\n1\\n\\n"')
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    assert detect_gpus({}) == ["0", "1"]
+    assert detect_gpus() == ["0", "1"]  # None: the process environment
+
+
+def test_detect_gpus_with_a_failing_nvidia_smi_is_empty(monkeypatch: pytest.MonkeyPatch,
+                                                        tmp_path: Path) -> None:
+    # What nvidia-smi does on a machine whose driver is not loaded.
+    _fake_nvidia_smi(tmp_path, "echo 'NVIDIA-SMI has failed' >&2; exit 9")
+    monkeypatch.setenv("PATH", str(tmp_path))
+    assert detect_gpus({}) == []
+
+
+def _fake_nvidia_smi(directory: Path, body: str) -> None:
+    exe = directory / "nvidia-smi"
+    exe.write_text(f"#!/bin/sh\n{body}\n")
+    exe.chmod(exe.stat().st_mode | stat.S_IXUSR)
+
+
+# --------------------------------------------------------------------------- gpu_slots
+
+
+def test_no_gpus_leaves_every_slot_alone() -> None:
+    assert gpu_slots([], per_trial=1, parallelism=3) == [None, None, None]
+
+
+def test_one_gpu_per_worker() -> None:
+    assert gpu_slots(["0", "1", "2"], per_trial=0, parallelism=3) == ["0", "1", "2"]
+    assert gpu_slots(["0", "1", "2"], per_trial=1, parallelism=2) == ["0", "1"]
+
+
+def test_several_gpus_per_trial_are_grouped_without_overlap() -> None:
+    assert gpu_slots(["0", "1", "2", "3"], per_trial=2, parallelism=2) == ["0,1", "2,3"]
+    # a leftover GPU that cannot make a whole group is not handed out
+    assert gpu_slots(["0", "1", "2", "3", "4"], per_trial=2, parallelism=2) == ["0,1", "2,3"]
+
+
+def test_more_workers_than_slots_share_gpus_with_a_warning(
+        caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.WARNING, logger="sweeper.backends.local"):
+        slots = gpu_slots(["0", "1", "2"], per_trial=2, parallelism=3)
+    assert slots == ["0,1", "0,1", "0,1"]
+    assert "workers share GPUs" in caplog.text
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="sweeper.backends.local"):
+        assert gpu_slots(["0", "1"], per_trial=1, parallelism=5) == ["0", "1", "0", "1", "0"]
+    assert "parallelism 5 > 2 GPU slots" in caplog.text
+
+
+def test_too_few_gpus_for_one_trial_is_an_error() -> None:
+    with pytest.raises(BackendError, match="asks for 4 GPUs but only 3 are visible"):
+        gpu_slots(["0", "1", "2"], per_trial=4, parallelism=1)
+
+
+# --------------------------------------------------------------------------- _describe_exit
+
+
+@pytest.mark.parametrize(("code", "text"), [
+    (None, "is still running"),
+    (-signal.SIGKILL, "was killed by SIGKILL"),
+    (-signal.SIGTERM, "was killed by SIGTERM"),
+    (protocol.EXIT_SIGNAL_BASE + signal.SIGKILL, "was killed by SIGKILL"),  # 137: a shell's view
+    (protocol.EXIT_SIGNAL_BASE + signal.SIGSEGV, "was killed by SIGSEGV"),
+    (protocol.EXIT_OK, "exited with code 0 (ok)"),
+    (protocol.EXIT_RETRY, "exited with code 1 (retryable failure)"),
+    (protocol.EXIT_NO_RETRY, "exited with code 3 (failed (no retry))"),
+    (protocol.EXIT_CONFIG, "exited with code 4 (configuration error)"),
+    (2, "exited with code 2 (error)"),
+    (protocol.EXIT_SIGNAL_BASE, "exited with code 128 (error)"),
+    (255, "exited with code 255 (error)"),  # 128 + 127 is no signal
+])
+def test_describe_exit(code: int | None, text: str) -> None:
+    assert _describe_exit(code) == text
+
+
+# --------------------------------------------------------------------------- real runs
+
+OBJECTIVES = '''
+import os
+import signal
+
+
+def train(ctx):
+    print(f"objective output of index {ctx.index}", flush=True)
+    if ctx.index == 1 and ctx.attempt == 0:
+        os.kill(os.getpid(), signal.SIGKILL)  # the worker dies mid-trial
+    ctx.report(0, loss=ctx.params["x"] + 1.0)
+    return ctx.params["x"]
+
+
+def broken(ctx):
+    if ctx.index == 0:
+        return float("nan")  # an unusable result: the runner reports EXIT_NO_RETRY
+    if ctx.index == 1:
+        os._exit(3)  # the worker itself exits with EXIT_NO_RETRY
+    return ctx.params["x"]
+'''
+
+
+def _run(backend: LocalBackend, sweep: Sweep, indexes: Sequence[int], storage_url: str,
+         tick: Tick) -> RunResult:
+    """Parallelism comes from the spec (2 workers here)."""
+    return backend.run(sweep, indexes, storage_url=storage_url, tick=tick)
+
+
+@pytest.fixture
+def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Workers import ``objectives`` from the working directory (on their PYTHONPATH)."""
+    (tmp_path / "objectives.py").write_text(OBJECTIVES)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("SWEEPER_HEARTBEAT_INTERVAL", "0.2")
+    monkeypatch.setenv("SWEEPER_GRACE_PERIOD", "3")
+    monkeypatch.setenv("SWEEPER_CHECKPOINT_DIR", str(tmp_path / "ckpt"))
+    monkeypatch.setenv("SWEEPER_CODE_VERSION", "test")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")  # no GPU slots, whatever the machine has
+    return tmp_path
+
+
+def _sweep(url: str, entrypoint: str, n: int, retries: int) -> Sweep:
+    spec = make_spec(name="local", parallelism=2,
+                     trial={"entrypoint": entrypoint, "fixed": {}, "retries": retries},
+                     parameters={"x": {"type": "float",
+                                       "values": [float(i) for i in range(n)]}})
+    sweep, _ = create_or_resume(open_storage(url), spec)
+    return sweep
+
+
+def _states(sweep: Sweep, index: int) -> list[TrialState]:
+    return [a.state for a in attempts(sweep.storage, sweep.study_id, index)]
+
+
+def test_every_index_finishes_exactly_once_and_a_killed_worker_is_retried(
+        workdir: Path, sqlite_url: str) -> None:
+    sweep = _sweep(sqlite_url, "objectives:train", n=4, retries=1)
+    ticks: list[int] = []
+    logs = workdir / "logs"
+    result = _run(LocalBackend(logs), sweep, range(4), sqlite_url, lambda: ticks.append(1))
+
+    assert result.finished == (0, 1, 2, 3)
+    assert result.failed == () and not result.interrupted
+    assert ticks  # the caller's progress was driven at least once
+    trials = sweep.study().get_trials()
+    done = Counter(t.user_attrs[protocol.INDEX_ATTR] for t in trials
+                   if t.state == TrialState.COMPLETE)
+    assert done == {0: 1, 1: 1, 2: 1, 3: 1}
+    assert not [t for t in trials if t.state == TrialState.RUNNING]
+    assert {t.value for t in trials if t.state == TrialState.COMPLETE} == {0.0, 1.0, 2.0, 3.0}
+    # index 1: the killed attempt is FAIL with the reason, the retry completed it
+    assert _states(sweep, 1) == [TrialState.FAIL, TrialState.COMPLETE]
+    killed, retry = (sweep.storage.get_trial(a.trial_id)
+                     for a in attempts(sweep.storage, sweep.study_id, 1))
+    assert killed.user_attrs[protocol.FAIL_REASON_ATTR] == "runner process was killed by SIGKILL"
+    assert retry.user_attrs[protocol.ATTEMPT_ATTR] == 1
+    assert retry.user_attrs[protocol.RETRY_OF_ATTR] == killed.number
+    assert retry.params == killed.params == {"x": 1.0}
+    for i in (0, 2, 3):
+        assert _states(sweep, i) == [TrialState.COMPLETE]
+    # each index's output went to its own log file
+    for i in range(4):
+        text = (logs / f"index-{i}.log").read_text()
+        assert f"objective output of index {i}" in text
+        assert f"objective output of index {(i + 1) % 4}" not in text
+
+
+def test_no_retry_failures_land_in_failed_and_are_not_retried(workdir: Path,
+                                                              sqlite_url: str) -> None:
+    sweep = _sweep(sqlite_url, "objectives:broken", n=3, retries=2)
+    result = _run(LocalBackend(workdir / "logs"), sweep, range(3), sqlite_url, lambda: None)
+
+    assert result.failed == (0, 1)
+    assert result.finished == (2,)
+    # retries: 2 would allow two more attempts; EXIT_NO_RETRY allows none
+    assert _states(sweep, 0) == [TrialState.FAIL]
+    assert _states(sweep, 1) == [TrialState.FAIL]
+    assert _states(sweep, 2) == [TrialState.COMPLETE]
+    nan_trial, exited = (sweep.storage.get_trial(attempts(sweep.storage, sweep.study_id, i)[0]
+                                                 .trial_id) for i in (0, 1))
+    assert "not finite" in nan_trial.user_attrs[protocol.FAIL_REASON_ATTR]
+    assert exited.user_attrs[protocol.FAIL_REASON_ATTR] == \
+        "runner process exited with code 3 (failed (no retry))"
+
+
+def test_no_indexes_starts_no_worker(tmp_path: Path, sqlite_url: str) -> None:
+    sweep = _sweep(sqlite_url, "objectives:train", n=2, retries=0)
+    result = _run(LocalBackend(tmp_path / "logs"), sweep, [], sqlite_url, lambda: None)
+    assert result == RunResult()
+    assert not (tmp_path / "logs").exists()
+    assert _states(sweep, 0) == [TrialState.WAITING]

@@ -1,0 +1,280 @@
+"""Contract tests: one per private Optuna name that sweeper.study._optuna_compat uses. Each fails
+on the Optuna release that removes or changes what sweeper relies on; then fix the compat
+module (and only it) and add the new series to SUPPORTED_SERIES."""
+
+from __future__ import annotations
+
+import ast
+import inspect
+from pathlib import Path
+
+import optuna
+import pytest
+from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
+from optuna.storages import InMemoryStorage, RDBStorage
+from optuna.storages._cached_storage import _CachedStorage, _StudyInfo
+from optuna.trial import FrozenTrial, TrialState
+
+from sweeper.errors import SweeperError
+from sweeper.study import _optuna_compat as compat
+from sweeper.study import open_storage
+from sweeper.study._bulk import TrialRow, exclusive, insert_trials
+from sweeper.study.storage import RetryingRDBStorage
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def storage(sqlite_url: str) -> RetryingRDBStorage:
+    return open_storage(sqlite_url)
+
+
+@pytest.fixture
+def study(storage: RetryingRDBStorage) -> optuna.Study:
+    return optuna.create_study(study_name="compat", storage=storage)
+
+
+# --------------------------------------------------------------------------- the version gate
+
+
+def test_version_gate_accepts_the_5_0_series_only() -> None:
+    for ok in ("5.0.0", "5.0.3", "5.0.1.dev0"):
+        compat.check_version(ok)
+    for bad in ("4.5.0", "5.1.0", "6.0.0"):
+        with pytest.raises(compat.UnsupportedOptunaError) as e:
+            compat.check_version(bad)
+        assert bad in str(e.value) and "5.0.x" in str(e.value) and "\n" not in str(e.value)
+    assert issubclass(compat.UnsupportedOptunaError, SweeperError)
+    assert issubclass(compat.UnsupportedOptunaError, ImportError)
+
+
+def test_installed_optuna_is_the_pinned_series() -> None:
+    compat.check_version(optuna.__version__)
+    pin = [line.strip() for line in (REPO / "setup.cfg").read_text().splitlines()
+           if line.strip().startswith("optuna==")]
+    assert pin and pin[0].split("==")[1].rsplit(".", 1)[0] in compat.SUPPORTED_SERIES
+
+
+def test_no_other_module_imports_optuna_private_modules_or_touches_wrapped_names() -> None:
+    """The import side of "only _optuna_compat touches Optuna's private API", plus the
+    private attributes it wraps (so they are not used again elsewhere by accident)."""
+    wrapped = {"_storage", "_study_id", "_trial_id", "_thread_local", "_cached_frozen_trial",
+               "_backend", "_studies", "_add_trials_to_cache", "_tell_with_warning",
+               "_get_stale_trial_ids"}
+    offenders = []
+    for path in [*(REPO / "sweeper").rglob("*.py"), *(REPO / "trial_runner").rglob("*.py")]:
+        if path.name == "_optuna_compat.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            names: list[str] = []
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("optuna"):
+                names = [*node.module.split("."), *(a.name for a in node.names)]  # type: ignore[union-attr]
+            elif isinstance(node, ast.Import):
+                names = [p for a in node.names if a.name.startswith("optuna")
+                         for p in a.name.split(".")]
+            elif isinstance(node, ast.Attribute) and node.attr in wrapped:
+                names = [node.attr]
+            if any(n.startswith("_") and n != "__future__" for n in names):
+                offenders.append(f"{path.relative_to(REPO)}:{node.lineno}")
+    assert offenders == []
+
+
+# --------------------------------------------------------------------------- studies and trials
+
+
+def test_study_storage_and_id(storage: RetryingRDBStorage, study: optuna.Study) -> None:
+    """Study._storage: Optuna's trial cache around the RDBStorage it was given;
+    Study._study_id: the storage's id of the study."""
+    assert isinstance(study._storage, _CachedStorage)
+    assert compat.storage_of(study) is study._storage
+    assert study._storage._backend is storage
+    assert compat.study_id_of(study) == storage.get_study_id_from_name("compat")
+
+
+def test_trial_id_of_trial_and_frozen_trial(storage: RetryingRDBStorage,
+                                            study: optuna.Study) -> None:
+    """Trial._trial_id and FrozenTrial._trial_id: the storage's trial id."""
+    trial = study.ask()
+    tid = compat.trial_id_of(trial)
+    assert storage.get_trial(tid).number == trial.number
+    frozen = storage.get_all_trials(compat.study_id_of(study))[0]
+    assert isinstance(frozen, FrozenTrial) and compat.trial_id_of(frozen) == tid
+
+
+def test_reset_trials_cache_makes_the_next_sampler_call_reread(storage: RetryingRDBStorage,
+                                                               study: optuna.Study) -> None:
+    """Study._thread_local.cached_all_trials is what Study._get_trials(use_cache=True) (the
+    samplers' view) serves; None makes it read the storage again."""
+    assert "cached_all_trials" in inspect.getsource(optuna.Study._get_trials)
+    assert study._get_trials(deepcopy=False, use_cache=True) == []
+    storage.create_new_trial(compat.study_id_of(study))
+    assert study._get_trials(deepcopy=False, use_cache=True) == []  # served from the cache
+    compat.reset_trials_cache(study)
+    assert study._thread_local.cached_all_trials is None
+    assert len(study._get_trials(deepcopy=False, use_cache=True)) == 1
+
+
+def test_tell_with_warning_takes_what_we_pass(storage: RetryingRDBStorage,
+                                              study: optuna.Study) -> None:
+    """optuna.study._tell._tell_with_warning(study, trial, value_or_values, state=...,
+    skip_if_finished=...): finishes the trial; a second tell raises."""
+    from optuna.study._tell import _tell_with_warning
+
+    params = inspect.signature(_tell_with_warning).parameters
+    assert list(params)[:3] == ["study", "trial", "value_or_values"]
+    assert {"state", "skip_if_finished"} <= set(params)
+    first, second = study.ask(), study.ask()
+    compat.tell(study, first.number, [1.5], TrialState.COMPLETE)
+    compat.tell(study, second.number, None, TrialState.PRUNED)
+    assert storage.get_trial(compat.trial_id_of(first)).values == [1.5]
+    assert storage.get_trial(compat.trial_id_of(second)).state == TrialState.PRUNED
+    with pytest.raises((optuna.exceptions.UpdateFinishedTrialError, ValueError)):
+        compat.tell(study, first.number, [2.0], TrialState.COMPLETE)
+
+
+def test_set_cached_user_attrs_is_what_trial_user_attrs_shows(study: optuna.Study) -> None:
+    """Trial._cached_frozen_trial.user_attrs backs Trial.user_attrs."""
+    trial = study.ask()
+    compat.set_cached_user_attrs(trial, {"a": 1, "b": [2]})
+    assert trial.user_attrs == {"a": 1, "b": [2]}
+
+
+def test_distribution_contains() -> None:
+    """BaseDistribution._contains(internal repr)."""
+    assert compat.distribution_contains(FloatDistribution(0, 1, step=0.25), 0.5)
+    assert not compat.distribution_contains(FloatDistribution(0, 1, step=0.25), 0.3)
+    assert compat.distribution_contains(IntDistribution(1, 8), 8)
+    assert not compat.distribution_contains(IntDistribution(1, 8), 9)
+    assert compat.distribution_contains(CategoricalDistribution(["x", "y"]), "y")
+    with pytest.raises(ValueError):
+        compat.distribution_contains(CategoricalDistribution(["x", "y"]), "z")
+
+
+# --------------------------------------------------------------------------- storages
+
+
+def test_rdb_backend_unwraps_the_trial_cache(storage: RetryingRDBStorage,
+                                             study: optuna.Study) -> None:
+    """_CachedStorage._backend: the RDBStorage it wraps."""
+    assert compat.rdb_backend(storage) is storage
+    assert compat.rdb_backend(compat.storage_of(study)) is storage
+    assert compat.cached_rdb_backend(study) is storage
+    assert compat.rdb_backend(InMemoryStorage()) is None
+    assert compat.cached_rdb_backend(optuna.create_study()) is None
+
+
+def test_cached_storage_internals_that_add_to_cache_uses() -> None:
+    """_CachedStorage._lock, ._studies (study id -> _StudyInfo), ._add_trials_to_cache(study_id,
+    trials); _StudyInfo.unfinished_trial_ids."""
+    assert list(inspect.signature(_CachedStorage._add_trials_to_cache).parameters) == \
+        ["self", "study_id", "trials"]
+    src = inspect.getsource(_CachedStorage.__init__)
+    assert "self._lock" in src and "self._studies" in src and "self._backend" in src
+    info = _StudyInfo()
+    assert info.unfinished_trial_ids == set() and info.trials == {}
+
+
+def test_add_to_cache_registers_a_trial_created_behind_optuna(storage: RetryingRDBStorage,
+                                                               study: optuna.Study) -> None:
+    """A trial inserted with SQL and registered (id, number, state only) is served like one
+    Optuna created: in the study's trials, and re-read from the database while unfinished."""
+    sid = compat.study_id_of(study)
+    assert study.trials == []  # the cache has read the (empty) study
+    with exclusive(storage.engine, sid) as conn:
+        [tid] = insert_trials(conn, sid, [TrialRow(index=0, params=None,
+                                                   state=TrialState.RUNNING)])
+    compat.add_to_cache(study, FrozenTrial(
+        number=0, state=TrialState.RUNNING, value=None, datetime_start=None,
+        datetime_complete=None, params={}, distributions={}, user_attrs={}, system_attrs={},
+        intermediate_values={}, trial_id=tid))
+    cache = compat.storage_of(study)
+    assert isinstance(cache, _CachedStorage)
+    assert tid in cache._studies[sid].unfinished_trial_ids
+    storage.set_trial_state_values(tid, TrialState.COMPLETE, [3.0])  # behind the cache
+    [trial] = study.trials
+    assert trial.state == TrialState.COMPLETE and trial.value == 3.0
+
+
+def test_rdb_tables_have_the_columns_sweeper_writes_and_queries() -> None:
+    """optuna.storages._rdb.models: the tables sweeper inserts into (compat.rdb_tables) and the
+    ones its raw SQL reads, with the columns and unique keys it relies on."""
+    tables = compat.rdb_tables()
+    meta = tables.trials.metadata.tables
+    expected = {
+        "trials": {"trial_id", "number", "study_id", "state", "datetime_start"},
+        "trial_user_attributes": {"trial_id", "key", "value_json"},
+        "trial_system_attributes": {"trial_id", "key", "value_json"},
+        "trial_heartbeats": {"trial_id", "heartbeat"},
+        "trial_values": {"trial_id", "objective", "value", "value_type"},
+        "studies": {"study_id"},
+        "study_user_attributes": {"study_id", "key", "value_json"},
+    }
+    for name, columns in expected.items():
+        assert columns <= set(meta[name].c.keys()), name
+    assert tables.trial_user_attributes is meta["trial_user_attributes"]
+    assert tables.trial_system_attributes is meta["trial_system_attributes"]
+    assert tables.trial_heartbeats is meta["trial_heartbeats"]
+    # ON CONFLICT (trial_id, key) needs that unique key; a heartbeat row gets its time itself.
+    uniques = {tuple(sorted(c.name for c in u.columns))
+               for u in tables.trial_user_attributes.constraints
+               if type(u).__name__ == "UniqueConstraint"}
+    assert ("key", "trial_id") in uniques
+    assert tables.trial_heartbeats.c.heartbeat.default is not None
+    # Raw SQL compares trials.state with TrialState names ('RUNNING', 'WAITING').
+    assert set(tables.trials.c.state.type.enums) == {s.name for s in TrialState}  # type: ignore[attr-defined]
+
+
+def test_trial_value_decodes_what_optuna_stores(storage: RetryingRDBStorage,
+                                                study: optuna.Study) -> None:
+    """TrialValueModel.TrialValueType names and stored_repr_to_value: +-inf stored as NULL."""
+    import sqlalchemy as sa
+
+    for v in (1.5, float("inf"), float("-inf")):
+        trial = study.ask()
+        study.tell(trial, v)
+    with storage.engine.connect() as conn:
+        rows = conn.execute(sa.text("SELECT value, value_type FROM trial_values "
+                                    "ORDER BY trial_id")).all()
+    assert [compat.trial_value(v, k) for v, k in rows] == [1.5, float("inf"), float("-inf")]
+
+
+def test_frozen_study_is_what_get_all_studies_returns(storage: RetryingRDBStorage,
+                                                      study: optuna.Study) -> None:
+    [frozen] = storage.get_all_studies()
+    assert isinstance(frozen, compat.FrozenStudy) and frozen.study_name == "compat"
+
+
+def test_artifact_store_protocol_has_what_sweeper_calls() -> None:
+    """optuna.artifacts._protocol.ArtifactStore: open_reader, write, remove."""
+    from optuna.artifacts import Boto3ArtifactStore, FileSystemArtifactStore
+    from optuna.artifacts._protocol import ArtifactStore
+
+    assert compat.ArtifactStore is ArtifactStore
+    for method in ("open_reader", "write", "remove"):
+        assert callable(getattr(ArtifactStore, method))
+        for impl in (FileSystemArtifactStore, Boto3ArtifactStore):
+            assert callable(getattr(impl, method))
+    with pytest.raises(AttributeError):
+        compat.NoSuchThing  # noqa: B018
+
+
+def test_get_stale_trial_ids_is_overridden_with_the_same_signature_and_used_by_optuna(
+        storage: RetryingRDBStorage, study: optuna.Study) -> None:
+    """RDBStorage._get_stale_trial_ids(study_id): what optuna.storages.fail_stale_trials asks."""
+    from optuna.storages import _heartbeat
+
+    assert inspect.signature(RDBStorage._get_stale_trial_ids) == \
+        inspect.signature(compat.RDBStoragePrivateRetries._get_stale_trial_ids)
+    assert "_get_stale_trial_ids" in inspect.getsource(_heartbeat.fail_stale_trials)
+    calls = []
+    real = storage._retry
+
+    def spy(name, fn, *args, **kwargs):  # type: ignore[no-untyped-def]
+        calls.append(name)
+        return real(name, fn, *args, **kwargs)
+
+    storage._retry = spy  # type: ignore[method-assign]
+    storage.heartbeat_interval = 60  # Optuna only asks when its heartbeat is on
+    assert storage._get_stale_trial_ids(compat.study_id_of(study)) == []
+    assert calls == ["_get_stale_trial_ids"]
+

@@ -1,0 +1,82 @@
+"""The retrying storage sweeper hands to Optuna: which methods retry, with what signatures,
+and that a transient error is retried while a permanent one is not."""
+
+from __future__ import annotations
+
+import inspect
+
+import optuna
+import pytest
+import sqlalchemy as sa
+from optuna.storages import RDBStorage
+
+from sweeper.study import RetryingRDBStorage, open_storage
+from sweeper.study._optuna_compat import RDBStoragePrivateRetries
+
+#: The RDBStorage methods that retry transient database errors (the list the old import-time
+#: wrapper loop covered).
+RETRIED = {
+    "create_new_study", "delete_study", "set_study_user_attr", "set_study_system_attr",
+    "get_study_id_from_name", "get_study_name_from_id", "get_study_directions",
+    "get_study_user_attrs", "get_study_system_attrs", "get_all_studies", "create_new_trial",
+    "set_trial_param", "get_trial_id_from_study_id_trial_number", "get_trial_param",
+    "set_trial_state_values", "set_trial_intermediate_value", "set_trial_user_attr",
+    "set_trial_system_attr", "get_trial", "get_all_trials", "get_n_trials", "get_best_trial",
+    "record_heartbeat", "_get_stale_trial_ids",
+}
+
+
+def _overridden() -> set[str]:
+    return {name for cls in (RetryingRDBStorage, RDBStoragePrivateRetries)
+            for name, value in vars(cls).items()
+            if inspect.isfunction(value) and hasattr(RDBStorage, name) and name != "_retry"}
+
+
+def test_the_retried_methods_are_the_listed_ones() -> None:
+    assert _overridden() == RETRIED
+
+
+@pytest.mark.parametrize("name", sorted(RETRIED))
+def test_each_override_has_rdbstorages_signature(name: str) -> None:
+    """Optuna's tests and callers pass these by keyword: names, kinds and defaults must match."""
+    mine = inspect.signature(getattr(RetryingRDBStorage, name)).parameters
+    theirs = inspect.signature(getattr(RDBStorage, name)).parameters
+    assert [(p.name, p.kind, p.default) for p in mine.values()] == \
+        [(p.name, p.kind, p.default) for p in theirs.values()]
+
+
+def test_a_transient_error_is_retried_and_a_permanent_one_is_not(
+        sqlite_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    storage = open_storage(sqlite_url)
+    sid = storage.create_new_study([optuna.study.StudyDirection.MINIMIZE], "s")
+    monkeypatch.setattr("sweeper.study.retry.time.sleep", lambda s: None)
+    failures = iter([sa.exc.OperationalError("SELECT", {}, Exception("server closed"))])
+    real = RDBStorage.get_study_name_from_id
+
+    def flaky(self: RDBStorage, study_id: int) -> str:
+        for e in failures:
+            raise e
+        return real(self, study_id)
+
+    monkeypatch.setattr(RDBStorage, "get_study_name_from_id", flaky)
+    assert storage.get_study_name_from_id(sid) == "s"  # one failure, then the real call
+    calls = []
+
+    def missing(self: RDBStorage, study_id: int) -> str:
+        calls.append(study_id)
+        raise KeyError(study_id)
+
+    monkeypatch.setattr(RDBStorage, "get_study_name_from_id", missing)
+    with pytest.raises(KeyError):
+        storage.get_study_name_from_id(sid + 1)
+    assert calls == [sid + 1]
+
+
+def test_the_storage_pickles_as_optuna_expects(sqlite_url: str) -> None:
+    """Optuna pickles storages into worker processes; the subclass must survive it."""
+    import pickle
+
+    storage = open_storage(sqlite_url)
+    restored = pickle.loads(pickle.dumps(storage))
+    assert type(restored) is RetryingRDBStorage
+    assert restored.get_all_studies() == []

@@ -1,0 +1,161 @@
+"""The sweep record, bulk enqueue and the index protocol's storage operations, on both storages."""
+
+from __future__ import annotations
+
+import threading
+
+import optuna
+import pytest
+import sqlalchemy as sa
+from optuna.trial import TrialState
+
+from sweeper.errors import SpecError
+from sweeper.space import grid_point
+from sweeper.study import (
+    INDEX_ATTR,
+    attempts,
+    claim,
+    create_or_resume,
+    load_sweep,
+    mark_failed,
+    new_attempt,
+    open_storage,
+    state_counts,
+)
+from tests.support.helpers import make_spec
+
+
+def test_grid_is_enqueued_up_front_one_waiting_trial_per_index(storage_url: str) -> None:
+    storage = open_storage(storage_url)
+    spec = make_spec()
+    sweep, created = create_or_resume(storage, spec)
+    assert created
+    trials = sweep.study().get_trials()
+    assert len(trials) == spec.trials == 10
+    assert all(t.state == TrialState.WAITING for t in trials)
+    by_index = {t.user_attrs[INDEX_ATTR]: t for t in trials}
+    assert sorted(by_index) == list(range(10))
+    for i, t in by_index.items():
+        assert t.system_attrs["fixed_params"] == grid_point(spec, i)
+    assert [t.number for t in trials] == list(range(10))
+    # the stored record reads back as the same spec
+    assert load_sweep(storage, spec.name).spec == spec
+
+
+def test_enqueue_is_bulk_not_one_round_trip_per_trial(storage_url: str) -> None:
+    storage = open_storage(storage_url)
+    spec = make_spec(method="random", trials=2000)
+    statements: list[str] = []
+    sa.event.listen(storage.engine, "before_cursor_execute",
+                    lambda *a: statements.append(a[2]))
+    create_or_resume(storage, spec)
+    assert state_counts(storage, storage.get_study_id_from_name(spec.name)) == {"WAITING": 2000}
+    inserts = [s for s in statements if s.lstrip().upper().startswith("INSERT")]
+    # trials, user attrs, system attrs, study attrs: a handful of statements (executemany
+    # batches), never thousands
+    assert len(statements) < 60, len(statements)
+    assert len(inserts) < 40
+
+
+def test_resume_same_spec_adds_nothing_and_changed_spec_is_refused(storage_url: str) -> None:
+    storage = open_storage(storage_url)
+    spec = make_spec()
+    create_or_resume(storage, spec)
+    sweep, created = create_or_resume(storage, spec.with_overrides(parallelism=8))
+    assert not created
+    assert len(sweep.study().get_trials()) == 10
+    changed = make_spec(parameters={"a": {"type": "float", "low": 0.0, "high": 2.0, "step": 0.5},
+                                    "b": {"type": "categorical", "choices": ["x", "y"]}})
+    with pytest.raises(SpecError, match="parameters"):
+        create_or_resume(storage, changed)
+    assert len(sweep.study().get_trials()) == 10
+
+
+def test_concurrent_launches_enqueue_once(storage_url: str) -> None:
+    spec = make_spec(method="random", trials=50)
+    errors: list[BaseException] = []
+    barrier = threading.Barrier(4)
+
+    def launch() -> None:
+        try:
+            barrier.wait(timeout=30)
+            create_or_resume(open_storage(storage_url), spec)
+        except BaseException as e:  # noqa: BLE001 - collected and asserted empty below
+            errors.append(e)
+
+    threads = [threading.Thread(target=launch) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    storage = open_storage(storage_url)
+    trials = optuna.load_study(study_name=spec.name, storage=storage).get_trials()
+    assert len(trials) == 50
+    assert sorted(t.user_attrs[INDEX_ATTR] for t in trials) == list(range(50))
+
+
+def test_claim_is_atomic(storage_url: str) -> None:
+    storage = open_storage(storage_url)
+    sweep, _ = create_or_resume(storage, make_spec())
+    waiting = attempts(storage, sweep.study_id, 3)[0]
+    results: list[bool] = []
+    barrier = threading.Barrier(6)
+
+    def race() -> None:
+        own = open_storage(storage_url)
+        barrier.wait()
+        results.append(claim(own, waiting.trial_id))
+
+    threads = [threading.Thread(target=race) for _ in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(results) == [False] * 5 + [True]
+
+
+def test_new_attempt_is_exclusive_and_linked(storage_url: str) -> None:
+    storage = open_storage(storage_url)
+    sweep, _ = create_or_resume(storage, make_spec())
+    first = attempts(storage, sweep.study_id, 4)[0]
+    assert storage.set_trial_state_values(first.trial_id, TrialState.RUNNING)
+    assert mark_failed(storage, first.trial_id, "boom")
+    failed = attempts(storage, sweep.study_id, 4)[0]
+    created: list[int | None] = []
+    barrier = threading.Barrier(4)
+
+    def retry() -> None:
+        own = open_storage(storage_url)
+        barrier.wait()
+        created.append(new_attempt(own, sweep.study_id, 4, after=failed,
+                                   params=grid_point(sweep.spec, 4)))
+
+    threads = [threading.Thread(target=retry) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    winners = [c for c in created if c is not None]
+    assert len(winners) == 1
+    atts = attempts(storage, sweep.study_id, 4)
+    assert [a.state for a in atts] == [TrialState.FAIL, TrialState.RUNNING]
+    assert atts[1].attempt == 1 and atts[1].heartbeat_age_s is not None
+    new = storage.get_trial(winners[0])
+    assert new.user_attrs["sweeper:retry_of"] == failed.number
+    assert new.system_attrs["fixed_params"] == grid_point(sweep.spec, 4)
+    assert storage.get_trial(failed.trial_id).user_attrs["sweeper:fail_reason"] == "boom"
+
+
+def test_index_lookup_can_use_the_partial_index(pg_url: str) -> None:
+    storage = open_storage(pg_url)
+    sweep, _ = create_or_resume(storage, make_spec(method="random", trials=3000))
+    with storage.engine.connect() as conn:
+        conn.execute(sa.text("ANALYZE"))
+        conn.execute(sa.text("SET enable_seqscan = off"))
+        plan = "\n".join(r[0] for r in conn.execute(sa.text(
+            "EXPLAIN SELECT t.trial_id FROM trial_user_attributes ua JOIN trials t "
+            "ON t.trial_id = ua.trial_id WHERE ua.key = 'sweeper:index' "
+            "AND ua.value_json = '1234' AND t.study_id = :s"), {"s": sweep.study_id}))
+    assert "ix_sweeper_index" in plan
+    assert len(attempts(storage, sweep.study_id, 1234)) == 1

@@ -1,0 +1,41 @@
+"""Read-side summaries: the per-index table and what is left to run."""
+
+from __future__ import annotations
+
+from optuna.trial import TrialState
+
+from sweeper.study import (
+    attempts,
+    create_or_resume,
+    index_table,
+    new_attempt,
+    open_storage,
+    unfinished_indexes,
+)
+from tests.support.helpers import make_spec
+
+
+def test_index_table_and_unfinished(storage_url: str) -> None:
+    storage = open_storage(storage_url)
+    sweep, _ = create_or_resume(storage, make_spec(method="tpe"))
+    table = index_table(storage, sweep.spec, sweep.study_id)
+    assert [s.state for s in table] == ["PENDING"] * 6  # adaptive: nothing enqueued
+    tid = new_attempt(storage, sweep.study_id, 2, after=None, params=None)
+    assert tid is not None
+    storage.set_trial_state_values(tid, TrialState.COMPLETE, [0.5])
+    table = index_table(storage, sweep.spec, sweep.study_id)
+    assert table[2].state == "COMPLETE" and table[2].values == (0.5,)
+    assert unfinished_indexes(table) == [0, 1, 3, 4, 5]
+
+
+def test_index_table_shows_infinite_values(storage_url: str) -> None:
+    """Optuna stores +-inf objective values as NULL plus a type column; the table must not
+    turn them into None."""
+    storage = open_storage(storage_url)
+    sweep, _ = create_or_resume(storage, make_spec())
+    for i, value in enumerate([float("inf"), float("-inf"), 2.5]):
+        tid = attempts(storage, sweep.study_id, i)[0].trial_id
+        storage.set_trial_state_values(tid, TrialState.RUNNING)
+        storage.set_trial_state_values(tid, TrialState.COMPLETE, [value])
+    table = index_table(storage, sweep.spec, sweep.study_id)
+    assert [s.values for s in table[:4]] == [(float("inf"),), (float("-inf"),), (2.5,), None]

@@ -1,0 +1,1 @@
+"""Test support: fixtures, helpers and the fake Kubernetes API server (not collected as tests)."""

@@ -1,0 +1,29 @@
+"""Objectives the Kubernetes end-to-end tests run inside fake pods (imported by the runner as
+``tests.support.k8s_objectives:NAME``; the fake starts pods in the repository root)."""
+
+from __future__ import annotations
+
+import time
+
+from trial_runner.context import TrialContext
+
+
+def flaky(ctx: TrialContext) -> float:
+    """Index 0 raises on its first attempt (the runner exits RETRY: the pod fails and the Job
+    replaces it); index 1 always returns NaN (the runner exits NO_RETRY: FailIndex)."""
+    if ctx.index == 0 and ctx.attempt == 0:
+        raise RuntimeError("flaky: the first attempt of index 0 fails")
+    if ctx.index == 1:
+        return float("nan")
+    print(f"objective output of index {ctx.index}", flush=True)
+    return float(ctx.index)
+
+
+def slow(ctx: TrialContext) -> float:
+    """Takes ``delay`` seconds (fixed), reporting as it goes: long enough to cancel mid-trial."""
+    delay = float(ctx.params.get("delay", 1.0))
+    for step in range(4):
+        time.sleep(delay / 4)
+        ctx.report(step, loss=float(ctx.index) + 4 - step)
+    print(f"objective output of index {ctx.index}", flush=True)
+    return float(ctx.index)
