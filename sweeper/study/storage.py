@@ -169,6 +169,12 @@ def open_storage(url: str, *, connect_deadline_s: float = 0.0, pool_size: int = 
         raise StorageError(scrub(f"cannot open storage {redact(url)}: {reason}", url)) from None
 
 
+def engine_options(url: str, *, pool_size: int = 1, max_overflow: int = 1) -> dict[str, Any]:
+    """The SQLAlchemy engine options :func:`open_storage` uses for ``url`` (SQLite busy
+    timeout; PostgreSQL pool size, pre-ping, connect timeout)."""
+    return _engine_kwargs(url, driver_url(url), pool_size, max_overflow)
+
+
 def _engine_kwargs(url: str, real: str, pool_size: int, max_overflow: int) -> dict[str, Any]:
     scheme = real.split("://", 1)[0]
     if scheme.startswith("sqlite"):

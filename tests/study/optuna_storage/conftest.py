@@ -21,18 +21,6 @@ HERE = Path(__file__).parent
 #: Vendored tests that do not run, and why (reported as deselected).
 DESELECTED = {
     "test_get_storage": "tests optuna.storages.get_storage's own defaults, no sweeper storage",
-    **dict.fromkeys([
-        "test_repeatedly_called_record_heartbeat",
-        "test_fail_stale_trials_with_optimize",
-        "test_invalid_heartbeat_interval_and_grace_period",
-        "test_heartbeat_experimental_warnings",
-        "test_heartbeat_stale_trial_callback",
-        "test_retry_heartbeat_stale_trial_callback",
-        "test_retry_heartbeat_stale_trial_callback_intermediate",
-        "test_retry_heartbeat_stale_trial_callback_repetitive_failure",
-    ], "Optuna's heartbeat thread (RDBStorage(heartbeat_interval=...) + study.optimize): "
-       "sweeper never enables it; its runners record heartbeats themselves and "
-       "sweeper.study.fail_stale_trials fails stale trials (tests/study, tests/trial_runner)"),
 }
 
 #: Tables whose rows a test may leave behind; the schema's bookkeeping tables stay.

@@ -14,6 +14,7 @@ import optuna
 from optuna.storages import BaseStorage
 
 from sweeper.study import RetryingRDBStorage, open_storage
+from sweeper.study.storage import engine_options
 
 STORAGE_MODES: list[Any] = ["sweeper", "cached_sweeper"]
 STORAGE_MODES_HEARTBEAT = STORAGE_MODES
@@ -36,13 +37,21 @@ class StorageSupplier(AbstractContextManager[BaseStorage]):
     def __init__(self, storage_specifier: str, **kwargs: Any) -> None:
         if storage_specifier not in STORAGE_MODES:
             raise ValueError(f"unknown storage mode {storage_specifier!r}")
-        if kwargs:  # Optuna's heartbeat options: sweeper never sets them (see README.md)
-            raise NotImplementedError(f"StorageSupplier options {sorted(kwargs)}")
         self.storage_specifier = storage_specifier
+        #: Optuna's heartbeat options (heartbeat_interval, grace_period, failed_trial_callback):
+        #: sweeper's runners do not use Optuna's heartbeat thread, but the storage class must
+        #: still honour them, so they go to the same class open_storage returns.
+        self.extra_args = kwargs
         self.backend: RetryingRDBStorage | None = None
 
     def __enter__(self) -> BaseStorage:
         self.backend = open_storage(current_url())
+        if self.extra_args:
+            url, engine = self.backend.url, self.backend.engine
+            self.backend = RetryingRDBStorage(
+                url, engine_kwargs=engine_options(url), skip_compatibility_check=True,
+                skip_table_creation=True, **self.extra_args)
+            engine.dispose()
         if self.storage_specifier == "cached_sweeper":
             return optuna.storages.get_storage(self.backend)
         return self.backend
