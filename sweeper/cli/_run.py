@@ -134,6 +134,9 @@ def _launch(spec: Any, url: str, backend: Backend) -> None:
     done = spec.trials - len(todo)
     click.echo(f"sweep {spec.name}: {spec.method}, {spec.trials} indexes, parallelism "
                f"{spec.parallelism}, backend {backend.name}, storage {redact(url)}", err=True)
+    if sweep.grown_from is not None:
+        click.echo(f"grew the sweep from {sweep.grown_from} to {spec.trials} indexes (new: "
+                   f"{_ranges_of(list(range(sweep.grown_from, spec.trials)))})", err=True)
     if not created:
         click.echo(f"resuming: {done} of {spec.trials} indexes already finished", err=True)
     progress = Progress(sweep)
