@@ -9,12 +9,11 @@ import logging
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from pathlib import Path
 from typing import Any, TypeVar
 
 import click
 
-from sweeper.errors import SpecError, SweeperError
+from sweeper.errors import SweeperError
 
 logger = logging.getLogger("sweeper")
 F = TypeVar("F", bound=Callable[..., Any])
@@ -49,14 +48,11 @@ def _load(path: str, *, check_entrypoint: bool) -> Any:
     if check_entrypoint and spec.trial.entrypoint:
         from sweeper.entrypoint import load_entrypoint
 
-        load_entrypoint(spec.trial.entrypoint, source=spec.source)
+        load_entrypoint(spec.trial.entrypoint, source=spec.source, base_dir=spec.base_dir)
     if check_entrypoint and spec.trial.command:
-        import shutil
+        from sweeper.spec.paths import check_command
 
-        exe = spec.trial.command[0]
-        if "{" not in exe and shutil.which(exe) is None and not Path(exe).exists():
-            raise SpecError(f"command {exe!r} not found on PATH", source=spec.source,
-                            field="trial.command")
+        check_command(spec)
     return spec
 
 
