@@ -97,7 +97,7 @@ DEFAULT_POLL_INTERVAL_S = 1.0
 #: Runner tuning (heartbeat, grace period, log level, code version) may be set there.
 RESERVED_ENV = (ENV_JOB_ID, ENV_COMPLETION_INDEX, ENV_STORAGE, ENV_STUDY, ENV_INDEX_MAP,
                 ENV_INDEXES_PER_POD, ENV_CHECKPOINT_DIR, ENV_CMD_FD, ENV_RESULT_FD, ENV_LOG_DIR,
-                ENV_PARENT_PID, ENV_SPEC_DIR)
+                ENV_PARENT_PID)
 #: Never passed on to a command trial's program (the URL holds the database password).
 SECRET_ENV = (ENV_STORAGE,)
 
