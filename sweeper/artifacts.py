@@ -33,7 +33,7 @@ from sweeper.spec import ArtifactsSpec
 
 if TYPE_CHECKING:
     import optuna
-    from optuna.storages import BaseStorage
+    from optuna.storages import BaseStorage, RDBStorage
     from optuna.trial import FrozenTrial
 
     from sweeper.study._optuna_compat import ArtifactStore
@@ -112,6 +112,43 @@ class PrefixedStore:
 
     def remove(self, artifact_id: str) -> None:
         self.inner.remove(self._key(artifact_id))
+
+
+def sweep_artifact_ids(storage: RDBStorage, study_id: int) -> list[str]:
+    """The ids of every artifact the trials of a study recorded (one query, no trial loaded):
+    what ``sweeper delete`` removes from the store."""
+    import sqlalchemy as sa
+
+    with storage.engine.connect() as conn:
+        keys = conn.execute(sa.text(
+            "SELECT a.key FROM trial_system_attributes a JOIN trials t ON t.trial_id = a.trial_id "
+            "WHERE t.study_id = :s AND a.key LIKE :p ORDER BY a.key"),
+            {"s": study_id, "p": ARTIFACT_ATTR_PREFIX + "%"}).all()
+    return [key[len(ARTIFACT_ATTR_PREFIX):] for (key,) in keys]
+
+
+def remove_artifacts(spec: ArtifactsSpec, storage_url: str, artifact_ids: Iterable[str]) -> str:
+    """Remove the files of ``artifact_ids`` from a filesystem store (local files, this sweep's
+    own by id); an S3 store is left alone. One line saying what was done."""
+    ids = list(artifact_ids)
+    where = describe(spec, storage_url)
+    if spec.store != "filesystem":
+        return f"kept {len(ids)} artifact(s) in {where} (sweeper delete removes local files only)"
+    from optuna.artifacts.exceptions import ArtifactNotFound
+
+    store = open_artifact_store(spec, storage_url, create=False)
+    removed = missing = 0
+    for artifact_id in ids:
+        try:
+            store.remove(artifact_id)
+            removed += 1
+        except (ArtifactNotFound, ValueError):
+            missing += 1
+        except OSError as e:
+            raise ArtifactError(f"cannot remove artifact {artifact_id} from {where}: "
+                                f"{e.strerror}") from None
+    return f"removed {removed} artifact file(s) from {where}" + (
+        f" ({missing} not there)" if missing else "")
 
 
 def open_artifact_store(spec: ArtifactsSpec, storage_url: str, *,
@@ -271,4 +308,5 @@ def read_artifact(store: ArtifactStore, artifact_id: str) -> bytes:
 
 __all__ = ["ArtifactInfo", "PrefixedStore", "cached_artifact_store", "default_artifact_dir",
            "describe", "download_trial", "open_artifact_store", "read_artifact",
+           "remove_artifacts", "sweep_artifact_ids",
            "trial_artifacts", "upload"]

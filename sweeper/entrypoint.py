@@ -13,16 +13,22 @@ from typing import Any
 from sweeper.errors import SpecError
 
 
-def load_entrypoint(entrypoint: str, *, source: str | None = None) -> Callable[..., Any]:
+def load_entrypoint(entrypoint: str, *, source: str | None = None,
+                    base_dir: str | None = None) -> Callable[..., Any]:
     """Import ``module:function`` and return the callable, or raise SpecError (one line).
 
-    The current directory is importable, as with ``python -m``, so ``train:main`` finds
-    ``./train.py``.
+    The spec file's directory ``base_dir`` and then the current directory are importable, so
+    ``train:main`` finds ``train.py`` next to the spec wherever sweeper runs (and
+    ``./train.py`` as with ``python -m``).
     """
     module_name, _, attr = entrypoint.partition(":")
     cwd = os.getcwd()
     if cwd not in sys.path:
         sys.path.insert(0, cwd)
+    if base_dir:
+        if base_dir in sys.path:
+            sys.path.remove(base_dir)
+        sys.path.insert(0, base_dir)
     try:
         module = importlib.import_module(module_name)
     except ImportError as e:

@@ -37,6 +37,11 @@ class StorageError(SweeperError):
     exit_code = 2
 
 
+class StorageMissingError(StorageError):
+    """A command that only reads was pointed at a storage that does not exist (a SQLite file
+    that is not there, a database without Optuna's tables): nothing was created."""
+
+
 class StudyNotFoundError(StorageError):
     """No sweep of that name in the storage."""
 
@@ -51,6 +56,12 @@ class SweepFailedError(SweeperError):
     """The sweep ran, but some indexes failed for good."""
 
     exit_code = 1
+
+
+class NotConfirmedError(SweeperError):
+    """A destructive command was not confirmed and cannot ask (stdin is not a terminal)."""
+
+    exit_code = 2
 
 
 class ArtifactError(SweeperError):

@@ -42,6 +42,9 @@ SPEC_ATTR = "sweeper:spec"
 HASH_ATTR = "sweeper:spec_hash"
 #: Study user attr: True once the plan (grid / random sets) has been enqueued.
 ENQUEUED_ATTR = "sweeper:enqueued"
+#: Study user attr: the absolute directory of the spec file the sweep was last launched from
+#: (relative paths in the spec resolve against it; ``resume NAME`` has no file to ask).
+SPEC_DIR_ATTR = "sweeper:spec_dir"
 #: Study user attr: how many Kubernetes Jobs this sweep has launched (the next resume's N).
 LAUNCHES_ATTR = "sweeper:k8s_launches"
 #: Study system attr, Optuna's own (``Study.set_metric_names``): objective names.
@@ -72,6 +75,9 @@ ENV_CMD_FD = "SWEEPER_CMD_FD"
 ENV_RESULT_FD = "SWEEPER_RESULT_FD"
 ENV_LOG_DIR = "SWEEPER_LOG_DIR"
 ENV_PARENT_PID = "SWEEPER_PARENT_PID"
+#: The spec file's directory (local workers): a command's relative script paths and the
+#: entrypoint's module resolve against it before the working directory.
+ENV_SPEC_DIR = "SWEEPER_SPEC_DIR"
 # What a command trial's program reads.
 ENV_PARAMS = "SWEEPER_PARAMS"
 ENV_PARAMS_FILE = "SWEEPER_PARAMS_FILE"

@@ -128,13 +128,14 @@ def _sample(p: Parameter, rng: random.Random) -> Any:
     return rng.uniform(p.low, p.high)
 
 
-def planned_sets(spec: SweepSpec) -> Iterator[tuple[int, dict[str, Any]]]:
-    """(index, params) for every index of a grid or random sweep; nothing for adaptive ones."""
+def planned_sets(spec: SweepSpec, start: int = 0) -> Iterator[tuple[int, dict[str, Any]]]:
+    """(index, params) for indexes ``start``.. of a grid or random sweep (a grown sweep
+    enqueues only its new ones); nothing for adaptive ones."""
     if spec.method == "grid":
-        for i in range(spec.trials):
+        for i in range(start, spec.trials):
             yield i, grid_point(spec, i)
     elif spec.method == "random":
-        for i in range(spec.trials):
+        for i in range(start, spec.trials):
             yield i, random_point(spec, i)
 
 

@@ -84,7 +84,8 @@ def test_status_plan_validate(sqlite_url: str, tmp_path: Path,
     code, out, _ = run_cli("status", "st", "--storage", sqlite_url)
     assert "10/10 indexes finished" in out
     code, _, err = run_cli("status", "nope", "--storage", sqlite_url)
-    assert code == 2 and err.strip() == "error: no sweep named 'nope' in this storage"
+    assert code == 2 and err.strip() == f"error: no sweep named 'nope' in {sqlite_url}; " \
+        "sweeps there: st"
 
 
 def test_failed_index_makes_run_exit_1(sqlite_url: str, tmp_path: Path,

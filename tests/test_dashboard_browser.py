@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from sweeper.study import open_storage
 from tests.support.compare import invoke, isolate, quadratic_spec, run_sweep
 
 REPO = Path(__file__).resolve().parents[1]
@@ -78,6 +79,7 @@ def test_dashboard_prints_url_without_password_and_passes_the_artifact_store(
 
 def test_dashboard_port_in_use_is_one_line(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 's.db'}"
+    open_storage(url)  # the dashboard never creates a storage
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         s.listen()

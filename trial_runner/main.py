@@ -33,12 +33,17 @@ logger = logging.getLogger("trial_runner")
 
 
 def load_objective(spec: SweepSpec) -> Callable[[TrialContext], Any]:
+    """The trial's objective; relative paths resolve against the spec file's directory when
+    the local backend names it (``SWEEPER_SPEC_DIR``), else against the working directory."""
+    base_dir = os.environ.get(protocol.ENV_SPEC_DIR) or None
     if spec.trial.command is not None:
+        from sweeper.spec.paths import resolve_command
         from trial_runner.command import command_objective
 
-        return command_objective(spec.trial.command, spec.trial.timeout)
+        return command_objective(resolve_command(spec.trial.command, base_dir),
+                                 spec.trial.timeout)
     assert spec.trial.entrypoint is not None
-    return load_entrypoint(spec.trial.entrypoint, source=spec.source)
+    return load_entrypoint(spec.trial.entrypoint, source=spec.source, base_dir=base_dir)
 
 
 def _raise_interrupted(signum: int, frame: FrameType | None) -> None:

@@ -163,8 +163,12 @@ class LocalBackend:
         threads = str(max(1, (os.cpu_count() or 1) // n_workers))
         for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
             env.setdefault(var, threads)
-        cwd = os.getcwd()
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (cwd, env.get("PYTHONPATH")) if p)
+        # The spec's directory first: relative paths in the spec resolve against it.
+        base = sweep.spec.base_dir
+        if base:
+            env[protocol.ENV_SPEC_DIR] = base
+        path = [base, os.getcwd(), *(env.get("PYTHONPATH") or "").split(os.pathsep)]
+        env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(p for p in path if p))
         return env
 
     def _spawn(self, slot: int, env: dict[str, str], gpus: str | None,

@@ -12,26 +12,26 @@ from sweeper.cli._common import (
     _clients,
     _cluster_options,
     _errors,
-    _open_sweep,
+    _load_target,
     _ranges_of,
-    storage_option,
+    _target,
+    name_storage_option,
 )
 from sweeper.cli._group import cli
 from sweeper.errors import SweeperError
 
 
-def _stored_sweep(name: str, storage: str | None) -> Any | None:
-    """The sweep record if the storage is at hand (logs/cancel work without it too)."""
-    from sweeper.study import resolve_storage_url
-
-    url = resolve_storage_url(storage)
-    if url == protocol.DEFAULT_STORAGE and not Path("sweeps.db").exists():
-        return None
+def _stored_sweep(name_or_spec: str, storage: str | None) -> tuple[str, Any | None]:
+    """The sweep's name and its record if the storage is at hand (logs/cancel work without
+    it too). NAME may be the spec file."""
+    target = _target(name_or_spec, storage)
+    if target.url == protocol.DEFAULT_STORAGE and not Path("sweeps.db").exists():
+        return target.name, None
     try:
-        return _open_sweep(name, storage)[0]
+        return target.name, _load_target(target)
     except SweeperError as e:
         click.echo(f"note: {e}", err=True)
-        return None
+        return target.name, None
 
 
 @cli.command()
@@ -42,16 +42,17 @@ def _stored_sweep(name: str, storage: str | None) -> Any | None:
               help="Only the last N lines.")
 @click.option("--namespace", "-n", metavar="NS",
               help="Default: the namespace the sweep was launched in (from the storage).")
-@storage_option
+@name_storage_option
 @_cluster_options
 @_errors
 def logs(name: str, index: int, tail: int | None, namespace: str | None, storage: str | None,
          kubeconfig: str | None, context: str | None) -> None:
-    """The log of the pod that ran index I (its latest attempt, across resume Jobs)."""
+    """The log of the pod that ran index I (its latest attempt, across resume Jobs). NAME may
+    be the sweep's spec file."""
     from sweeper.backends.kubernetes import index_log
     from sweeper.spec import KubernetesSpec
 
-    sweep = _stored_sweep(name, storage)
+    name, sweep = _stored_sweep(name, storage)
     ns = namespace or (sweep.spec.kubernetes.namespace if sweep else KubernetesSpec().namespace)
     log = index_log(_clients(kubeconfig, context), ns, name,
                     sweep.spec.trials if sweep else None, index, tail_lines=tail)
@@ -62,7 +63,7 @@ def logs(name: str, index: int, tail: int | None, namespace: str | None, storage
 
 @cli.command()
 @click.argument("name")
-@storage_option
+@name_storage_option
 @click.option("--namespace", "-n", metavar="NS",
               help="Default: the namespace the sweep was launched in (from the storage).")
 @click.option("--wait", "wait_s", type=click.FloatRange(min=0), default=60.0, show_default=True,
@@ -72,12 +73,12 @@ def logs(name: str, index: int, tail: int | None, namespace: str | None, storage
 def cancel(name: str, storage: str | None, namespace: str | None, wait_s: float,
            kubeconfig: str | None, context: str | None) -> None:
     """Delete the sweep's Jobs and their pods. The study stays: `sweeper resume NAME` runs
-    what is missing."""
+    what is missing. NAME may be the sweep's spec file."""
     from sweeper.backends.kubernetes import cancel as cancel_jobs
     from sweeper.spec import KubernetesSpec
     from sweeper.study import index_table, unfinished_indexes
 
-    sweep = _stored_sweep(name, storage)
+    name, sweep = _stored_sweep(name, storage)
     ns = namespace or (sweep.spec.kubernetes.namespace if sweep else KubernetesSpec().namespace)
     result = cancel_jobs(_clients(kubeconfig, context), name, ns, sweep=sweep, wait_s=wait_s)
     if not result.jobs:

@@ -1,5 +1,6 @@
 """What the command modules share: SweeperError -> one line and an exit code, the common
-options, loading a spec file, opening a stored sweep, the Kubernetes client factory."""
+options, loading a spec file, a NAME argument (a sweep name or its spec file) and opening the
+sweep it names without creating anything, the Kubernetes client factory."""
 
 from __future__ import annotations
 
@@ -7,12 +8,12 @@ import functools
 import logging
 import sys
 from collections.abc import Callable
-from pathlib import Path
+from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
 import click
 
-from sweeper.errors import SpecError, SweeperError
+from sweeper.errors import SweeperError
 
 logger = logging.getLogger("sweeper")
 F = TypeVar("F", bound=Callable[..., Any])
@@ -47,22 +48,102 @@ def _load(path: str, *, check_entrypoint: bool) -> Any:
     if check_entrypoint and spec.trial.entrypoint:
         from sweeper.entrypoint import load_entrypoint
 
-        load_entrypoint(spec.trial.entrypoint, source=spec.source)
+        load_entrypoint(spec.trial.entrypoint, source=spec.source, base_dir=spec.base_dir)
     if check_entrypoint and spec.trial.command:
-        import shutil
+        from sweeper.spec.paths import check_command
 
-        exe = spec.trial.command[0]
-        if "{" not in exe and shutil.which(exe) is None and not Path(exe).exists():
-            raise SpecError(f"command {exe!r} not found on PATH", source=spec.source,
-                            field="trial.command")
+        check_command(spec)
     return spec
 
 
-def _open_sweep(name: str, storage: str | None) -> tuple[Any, str]:
-    from sweeper.study import load_sweep, open_storage, resolve_storage_url
+name_storage_option = click.option(
+    "--storage", metavar="URL",
+    help="Study storage: sqlite:///file.db or postgresql://user:pw@host/db (default: "
+         "$SWEEPER_STORAGE, then the storage: of a spec file given as NAME, then "
+         "sqlite:///sweeps.db). Never created: a storage that does not exist is an error.")
 
-    url = resolve_storage_url(storage)
-    return load_sweep(open_storage(url), name), url
+
+@dataclass(frozen=True)
+class _Target:
+    """What a NAME argument names: a sweep name, or a spec file (its name and storage:)."""
+
+    name: str
+    url: str
+    spec: Any | None = None
+
+
+def _target(name_or_spec: str, storage: str | None) -> _Target:
+    """NAME or a spec file in its place: an argument ending in .yaml/.yml is a spec file (a
+    sweep name, a DNS label, never has a dot), read for its name and storage:."""
+    from sweeper.study import resolve_storage_url
+
+    if name_or_spec.endswith((".yaml", ".yml")):
+        spec = _load(name_or_spec, check_entrypoint=False)
+        return _Target(spec.name, resolve_storage_url(storage, spec), spec)
+    return _Target(name_or_spec, resolve_storage_url(storage))
+
+
+def _open_existing(url: str, name: str | None = None) -> Any:
+    """The storage at ``url`` opened without creating anything (commands that only read, and
+    delete); a storage that does not exist is "no sweep named NAME" with the reason."""
+    from sweeper.errors import StorageMissingError, StudyNotFoundError
+    from sweeper.study import open_storage
+
+    try:
+        return open_storage(url, create=False)
+    except StorageMissingError as e:
+        if name is None:
+            raise
+        raise StudyNotFoundError(f"no sweep named {name!r}: {e}") from None
+
+
+def _load_target(target: _Target) -> Any:
+    """The stored sweep ``target`` names; not found names the storage and what it holds."""
+    from sweeper.errors import StudyNotFoundError
+    from sweeper.study import load_sweep
+
+    store = _open_existing(target.url, target.name)
+    try:
+        sweep = load_sweep(store, target.name)
+    except StudyNotFoundError as e:
+        raise StudyNotFoundError(_not_found(store, target) or str(e)) from None
+    if target.spec is not None and target.spec.base_dir is not None:
+        # The file at hand says where its relative paths start (resume from another place).
+        sweep = replace(sweep, spec=replace(sweep.spec, base_dir=target.spec.base_dir))
+    return sweep
+
+
+#: Sweep names a "not found" message lists before it says how many more there are.
+_NAMES_SHOWN = 10
+
+
+def _not_found(store: Any, target: _Target) -> str | None:
+    """"no sweep named X in STORAGE" and what is there; None if a study of that name exists
+    (the caller's own message then says what is wrong with it)."""
+    import difflib
+
+    from sweeper.study import redact, study_names
+
+    sweeps, others = study_names(store)
+    if target.name in sweeps or target.name in others:
+        return None
+    where = f"no sweep named {target.name!r} in {redact(target.url)}"
+    close = difflib.get_close_matches(target.name, sweeps, n=1, cutoff=0.6)
+    hint = f"did you mean {close[0]!r}? " if close else ""
+    if not sweeps:
+        other = f" ({len(others)} other Optuna stud{'y' if len(others) == 1 else 'ies'})" \
+            if others else ""
+        return f"{where}: it has no sweeps{other}"
+    shown = ", ".join(sweeps[:_NAMES_SHOWN])
+    more = f", ... ({len(sweeps) - _NAMES_SHOWN} more: sweeper list)" \
+        if len(sweeps) > _NAMES_SHOWN else ""
+    return f"{where}; {hint}sweeps there: {shown}{more}"
+
+
+def _open_sweep(name_or_spec: str, storage: str | None) -> tuple[Any, str]:
+    """The stored sweep NAME (or the sweep of a spec file) and its storage URL."""
+    target = _target(name_or_spec, storage)
+    return _load_target(target), target.url
 
 
 def _job_options(fn: F) -> F:

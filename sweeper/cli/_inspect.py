@@ -1,4 +1,5 @@
-"""Commands that read a stored sweep: status, best, export, dashboard."""
+"""Commands that read a stored sweep: status, best, export, dashboard. NAME may be the sweep's
+spec file; nothing here creates a storage."""
 
 from __future__ import annotations
 
@@ -13,9 +14,10 @@ from sweeper.cli._common import (
     _clients,
     _cluster_options,
     _errors,
+    _open_existing,
     _open_sweep,
     _ranges_of,
-    storage_option,
+    name_storage_option,
 )
 from sweeper.cli._group import cli
 from sweeper.errors import SweeperError, SweepFailedError
@@ -23,7 +25,7 @@ from sweeper.errors import SweeperError, SweepFailedError
 
 @cli.command()
 @click.argument("name")
-@storage_option
+@name_storage_option
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table",
               show_default=True)
 @click.option("--kubernetes/--no-kubernetes", "kube", default=None,
@@ -35,7 +37,9 @@ from sweeper.errors import SweeperError, SweepFailedError
 @_errors
 def status(name: str, storage: str | None, fmt: str, kube: bool | None, namespace: str | None,
            kubeconfig: str | None, context: str | None) -> None:
-    """Trial counts by state, the sweep's Kubernetes Jobs, and the per-index table."""
+    """Trial counts by state, the sweep's Kubernetes Jobs, and the per-index table.
+
+    NAME is the sweep's name or its spec file (name and storage: are read from it)."""
     from sweeper.report import format_table
     from sweeper.study import index_table, state_counts
 
@@ -101,7 +105,7 @@ def _job_record(j: Any) -> dict[str, Any]:
 
 @cli.command()
 @click.argument("name")
-@storage_option
+@name_storage_option
 @click.option("--format", "fmt", type=click.Choice(["json", "yaml", "table"]), default="json",
               show_default=True)
 @click.option("--download", "download_dir", type=click.Path(file_okay=False), default=None,
@@ -109,7 +113,9 @@ def _job_record(j: Any) -> dict[str, Any]:
                                   "(multi-objective: DIR/trial-N/ per Pareto-optimal trial).")
 @_errors
 def best(name: str, storage: str | None, fmt: str, download_dir: str | None) -> None:
-    """The best trial (every Pareto-optimal trial for multi-objective sweeps)."""
+    """The best trial (every Pareto-optimal trial for multi-objective sweeps).
+
+    NAME is the sweep's name or its spec file (name and storage: are read from it)."""
     from sweeper.export import trial_export_record
     from sweeper.report import best_trials, dumps, format_table
 
@@ -117,7 +123,7 @@ def best(name: str, storage: str | None, fmt: str, download_dir: str | None) -> 
     metrics = [o.metric for o in sweep.spec.objectives]
     trials = best_trials(sweep.study())
     if not trials:
-        raise SweepFailedError(f"sweep {name!r} has no complete trial yet")
+        raise SweepFailedError(f"sweep {sweep.name!r} has no complete trial yet")
     if download_dir is not None:
         _download(sweep, url, trials, Path(download_dir))
     records = [trial_export_record(t, metrics) for t in trials]
@@ -129,10 +135,10 @@ def best(name: str, storage: str | None, fmt: str, download_dir: str | None) -> 
         return
     data: Any = records[0] if len(metrics) == 1 else {"pareto_front": records}
     if len(metrics) == 1:
-        data = {"study": name, "directions": [o.direction for o in sweep.spec.objectives],
+        data = {"study": sweep.name, "directions": [o.direction for o in sweep.spec.objectives],
                 **records[0]}
     else:
-        data = {"study": name, "directions": [o.direction for o in sweep.spec.objectives],
+        data = {"study": sweep.name, "directions": [o.direction for o in sweep.spec.objectives],
                 "pareto_front": records}
     click.echo(dumps(data, fmt))
 
@@ -156,14 +162,16 @@ def _download(sweep: Any, url: str, trials: list[Any], dest: Path) -> None:
 
 @cli.command()
 @click.argument("name")
-@storage_option
+@name_storage_option
 @click.option("--format", "fmt", type=click.Choice(["csv", "json"]), default="csv",
               show_default=True)
 @click.option("--output", "-o", type=click.Path(dir_okay=False, allow_dash=True), default="-",
               help="Write to this file instead of stdout.")
 @_errors
 def export(name: str, storage: str | None, fmt: str, output: str) -> None:
-    """Every trial of the sweep (all states, all attempts) as CSV or JSON, for scripts."""
+    """Every trial of the sweep (all states, all attempts) as CSV or JSON, for scripts.
+
+    NAME is the sweep's name or its spec file (name and storage: are read from it)."""
     from sweeper.export import export_document, to_csv, to_json
 
     sweep, _ = _open_sweep(name, storage)
@@ -180,28 +188,32 @@ def export(name: str, storage: str | None, fmt: str, output: str) -> None:
     except OSError as e:
         tmp.unlink(missing_ok=True)
         raise SweeperError(f"cannot write {output}: {e.strerror}") from None
-    click.echo(f"wrote {len(doc['trials'])} trials of {name} to {output}", err=True)
+    click.echo(f"wrote {len(doc['trials'])} trials of {sweep.name} to {output}", err=True)
 
 
 @cli.command()
 @click.argument("name", required=False)
-@storage_option
+@name_storage_option
 @click.option("--host", default="127.0.0.1", show_default=True)
 @click.option("--port", type=int, default=8080, show_default=True)
 @_errors
 def dashboard(name: str | None, storage: str | None, host: str, port: int) -> None:
-    """Serve optuna-dashboard on the sweep storage (works while a sweep runs)."""
-    from sweeper.artifacts import dashboard_artifacts_spec, describe, open_artifact_store
-    from sweeper.study import load_sweep, open_storage, redact, resolve_storage_url
+    """Serve optuna-dashboard on the sweep storage (works while a sweep runs).
 
-    url = resolve_storage_url(storage)
-    store = open_storage(url)
+    NAME (optional) opens that sweep's page; it may be the sweep's spec file (name and
+    storage: are read from it)."""
+    from sweeper.artifacts import dashboard_artifacts_spec, describe, open_artifact_store
+    from sweeper.study import redact, resolve_storage_url
+
     path = "/dashboard"
     if name:
-        sweep = load_sweep(store, name)
+        sweep, url = _open_sweep(name, storage)
+        store = sweep.storage
         path = f"/dashboard/studies/{sweep.study_id}"
         artifacts = sweep.spec.artifacts
     else:
+        url = resolve_storage_url(storage)
+        store = _open_existing(url)
         artifacts = dashboard_artifacts_spec(store)
     artifact_store = open_artifact_store(artifacts, url, create=False)
     click.echo(f"optuna-dashboard for {redact(url)} on http://{host}:{port}{path} "

@@ -16,8 +16,10 @@ from sweeper.cli._common import (
     _errors,
     _job_options,
     _load,
-    _open_sweep,
+    _load_target,
     _ranges_of,
+    _target,
+    name_storage_option,
     storage_option,
 )
 from sweeper.cli._group import cli
@@ -59,7 +61,7 @@ def run(spec_file: str, storage: str | None, parallelism: int | None, backend: s
 
 @cli.command()
 @click.argument("name")
-@storage_option
+@name_storage_option
 @click.option("--backend", type=click.Choice(["local", "kubernetes"]), default=None,
               help="Default: kubernetes when the sweep was launched there, else local.")
 @click.option("--parallelism", "-p", type=click.IntRange(min=1),
@@ -75,10 +77,15 @@ def resume(name: str, storage: str | None, backend: str | None, parallelism: int
            log_dir: str, image: str | None, namespace: str | None, storage_secret: str | None,
            kubeconfig: str | None, context: str | None, detach: bool) -> None:
     """Run only the indexes of a stored sweep that have no finished trial (its spec comes from
-    the study; on Kubernetes a new, sparse Job NAME-r<N>)."""
+    the study; on Kubernetes a new, sparse Job NAME-r<N>). NAME may be the sweep's spec file
+    (name and storage: are read from it; `run` applies a changed file, resume does not)."""
     from sweeper.backends.manifests import with_kubernetes
 
-    sweep, url = _open_sweep(name, storage)
+    target = _target(name, storage)
+    sweep, url = _load_target(target), target.url
+    if target.spec is not None and target.spec.spec_hash != sweep.spec.spec_hash:
+        click.echo(f"note: {name} differs from the stored sweep {sweep.name}; resume runs the "
+                   f"stored one (`sweeper run {name}` applies the file)", err=True)
     spec = sweep.spec.with_overrides(parallelism=parallelism)
     spec = with_kubernetes(spec, image=image, namespace=namespace, storage_secret=storage_secret)
     if backend is None:
@@ -134,6 +141,9 @@ def _launch(spec: Any, url: str, backend: Backend) -> None:
     done = spec.trials - len(todo)
     click.echo(f"sweep {spec.name}: {spec.method}, {spec.trials} indexes, parallelism "
                f"{spec.parallelism}, backend {backend.name}, storage {redact(url)}", err=True)
+    if sweep.grown_from is not None:
+        click.echo(f"grew the sweep from {sweep.grown_from} to {spec.trials} indexes (new: "
+                   f"{_ranges_of(list(range(sweep.grown_from, spec.trials)))})", err=True)
     if not created:
         click.echo(f"resuming: {done} of {spec.trials} indexes already finished", err=True)
     progress = Progress(sweep)

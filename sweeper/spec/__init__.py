@@ -4,7 +4,8 @@ Every error is a :class:`~sweeper.errors.SpecError` naming the file, the line (w
 node is known) and the dotted field, so a typo is one clear line and never a traceback.
 
 The modules: ``model`` (the dataclasses, the normalised form and its hash), ``registry``
-(pruner and sampler names -> Optuna classes, shared with the trial runner), and the private
+(pruner and sampler names -> Optuna classes, shared with the trial runner), ``paths``
+(relative paths resolve against the spec file's directory), and the private
 ``_yaml`` (line-tracking loader), ``_primitives``, ``_parameters`` and ``_validate``.
 """
 

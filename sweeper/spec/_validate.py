@@ -71,7 +71,10 @@ _BUCKET_RE = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
 
 
 def load_spec(path: str | Path) -> SweepSpec:
-    """Read and validate a spec file."""
+    """Read and validate a spec file; its relative paths resolve against its directory
+    (see :mod:`sweeper.spec.paths`)."""
+    from sweeper.spec.paths import anchored
+
     p = Path(path)
     try:
         text = p.read_text(encoding="utf-8")
@@ -79,7 +82,7 @@ def load_spec(path: str | Path) -> SweepSpec:
         raise SpecError("no such file", source=str(p)) from None
     except (OSError, UnicodeDecodeError) as e:
         raise SpecError(f"cannot read: {e}", source=str(p)) from None
-    return parse_spec(text, source=str(p))
+    return anchored(parse_spec(text, source=str(p)), p)
 
 
 def parse_spec(text: str, source: str = "<spec>") -> SweepSpec:

@@ -135,6 +135,10 @@ class SweepSpec:
     artifacts: ArtifactsSpec = field(default_factory=ArtifactsSpec)
     #: Where the spec came from (a path or "<study NAME>"), for messages; not part of the sweep.
     source: str = field(default="<spec>", compare=False)
+    #: The spec file's directory (absolute), against which relative paths in the spec resolve
+    #: (see ``sweeper.spec.paths``); None for a spec that is not a file. Not part of the
+    #: sweep: where the file lives changes neither the record nor the hash.
+    base_dir: str | None = field(default=None, compare=False)
 
     @property
     def is_adaptive(self) -> bool:

@@ -9,7 +9,8 @@ neither click nor kubernetes.
 - :mod:`._bulk`: the locked bulk insert that enqueues plans and creates attempts;
 - :mod:`.index`: an index's attempts, claiming one, the next attempt, failing stale ones;
 - :mod:`.trials`: batched user attrs, and registering a trial in Optuna's cache;
-- :mod:`.summaries`: counts and the per-index table for status and resume;
+- :mod:`.summaries`: counts and the per-index table for status and resume, every sweep of
+  a storage for list;
 - :mod:`._optuna_compat`: the only module that touches Optuna's private API.
 """
 
@@ -42,7 +43,15 @@ from sweeper.study.index import (
 from sweeper.study.record import Sweep, create_or_resume, load_sweep
 from sweeper.study.retry import with_retry
 from sweeper.study.storage import RetryingRDBStorage, open_storage
-from sweeper.study.summaries import IndexStatus, index_table, state_counts, unfinished_indexes
+from sweeper.study.summaries import (
+    IndexStatus,
+    SweepSummary,
+    index_table,
+    list_sweeps,
+    state_counts,
+    study_names,
+    unfinished_indexes,
+)
 from sweeper.study.trials import attach_trial, set_trial_user_attrs
 from sweeper.study.urls import driver_url, redact, resolve_storage_url, scrub
 
@@ -63,6 +72,7 @@ __all__ = [
     "IndexStatus",
     "RetryingRDBStorage",
     "Sweep",
+    "SweepSummary",
     "UnsupportedOptunaError",
     "attach_trial",
     "attempts",
@@ -71,6 +81,7 @@ __all__ = [
     "driver_url",
     "fail_stale_trials",
     "index_table",
+    "list_sweeps",
     "load_sweep",
     "mark_failed",
     "new_attempt",
@@ -80,6 +91,7 @@ __all__ = [
     "scrub",
     "set_trial_user_attrs",
     "state_counts",
+    "study_names",
     "trial_id_of",
     "unfinished_indexes",
     "with_retry",

@@ -1,11 +1,13 @@
 """The sweep record: a study whose user attrs hold the normalised spec and its hash. Running
-the same spec again resumes the study; a different spec under the same name is refused."""
+the same spec again resumes the study; raising ``trials`` grows it (the new indexes follow the
+old ones, enqueued in the same locked transaction as the record); any other change under the
+same name is refused."""
 
 from __future__ import annotations
 
 import json
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import optuna
@@ -13,7 +15,13 @@ import sqlalchemy as sa
 from optuna.trial import TrialState
 
 from sweeper.errors import SpecError, StudyNotFoundError
-from sweeper.protocol import ENQUEUED_ATTR, HASH_ATTR, METRIC_NAMES_ATTR, SPEC_ATTR
+from sweeper.protocol import (
+    ENQUEUED_ATTR,
+    HASH_ATTR,
+    METRIC_NAMES_ATTR,
+    SPEC_ATTR,
+    SPEC_DIR_ATTR,
+)
 from sweeper.spec import SweepSpec, parse_spec_dict
 from sweeper.study._bulk import TrialRow, exclusive, insert_trials
 from sweeper.study._optuna_compat import reset_trials_cache
@@ -28,6 +36,8 @@ class Sweep:
     storage: RetryingRDBStorage
     study_id: int
     spec: SweepSpec
+    #: The number of indexes this launch grew the sweep from (None: it did not grow it).
+    grown_from: int | None = field(default=None, compare=False)
     #: One Study per thread for runner_study(), keyed by thread id.
     _runner_studies: dict[int, optuna.Study] = field(default_factory=dict, compare=False,
                                                      repr=False)
@@ -60,8 +70,10 @@ class Sweep:
 def create_or_resume(storage: RetryingRDBStorage, spec: SweepSpec) -> tuple[Sweep, bool]:
     """Create the study and enqueue its plan, or resume it if this exact spec already ran.
 
-    Returns (sweep, created). A different spec under the same name raises SpecError before
-    anything is written. Safe against concurrent launches: one WAITING trial per index.
+    Returns (sweep, created). The same spec with more ``trials`` grows the sweep (its new
+    indexes are enqueued; ``sweep.grown_from`` says from how many). Any other difference under
+    the same name raises SpecError before anything is written. Safe against concurrent
+    launches: one WAITING trial per index.
     """
     directions = [o.direction for o in spec.objectives]
     try:
@@ -79,15 +91,15 @@ def create_or_resume(storage: RetryingRDBStorage, spec: SweepSpec) -> tuple[Swee
 
     record = spec.to_dict()
 
-    def record_and_enqueue() -> None:
+    def record_and_enqueue() -> int | None:
         with exclusive(storage.engine, study_id) as conn:
-            _record_and_enqueue(conn, study_id, spec, record, created)
+            return _record_and_enqueue(conn, study_id, spec, record, created)
 
-    with_retry(record_and_enqueue, what="enqueue")
+    grown_from = with_retry(record_and_enqueue, what="enqueue")
     # Objective names for optuna-dashboard and Optuna's plots ("loss", not "Objective 0").
     storage.set_study_system_attr(study_id, METRIC_NAMES_ATTR,
                                   [o.metric for o in spec.objectives])
-    return Sweep(storage, study_id, spec), created
+    return Sweep(storage, study_id, spec, grown_from=grown_from), created
 
 
 def load_sweep(storage: RetryingRDBStorage, name: str) -> Sweep:
@@ -99,17 +111,23 @@ def load_sweep(storage: RetryingRDBStorage, name: str) -> Sweep:
     if SPEC_ATTR not in attrs:
         raise StudyNotFoundError(f"study {name!r} exists but was not created by sweeper")
     spec = parse_spec_dict(attrs[SPEC_ATTR], source=f"<study {name}>")
+    base_dir = attrs.get(SPEC_DIR_ATTR)
+    if isinstance(base_dir, str):
+        spec = replace(spec, base_dir=base_dir)
     return Sweep(storage, study_id, spec)
 
 
 def _record_and_enqueue(conn: sa.Connection, study_id: int, spec: SweepSpec,
-                        record: dict[str, Any], created: bool) -> None:
+                        record: dict[str, Any], created: bool) -> int | None:
+    """Write the record and enqueue what is not enqueued yet; the old number of indexes when
+    this grew the sweep, else None."""
     from sweeper.space import planned_sets
 
     attrs = _study_user_attrs(conn, study_id)
+    grown_from = None
     if HASH_ATTR in attrs:
         if attrs[HASH_ATTR] != spec.spec_hash:
-            raise changed_spec_error(spec, attrs.get(SPEC_ATTR))
+            grown_from = _grown_from(spec, attrs[HASH_ATTR], attrs.get(SPEC_ATTR))
     elif not created:
         n = conn.execute(sa.text("SELECT COUNT(*) FROM trials WHERE study_id = :s"),
                          {"s": study_id}).scalar_one()
@@ -119,15 +137,41 @@ def _record_and_enqueue(conn: sa.Connection, study_id: int, spec: SweepSpec,
                             field="name")
     _set_study_attr(conn, study_id, SPEC_ATTR, record)
     _set_study_attr(conn, study_id, HASH_ATTR, spec.spec_hash)
-    if not attrs.get(ENQUEUED_ATTR):
+    if spec.base_dir is not None and attrs.get(SPEC_DIR_ATTR) != spec.base_dir:
+        _set_study_attr(conn, study_id, SPEC_DIR_ATTR, spec.base_dir)
+    if not attrs.get(ENQUEUED_ATTR) or grown_from is not None:
+        # Grown: only the new indexes. Set i of a random sweep is a pure function of
+        # (seed, i) and grid point i does not depend on ``trials``, so the old ones stay.
+        start = grown_from or 0
         insert_trials(conn, study_id, [
             TrialRow(index=i, params=params, state=TrialState.WAITING)
-            for i, params in planned_sets(spec)])
+            for i, params in planned_sets(spec, start=start)])
         _set_study_attr(conn, study_id, ENQUEUED_ATTR, True)
+    return grown_from
+
+
+def _grown_from(spec: SweepSpec, stored_hash: Any, stored: Any) -> int:
+    """The stored number of indexes if ``spec`` is the stored sweep with more of them; raises
+    the changed-spec error otherwise (fewer indexes included: a sweep grows, never shrinks)."""
+    old = stored.get("trials") if isinstance(stored, dict) else None
+    if not isinstance(old, int) or isinstance(old, bool) or \
+            replace(spec, trials=old).spec_hash != stored_hash:
+        raise changed_spec_error(spec, stored)
+    if spec.trials < old:
+        raise SpecError(f"sweep {spec.name!r} has {old} indexes; trials: {spec.trials} would "
+                        f"shrink it (a sweep can grow, not shrink){_FIXES.format(spec.name)}",
+                        source=spec.source, field="trials")
+    return old
+
+
+#: How to start over under the same name, or keep the old sweep and start another.
+_FIXES = ("; to start over, delete the old sweep (`sweeper delete {0}`, with this run's "
+          "--storage if any) or change `name:` in the spec")
 
 
 def changed_spec_error(spec: SweepSpec, stored: Any) -> SpecError:
-    """The error for a sweep name already used by a different spec, naming what differs."""
+    """The error for a sweep name already used by a different spec, naming what differs and
+    the commands that fix it."""
     changed = []
     if isinstance(stored, dict):
         mine = spec.to_dict()
@@ -140,7 +184,7 @@ def changed_spec_error(spec: SweepSpec, stored: Any) -> SpecError:
             changed.append("trial")
     what = f" ({', '.join(changed)} differ)" if changed else ""
     return SpecError(f"a different sweep named {spec.name!r} already exists in this storage"
-                     f"{what}; rename the sweep or delete the old study", source=spec.source,
+                     f"{what}{_FIXES.format(spec.name)}", source=spec.source,
                      field=changed[0] if changed else "name")
 
 

@@ -3,6 +3,7 @@ per database, and the schema additions the index protocol needs."""
 
 from __future__ import annotations
 
+import os
 import random
 import time
 from collections.abc import Callable, Container, Sequence
@@ -15,7 +16,7 @@ from optuna.storages import RDBStorage
 from optuna.study import StudyDirection
 from optuna.trial import FrozenTrial, TrialState
 
-from sweeper.errors import StorageError
+from sweeper.errors import StorageError, StorageMissingError
 from sweeper.protocol import INDEX_ATTR
 from sweeper.study._optuna_compat import FrozenStudy, RDBStoragePrivateRetries
 from sweeper.study.retry import with_retry
@@ -136,7 +137,8 @@ class RetryingRDBStorage(RDBStoragePrivateRetries):
 
 
 def open_storage(url: str, *, connect_deadline_s: float = 0.0, pool_size: int = 1,
-                 max_overflow: int = 1, prepared: bool = False) -> RetryingRDBStorage:
+                 max_overflow: int = 1, prepared: bool = False,
+                 create: bool = True) -> RetryingRDBStorage:
     """Open (and on first use create) the Optuna schema at ``url``.
 
     ``connect_deadline_s`` > 0 keeps retrying a database that is not up yet (runners);
@@ -145,11 +147,16 @@ def open_storage(url: str, *, connect_deadline_s: float = 0.0, pool_size: int = 
     skip Optuna's table creation and alembic version check (a second connection held at once
     and a tenth of a runner's start-up) and the index DDL (a table lock on PostgreSQL); a
     database without the schema still gets the full treatment.
+    ``create=False`` (commands that only read, and delete): never create anything, neither a
+    SQLite file nor the schema nor sweeper's index; a storage that does not exist yet raises
+    :class:`StorageMissingError` saying so.
     """
     real = driver_url(url)
     engine_kwargs = _engine_kwargs(url, real, pool_size, max_overflow)
 
     def connect() -> RetryingRDBStorage:
+        if not create:
+            return _open_existing(url, real, engine_kwargs)
         if prepared:
             storage = _open_prepared(real, engine_kwargs)
             if storage is not None:
@@ -185,6 +192,25 @@ def _engine_kwargs(url: str, real: str, pool_size: int, max_overflow: int) -> di
                 "connect_args": {"connect_timeout": 10, "application_name": "sweeper"}}
     raise StorageError(f"unsupported storage URL {redact(url)}: use sqlite:///path.db or "
                        "postgresql://user:password@host/db")
+
+
+def _open_existing(url: str, real: str, engine_kwargs: dict[str, Any]) -> RetryingRDBStorage:
+    """Open a storage that must already hold Optuna's schema, writing nothing."""
+    parsed = sa.engine.make_url(real)
+    if parsed.get_backend_name() == "sqlite":
+        db = parsed.database or ""
+        if db and db != ":memory:" and not db.startswith("file:") and not os.path.isfile(db):
+            raise StorageMissingError(f"storage {redact(url)}: the file "
+                                      f"{os.path.abspath(db)} does not exist")
+    probe = sa.create_engine(real, **engine_kwargs)
+    try:
+        has_schema = sa.inspect(probe).has_table("studies")
+    finally:
+        probe.dispose()
+    if not has_schema:
+        raise StorageMissingError(f"storage {redact(url)} has no Optuna tables (no sweep has "
+                                  "run there)")
+    return RetryingRDBStorage(real, engine_kwargs=engine_kwargs, skip_table_creation=True)
 
 
 def _open_prepared(real: str, engine_kwargs: dict[str, Any]) -> RetryingRDBStorage | None:

@@ -1,19 +1,20 @@
-"""Read-side summaries for ``sweeper status``, progress lines and resumes: counted and grouped
-in the database, cheap enough to poll every second."""
+"""Read-side summaries for ``sweeper status``, ``sweeper list``, progress lines and resumes:
+counted and grouped in the database, cheap enough to poll every second."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass
+from datetime import datetime
 
 import sqlalchemy as sa
 from optuna.storages import RDBStorage
 from optuna.trial import TrialState
 
-from sweeper.protocol import INDEX_ATTR
+from sweeper.protocol import INDEX_ATTR, SPEC_ATTR
 from sweeper.spec import SweepSpec
-from sweeper.study._optuna_compat import trial_value
+from sweeper.study._optuna_compat import rdb_tables, trial_value
 from sweeper.study.retry import with_retry
 
 
@@ -79,3 +80,116 @@ def index_table(storage: RDBStorage, sweep_spec: SweepSpec, study_id: int) -> li
 
 def unfinished_indexes(table: Iterable[IndexStatus]) -> list[int]:
     return [s.index for s in table if s.state not in ("COMPLETE", "PRUNED")]
+
+
+# --------------------------------------------------------------------------- every sweep
+
+
+@dataclass(frozen=True)
+class SweepSummary:
+    """One study of a storage for ``sweeper list``. ``is_sweep`` is False for an Optuna study
+    that sweeper did not create (no record: no method, no indexes)."""
+
+    name: str
+    is_sweep: bool
+    method: str | None
+    indexes: int | None
+    finished_indexes: int | None
+    metrics: tuple[str, ...]
+    directions: tuple[str, ...]
+    trials_by_state: dict[str, int]
+    #: The best objective value (single objective, some trial COMPLETE), else None.
+    best: float | None
+    #: The latest trial start or completion time (naive UTC, as Optuna stores it).
+    last_activity: datetime | None
+
+
+_STUDIES_SQL = "SELECT study_id, study_name FROM studies"
+_DIRECTIONS_SQL = "SELECT study_id, objective, direction FROM study_directions"
+_RECORDS_SQL = "SELECT study_id, value_json FROM study_user_attributes WHERE key = :k"
+_FINISHED_SQL = f"""
+SELECT t.study_id, COUNT(DISTINCT ua.value_json) FROM trials t
+JOIN trial_user_attributes ua ON ua.trial_id = t.trial_id
+WHERE ua.key = '{INDEX_ATTR}' AND t.state IN ('COMPLETE', 'PRUNED') GROUP BY t.study_id"""
+_BEST_SQL = """
+SELECT t.study_id, v.value_type, MIN(v.value), MAX(v.value) FROM trial_values v
+JOIN trials t ON t.trial_id = v.trial_id
+WHERE t.state = 'COMPLETE' AND v.objective = 0 GROUP BY t.study_id, v.value_type"""
+
+
+def list_sweeps(storage: RDBStorage) -> list[SweepSummary]:
+    """Every study of the storage, by name, in six grouped queries (none per study, no trial
+    loaded), so listing a storage of many big sweeps stays cheap."""
+    def query() -> list[SweepSummary]:
+        trials = rdb_tables().trials
+        per_state = sa.select(trials.c.study_id, trials.c.state, sa.func.count(),
+                              sa.func.max(trials.c.datetime_start),
+                              sa.func.max(trials.c.datetime_complete)
+                              ).group_by(trials.c.study_id, trials.c.state)
+        with storage.engine.connect() as conn:
+            studies = conn.execute(sa.text(_STUDIES_SQL)).all()
+            directions = conn.execute(sa.text(_DIRECTIONS_SQL)).all()
+            records = conn.execute(sa.text(_RECORDS_SQL), {"k": SPEC_ATTR}).all()
+            states = conn.execute(per_state).all()
+            finished: dict[int, int] = {sid: n for sid, n in conn.execute(
+                sa.text(_FINISHED_SQL))}
+            best_rows = conn.execute(sa.text(_BEST_SQL)).all()
+        dirs: dict[int, dict[int, str]] = {}
+        for sid, objective, direction in directions:
+            name = direction if isinstance(direction, str) else direction.name
+            dirs.setdefault(sid, {})[objective] = name.lower()
+        counts: dict[int, dict[str, int]] = {}
+        last: dict[int, datetime] = {}
+        for sid, state, n, started, completed in states:
+            counts.setdefault(sid, {})[state if isinstance(state, str) else state.name] = n
+            for when in (started, completed):
+                if when is not None and (sid not in last or when > last[sid]):
+                    last[sid] = when
+        bests: dict[int, list[float]] = {}
+        for sid, kind, low, high in best_rows:
+            kind = kind if isinstance(kind, str) else kind.name
+            bests.setdefault(sid, []).extend(
+                trial_value(v, kind) for v in (low, high) if v is not None or kind != "FINITE")
+        by_id = {sid: json.loads(blob) for sid, blob in records}
+        out = []
+        for sid, name in studies:
+            directions_of = tuple(d for _, d in sorted(dirs.get(sid, {}).items()))
+            values = bests.get(sid)
+            best = None
+            if values and len(directions_of) == 1:
+                best = min(values) if directions_of[0] == "minimize" else max(values)
+            out.append(_summary(name, by_id.get(sid), directions_of, counts.get(sid, {}),
+                                finished.get(sid, 0), best, last.get(sid)))
+        return sorted(out, key=lambda s: s.name)
+
+    return with_retry(query, what="list sweeps")
+
+
+def _summary(name: str, record: object, directions: tuple[str, ...], counts: dict[str, int],
+             finished: int, best: float | None, last: datetime | None) -> SweepSummary:
+    if not isinstance(record, dict):
+        return SweepSummary(name, False, None, None, None, (), directions, counts, best, last)
+    objective = record.get("objective")
+    objectives = objective if isinstance(objective, list) else [objective]
+    metrics = tuple(str(o.get("metric")) for o in objectives if isinstance(o, dict))
+    trials = record.get("trials")
+    return SweepSummary(name, True, str(record.get("method")),
+                        trials if isinstance(trials, int) else None, finished, metrics,
+                        directions, counts, best, last)
+
+
+_SWEEP_NAMES_SQL = """
+SELECT s.study_name FROM studies s JOIN study_user_attributes a ON a.study_id = s.study_id
+WHERE a.key = :k ORDER BY s.study_name"""
+
+
+def study_names(storage: RDBStorage) -> tuple[list[str], list[str]]:
+    """(names of the sweeps, names of the other Optuna studies) in the storage, sorted: what a
+    "no sweep named X" message lists. Two small queries."""
+    def query() -> tuple[list[str], list[str]]:
+        with storage.engine.connect() as conn:
+            every = [n for _, n in conn.execute(sa.text(_STUDIES_SQL))]
+            sweeps = [n for (n,) in conn.execute(sa.text(_SWEEP_NAMES_SQL), {"k": SPEC_ATTR})]
+        return sweeps, sorted(set(every) - set(sweeps))
+
+    return with_retry(query, what="list study names")

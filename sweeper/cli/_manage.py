@@ -1,0 +1,186 @@
+"""Commands that manage the sweeps of a storage: list, delete."""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from typing import Any
+
+import click
+
+from sweeper import protocol
+from sweeper.cli._common import (
+    _clients,
+    _cluster_options,
+    _errors,
+    _load_target,
+    _open_existing,
+    _target,
+    name_storage_option,
+    storage_option,
+)
+from sweeper.cli._group import cli
+from sweeper.errors import NotConfirmedError
+from sweeper.study import SweepSummary
+
+#: The trial states ``list`` shows a column for, in this order.
+_STATES = ("COMPLETE", "PRUNED", "RUNNING", "WAITING", "FAIL")
+
+
+# --------------------------------------------------------------------------- list
+
+
+@cli.command(name="list")
+@storage_option
+@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table",
+              show_default=True)
+@_errors
+def list_sweeps(storage: str | None, fmt: str) -> None:
+    """Every sweep in the storage: method, indexes finished, trials by state, best value and
+    last activity. Optuna studies that sweeper did not create are listed with method
+    "(optuna)". Reads a few grouped queries, never every trial; creates nothing."""
+    from sweeper.report import format_table
+    from sweeper.study import list_sweeps as query
+    from sweeper.study import redact, resolve_storage_url
+
+    url = resolve_storage_url(storage)
+    sweeps = query(_open_existing(url))
+    if fmt == "json":
+        click.echo(json.dumps([_record(s) for s in sweeps], indent=2, allow_nan=False))
+        return
+    if not sweeps:
+        click.echo(f"no sweeps in {redact(url)}", err=True)
+        return
+    click.echo(format_table(
+        ["name", "method", "finished", *(s.lower() for s in _STATES), "best",
+         "last activity (UTC)"],
+        [[s.name, s.method if s.is_sweep else "(optuna)",
+          f"{s.finished_indexes}/{s.indexes}" if s.is_sweep else None,
+          *(s.trials_by_state.get(state, 0) for state in _STATES), _best_cell(s),
+          s.last_activity.isoformat(sep=" ", timespec="seconds") if s.last_activity else None]
+         for s in sweeps]))
+    if any(not s.is_sweep for s in sweeps):
+        click.echo("(optuna): a study sweeper did not create (no sweep record)", err=True)
+
+
+def _best_cell(s: SweepSummary) -> str | None:
+    if s.best is None:
+        return "pareto: sweeper best" if len(s.directions) > 1 and \
+            s.trials_by_state.get("COMPLETE") else None
+    value = f"{s.best:.6g}"
+    return f"{s.metrics[0]}={value}" if s.metrics else value
+
+
+def _record(s: SweepSummary) -> dict[str, Any]:
+    """``list --format json``: one object per study (fields may be added, never renamed)."""
+    metrics: list[str | None] = list(s.metrics) or [None] * len(s.directions)
+    return {"name": s.name, "sweeper": s.is_sweep, "method": s.method, "indexes": s.indexes,
+            "finished_indexes": s.finished_indexes,
+            "objectives": [{"metric": m, "direction": d}
+                           for m, d in zip(metrics, s.directions, strict=False)],
+            "trials_by_state": s.trials_by_state,
+            "best_value": s.best if s.best is None or math.isfinite(s.best) else str(s.best),
+            "last_activity": s.last_activity.isoformat() if s.last_activity else None}
+
+
+# --------------------------------------------------------------------------- delete
+
+
+@cli.command()
+@click.argument("name")
+@name_storage_option
+@click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
+@click.option("--kubernetes/--no-kubernetes", "kube", default=None,
+              help="Also delete the sweep's Kubernetes Jobs (default: when the sweep was "
+                   "launched there and a cluster is configured; an unreachable cluster is "
+                   "then a warning, with --kubernetes an error).")
+@click.option("--namespace", "-n", metavar="NS",
+              help="Kubernetes: namespace (default: the one the sweep was launched in).")
+@click.option("--wait", "wait_s", type=click.FloatRange(min=0), default=60.0, show_default=True,
+              help="Kubernetes: seconds to wait for the Jobs' pods to be gone.")
+@_cluster_options
+@_errors
+def delete(name: str, storage: str | None, yes: bool, kube: bool | None,
+           namespace: str | None, wait_s: float, kubeconfig: str | None,
+           context: str | None) -> None:
+    """Delete a sweep: its study (every trial), the files of its artifacts in a local
+    (filesystem) store, and on Kubernetes its Jobs. Asks first unless --yes.
+
+    NAME is the sweep's name or its spec file (name and storage: are read from it)."""
+    from sweeper.artifacts import describe, remove_artifacts, sweep_artifact_ids
+    from sweeper.study import redact, state_counts
+
+    target = _target(name, storage)
+    sweep = _load_target(target)
+    counts = state_counts(sweep.storage, sweep.study_id)
+    artifact_ids = sweep_artifact_ids(sweep.storage, sweep.study_id)
+    ns = namespace or sweep.spec.kubernetes.namespace
+    clients, jobs = _sweep_jobs_to_delete(sweep, kube, ns, kubeconfig, context)
+    what = [f"{sum(counts.values())} trial(s) in {redact(target.url)}"]
+    if artifact_ids:
+        what.append(f"{len(artifact_ids)} artifact(s) in "
+                    f"{describe(sweep.spec.artifacts, target.url)}")
+    if jobs:
+        what.append(f"{len(jobs)} Kubernetes Job(s) in namespace {ns}: {', '.join(jobs)}")
+    _confirm(f"delete sweep {sweep.name}: " + "; ".join(what), yes)
+    if clients is not None:
+        _delete_jobs(clients, sweep.name, ns, wait_s, required=kube is True)
+    sweep.storage.delete_study(sweep.study_id)
+    click.echo(f"deleted sweep {sweep.name} ({sum(counts.values())} trial(s)) from "
+               f"{redact(target.url)}")
+    if artifact_ids:
+        click.echo(remove_artifacts(sweep.spec.artifacts, target.url, artifact_ids))
+
+
+def _sweep_jobs_to_delete(sweep: Any, kube: bool | None, ns: str, kubeconfig: str | None,
+                          context: str | None) -> tuple[Any | None, list[str]]:
+    """The client to delete the sweep's Jobs with (None: not on Kubernetes, or not asked)
+    and the Jobs' names. Automatic only for sweeps launched there with a cluster configured;
+    an unreachable cluster is a warning then (an error with --kubernetes)."""
+    from sweeper.backends.kubernetes import sweep_jobs
+    from sweeper.errors import BackendError
+
+    if kube is False:
+        return None, []
+    clients = _clients(kubeconfig, context, timeout_s=30.0 if kube else 10.0)
+    if kube is None:
+        launched = sweep.storage.get_study_user_attrs(sweep.study_id).get(
+            protocol.LAUNCHES_ATTR)
+        if not launched or not clients.configured():
+            return None, []
+    try:
+        return clients, [j.name for j in sweep_jobs(clients, ns, sweep.name, sweep.spec.trials)]
+    except BackendError as e:
+        if kube:
+            raise
+        click.echo(f"warning: the sweep's Kubernetes Jobs are not deleted: {e}", err=True)
+        return None, []
+
+
+def _delete_jobs(clients: Any, name: str, ns: str, wait_s: float, *, required: bool) -> None:
+    from sweeper.backends.kubernetes import cancel
+    from sweeper.errors import BackendError
+
+    try:
+        result = cancel(clients, name, ns, wait_s=wait_s)
+    except BackendError as e:
+        if required:
+            raise
+        click.echo(f"warning: the sweep's Kubernetes Jobs are not deleted: {e}", err=True)
+        return
+    for job in result.jobs:
+        click.echo(f"deleted Job {ns}/{job}" + (" (its pods still terminating)"
+                                                if result.unfinished else ""))
+
+
+def _confirm(question: str, yes: bool) -> None:
+    """Ask on the terminal; without one (a script, CI) only --yes deletes."""
+    if yes:
+        return
+    if not sys.stdin.isatty():
+        raise NotConfirmedError(f"{question}: not confirmed (stdin is not a terminal); pass "
+                                "--yes to delete without asking")
+    click.echo(question, err=True)
+    if not click.confirm("Delete?", default=False, err=True):
+        raise click.Abort()

@@ -1,0 +1,99 @@
+"""Relative paths in a spec resolve against the spec file's directory, the way docker-compose
+and kustomize resolve theirs, so ``sweeper run sub/spec.yaml`` works from any directory:
+
+- ``trial.command``: an argument that looks like a path (``train.py``, ``data/x.csv``,
+  ``--config=conf/a.yaml``) and names a file or directory that exists in the spec's directory
+  becomes that absolute path when the trial runs; anything else (``python``, options, numbers,
+  ``{placeholders}``, outputs that do not exist yet) is passed on as written;
+- ``trial.entrypoint``: the spec's directory goes on ``sys.path`` (and the local workers'
+  ``PYTHONPATH``) before the working directory;
+- ``artifacts.path``: relative to the spec's directory (made absolute when the file is read).
+
+The sweep record keeps ``command`` and ``entrypoint`` as written: where the file lives is not
+part of the sweep (its hash does not change when the spec moves). The local backend hands the
+directory to its workers (``SWEEPER_SPEC_DIR``); on Kubernetes paths are the image's own.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
+
+from sweeper.errors import SpecError
+from sweeper.spec.model import SweepSpec
+
+#: File suffixes that make an argument of ``trial.command`` "the script" ``validate`` checks.
+SCRIPT_SUFFIXES = (".py", ".sh", ".bash", ".r", ".jl", ".js", ".mjs", ".pl", ".rb", ".lua")
+
+
+def anchored(spec: SweepSpec, spec_file: str | Path) -> SweepSpec:
+    """``spec`` as read from ``spec_file``: its directory recorded, ``artifacts.path`` made
+    absolute against it."""
+    base = Path(spec_file).resolve().parent
+    artifacts = spec.artifacts
+    if artifacts.store == "filesystem" and artifacts.path and \
+            not Path(artifacts.path).expanduser().is_absolute():
+        artifacts = replace(artifacts, path=str(base / artifacts.path))
+    return replace(spec, base_dir=str(base), artifacts=artifacts)
+
+
+def _looks_like_path(arg: str) -> bool:
+    return "/" in arg or bool(Path(arg).suffix)
+
+
+def resolve_arg(arg: str, base_dir: str | None, *, first: bool = False) -> str:
+    """``arg`` as an absolute path when it names something that exists under ``base_dir``,
+    else unchanged. ``first``: the program itself, resolved only when written as a path
+    (``./train.sh``; a bare ``train.sh`` is looked up on PATH, as exec does)."""
+    if not base_dir or not arg or "{" in arg or os.path.isabs(arg):
+        return arg
+    if arg.startswith("-"):
+        option, eq, value = arg.partition("=")
+        return f"{option}={resolve_arg(value, base_dir)}" if eq and value and not first \
+            else arg
+    if not ("/" in arg if first else _looks_like_path(arg)):
+        return arg
+    candidate = os.path.join(base_dir, arg)
+    return os.path.normpath(candidate) if os.path.exists(candidate) else arg
+
+
+def resolve_command(command: Sequence[str], base_dir: str | None) -> tuple[str, ...]:
+    """The argv template with its relative paths resolved against ``base_dir`` (placeholders
+    are filled in later, per trial)."""
+    return tuple(resolve_arg(arg, base_dir, first=k == 0) for k, arg in enumerate(command))
+
+
+def script_of(command: Sequence[str]) -> str | None:
+    """The script a command runs: its first argument with a script suffix (``train.py`` in
+    ``[python, -u, train.py, --lr, "{lr}"]``), or the program itself when it has one."""
+    for k, arg in enumerate(command):
+        if "{" in arg or arg.startswith("-"):
+            continue
+        if Path(arg).suffix.lower() in SCRIPT_SUFFIXES or (k == 0 and "/" in arg):
+            return arg
+    return None
+
+
+def check_command(spec: SweepSpec) -> None:
+    """What the local backend will execute exists: the program (on PATH or as a path) and its
+    script, each resolved as the trial will resolve it. One SpecError line otherwise."""
+    command = spec.trial.command
+    if not command:
+        return
+    exe = command[0]
+    if "{" not in exe and "/" not in exe and shutil.which(exe) is None and \
+            not Path(exe).exists():
+        raise SpecError(f"command {exe!r} not found on PATH", source=spec.source,
+                        field="trial.command")
+    script = script_of(command)
+    if script is None:
+        return
+    resolved = resolve_arg(script, spec.base_dir, first=script == exe)
+    if not os.path.exists(resolved):
+        looked = os.path.join(spec.base_dir, script) if spec.base_dir else \
+            os.path.abspath(script)
+        raise SpecError(f"script {script!r} not found: no {os.path.normpath(looked)}",
+                        source=spec.source, field="trial.command")
