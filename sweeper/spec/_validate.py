@@ -11,7 +11,7 @@ import difflib
 import re
 import string
 import warnings
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -50,6 +50,7 @@ from sweeper.spec.model import (
     SweepSpec,
     TrialSpec,
 )
+from sweeper.spec.overrides import apply_overrides, parse_overrides
 
 _TOP_KEYS = ("name", "description", "method", "objective", "trials", "parallelism", "seed",
              "sampler", "pruner", "storage", "trial", "parameters", "kubernetes", "artifacts")
@@ -70,8 +71,8 @@ _BUCKET_RE = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
 # --------------------------------------------------------------------------- public API
 
 
-def load_spec(path: str | Path) -> SweepSpec:
-    """Read and validate a spec file."""
+def load_spec(path: str | Path, overrides: Sequence[str] = ()) -> SweepSpec:
+    """Read and validate a spec file, with ``--set KEY=VALUE`` overrides applied first."""
     p = Path(path)
     try:
         text = p.read_text(encoding="utf-8")
@@ -79,11 +80,15 @@ def load_spec(path: str | Path) -> SweepSpec:
         raise SpecError("no such file", source=str(p)) from None
     except (OSError, UnicodeDecodeError) as e:
         raise SpecError(f"cannot read: {e}", source=str(p)) from None
-    return parse_spec(text, source=str(p))
+    return parse_spec(text, source=str(p), overrides=overrides)
 
 
-def parse_spec(text: str, source: str = "<spec>") -> SweepSpec:
+def parse_spec(text: str, source: str = "<spec>", overrides: Sequence[str] = ()) -> SweepSpec:
     data, doc = _load_yaml(text, source)
+    if overrides:
+        sets = parse_overrides(overrides, source)
+        data = apply_overrides(data, sets, source)
+        doc.overridden.update(o.path for o in sets)
     return _Validator(doc).spec(data)
 
 
