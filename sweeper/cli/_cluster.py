@@ -72,14 +72,13 @@ def logs(name: str, index: int, attempt: int | None, follow: bool, tail: int | N
     attrs = sweep.storage.get_study_user_attrs(sweep.study_id) if sweep is not None else {}
     local_dir = _shown(Path(log_dir) / name if log_dir else
                        Path(attrs.get(protocol.LOG_DIR_ATTR) or Path(DEFAULT_LOG_DIR) / name))
-    kind = backend or _where_it_ran(attrs, sweep, local_dir, index,
-                                    _clients(kubeconfig, context))
+    clients = _clients(kubeconfig, context)
+    kind = backend or _where_it_ran(attrs, sweep, local_dir, index, clients)
     try:
         if kind == "local":
             _local_log(sweep, local_dir, index, attempt, follow, tail)
         else:
-            _pod_log(sweep, name, index, attempt, follow, tail, namespace,
-                     _clients(kubeconfig, context))
+            _pod_log(sweep, name, index, attempt, follow, tail, namespace, clients)
     except KeyboardInterrupt:
         sys.exit(130)
 

@@ -12,6 +12,7 @@ import click
 
 from sweeper import protocol
 from sweeper.cli._common import (
+    DEFAULT_LOG_DIR,
     _clients,
     _cluster_options,
     _errors,
@@ -52,7 +53,7 @@ run_format_option = click.option(
               help="Trials at once (default: the spec's parallelism).")
 @click.option("--backend", type=click.Choice(["local", "kubernetes"]), default="local",
               show_default=True)
-@click.option("--log-dir", type=click.Path(file_okay=False), default=".sweeper/logs",
+@click.option("--log-dir", type=click.Path(file_okay=False), default=DEFAULT_LOG_DIR,
               show_default=True, help="Local backend: one log file per index under NAME/.")
 @_job_options
 @_cluster_options
@@ -82,10 +83,10 @@ def run(spec_file: str, storage: str | None, parallelism: int | None, backend: s
 @click.argument("name")
 @storage_option
 @click.option("--backend", type=click.Choice(["local", "kubernetes"]), default=None,
-              help="Default: kubernetes when the sweep was launched there, else local.")
+              help="Default: where the sweep was last launched (kubernetes or local).")
 @click.option("--parallelism", "-p", type=click.IntRange(min=1),
               help="Trials at once (default: the stored spec's parallelism).")
-@click.option("--log-dir", type=click.Path(file_okay=False), default=".sweeper/logs",
+@click.option("--log-dir", type=click.Path(file_okay=False), default=DEFAULT_LOG_DIR,
               show_default=True, help="Local backend: one log file per index under NAME/.")
 @_job_options
 @_cluster_options
