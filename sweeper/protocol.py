@@ -7,12 +7,15 @@ changes the contract with trial images already built, so treat every value as pu
 - attribute keys: what sweeper stores on a study or trial (user/system attrs);
 - environment: the variables a runner reads, their defaults and which are reserved;
 - exit codes: what a runner's exit status tells a retry policy;
+- log headers: the line a runner writes before each attempt, so ``sweeper logs`` can split a
+  log (a local index file, a pod's log) into attempts;
 - the index map: which sweep indexes job index ``k`` of an Indexed Job runs;
 - worker messages: the line protocol between the local backend and its workers.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -47,6 +50,12 @@ ENQUEUED_ATTR = "sweeper:enqueued"
 SPEC_DIR_ATTR = "sweeper:spec_dir"
 #: Study user attr: how many Kubernetes Jobs this sweep has launched (the next resume's N).
 LAUNCHES_ATTR = "sweeper:k8s_launches"
+#: Study user attr: the backend of the latest launch (``local`` or ``kubernetes``), so that
+#: ``sweeper logs`` and ``resume`` know where the sweep ran.
+BACKEND_ATTR = "sweeper:backend"
+#: Study user attr: the local backend's log directory of the sweep (absolute; its files are
+#: ``index-I.log``, see :func:`index_log_name`).
+LOG_DIR_ATTR = "sweeper:log_dir"
 #: Study system attr, Optuna's own (``Study.set_metric_names``): objective names.
 METRIC_NAMES_ATTR = "study:metric_names"
 #: Trial system attr, Optuna's own (``Study.enqueue_trial``): the params a trial must take.
@@ -145,6 +154,42 @@ def combine_exit_codes(codes: Sequence[int]) -> int:
         if code in codes:
             return code
     return EXIT_OK
+
+
+# --------------------------------------------------------------------------- log headers
+#
+# Before each attempt a runner writes one header line to its output (the local index log file,
+# which every attempt of the index appends to, or the pod's log, which may hold several indexes
+# when ``indexes_per_pod`` > 1). ``sweeper logs --attempt K`` splits a log at these lines.
+
+
+@dataclass(frozen=True)
+class LogHeader:
+    index: int
+    attempt: int  # the trial's ATTEMPT_ATTR: 0 for the first attempt of the index
+    trial_number: int
+
+
+_LOG_HEADER_RE = re.compile(r"^=== sweeper: index (\d+), attempt (\d+), trial #(\d+) ===$")
+
+
+def index_log_name(index: int) -> str:
+    """The local backend's log file of ``index`` (in the sweep's log directory)."""
+    return f"index-{index}.log"
+
+
+def encode_log_header(header: LogHeader) -> str:
+    """One line, newline included."""
+    return (f"=== sweeper: index {header.index}, attempt {header.attempt}, "
+            f"trial #{header.trial_number} ===\n")
+
+
+def parse_log_header(line: str) -> LogHeader | None:
+    """Inverse of :func:`encode_log_header`; None for any other line."""
+    match = _LOG_HEADER_RE.match(line.strip())
+    if match is None:
+        return None
+    return LogHeader(int(match[1]), int(match[2]), int(match[3]))
 
 
 # --------------------------------------------------------------------------- the index map

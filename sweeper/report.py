@@ -39,6 +39,25 @@ def _cell(v: Any) -> str:
     return str(v)
 
 
+# --------------------------------------------------------------------------- failures
+
+
+def failure_lines(index: int, attempts: int, reason: str | None, where: str | None,
+                  log: str | None, note: str | None, command: str) -> list[str]:
+    """What ``run`` says of an index that failed for good: why (the trial's fail reason), the
+    last lines of its log (or why they cannot be shown) and the command for the rest."""
+    why = " ".join((reason or "no reason recorded").split())
+    lines = [f"index {index} failed for good after {attempts} attempt(s): {why}"]
+    if where is not None:
+        body = (log or "").rstrip("\n").splitlines()
+        lines.append(f"  last lines of {where}:" if body else f"  {where} is empty")
+        lines.extend(f"    {line}" for line in body)
+    elif note:
+        lines.append(f"  (no log: {note})")
+    lines.append(f"  the rest: {command}")
+    return lines
+
+
 # --------------------------------------------------------------------------- progress
 
 

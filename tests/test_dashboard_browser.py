@@ -55,25 +55,33 @@ def test_dashboard_prints_url_without_password_and_passes_the_artifact_store(
     calls: list[dict[str, Any]] = []
 
     def fake_run_server(storage: Any, **kwargs: Any) -> None:
+        """Listens as the real server would, until sweeper's readiness probe has connected."""
         calls.append({"storage": storage, **kwargs})
+        with socket.socket() as s:
+            s.bind((kwargs["host"], kwargs["port"]))
+            s.listen()
+            s.accept()[0].close()
 
     monkeypatch.setattr(optuna_dashboard, "run_server", fake_run_server)
-    result = invoke("dashboard", "dash-cli", "--storage", pg_url, "--port", "8123")
+    port = _free_port()
+    result = invoke("dashboard", "dash-cli", "--storage", pg_url, "--port", str(port))
     assert result.exit_code == 0, result.output
     password = "sweeper-test-pw"
     assert password in pg_url and password not in result.output
+    starting, ready = result.stderr.splitlines()
+    assert starting == f"starting optuna-dashboard on http://127.0.0.1:{port} ..."
     assert re.search(r"optuna-dashboard for postgresql://sweeper:\*\*\*@.* on "
-                     r"http://127\.0\.0\.1:8123/dashboard/studies/\d+ \(artifacts: "
-                     + re.escape(str(tmp_path / "art")), result.stderr)
+                     rf"http://127\.0\.0\.1:{port}/dashboard/studies/\d+ \(artifacts: "
+                     + re.escape(str(tmp_path / "art")), ready)
     (call,) = calls
-    assert call["port"] == 8123 and call["host"] == "127.0.0.1"
+    assert call["port"] == port and call["host"] == "127.0.0.1"
     store = call["artifact_store"]
     assert isinstance(store, FileSystemArtifactStore)
     assert Path(store._base_path) == tmp_path / "art"  # noqa: SLF001 - no public getter
 
     # No NAME: the whole storage, with the store its sweeps share.
     calls.clear()
-    assert invoke("dashboard", "--storage", pg_url, "--port", "8124").exit_code == 0
+    assert invoke("dashboard", "--storage", pg_url, "--port", str(_free_port())).exit_code == 0
     assert Path(calls[0]["artifact_store"]._base_path) == tmp_path / "art"  # noqa: SLF001
 
 
@@ -150,10 +158,16 @@ def dashboard_url(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[s
                     log.seek(0)
                     pytest.fail(f"dashboard did not start: {log.read().decode()[-2000:]}")
                 time.sleep(0.2)
-        log.seek(0)
-        first = log.read().decode().splitlines()[0]
-        match = re.search(r"on (http://127\.0\.0\.1:\d+/dashboard/studies/\d+) ", first)
-        assert match, first
+        pattern = r"on (http://127\.0\.0\.1:\d+/dashboard/studies/\d+) "
+        while True:  # the URL line follows as soon as the port listens
+            log.seek(0)
+            output = log.read().decode()
+            match = re.search(pattern, output)
+            if match or proc.poll() is not None or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+        assert output.startswith(f"starting optuna-dashboard on http://127.0.0.1:{port} ...")
+        assert match, output
         yield match.group(1)
     finally:
         proc.terminate()

@@ -102,7 +102,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         for index in indexes:
             os.environ[protocol.ENV_JOB_ID] = str(index)
-            outcome = run_index(sweep, index, objective, settings)
+
+            def started(trial_id: int, number: int, attempt: int, index: int = index) -> None:
+                _write_log_header(index, attempt, number)
+
+            outcome = run_index(sweep, index, objective, settings, trial_hook=started)
             _log_outcome(outcome)
             codes.append(outcome.exit_code)
     except Interrupted as e:
@@ -140,9 +144,10 @@ def serve(sweep: Sweep, objective: Callable[[TrialContext], Any],
             index = msg.index
             os.environ[protocol.ENV_JOB_ID] = str(index)
             if log_dir:
-                _redirect_output(os.path.join(log_dir, f"index-{index}.log"))
+                _redirect_output(os.path.join(log_dir, protocol.index_log_name(index)))
 
-            def started(trial_id: int, number: int, index: int = index) -> None:
+            def started(trial_id: int, number: int, attempt: int, index: int = index) -> None:
+                _write_log_header(index, attempt, number)
                 send(protocol.Start(index, trial_id, number))
 
             outcome = run_index(sweep, index, objective, settings, trial_hook=started)
@@ -168,6 +173,13 @@ def _exit_with_parent(parent_pid: int) -> None:
         return
     if os.getppid() != parent_pid:  # the parent died before prctl took effect
         os.kill(os.getpid(), signal.SIGTERM)
+
+
+def _write_log_header(index: int, attempt: int, number: int) -> None:
+    """The line that starts an attempt's part of the log (``sweeper logs --attempt``)."""
+    sys.stderr.flush()
+    sys.stdout.write(protocol.encode_log_header(protocol.LogHeader(index, attempt, number)))
+    sys.stdout.flush()
 
 
 def _redirect_output(path: str) -> None:

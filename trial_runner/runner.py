@@ -162,9 +162,10 @@ def acquire(sweep: Sweep, index: int, settings: RunnerSettings,
 
 
 def run_index(sweep: Sweep, index: int, objective: Callable[[TrialContext], Any],
-              settings: RunnerSettings, *, trial_hook: Callable[[int, int], None] | None = None
-              ) -> Outcome:
-    """Run index ``index`` to exactly one finished trial (or a FAIL that says why)."""
+              settings: RunnerSettings, *,
+              trial_hook: Callable[[int, int, int], None] | None = None) -> Outcome:
+    """Run index ``index`` to exactly one finished trial (or a FAIL that says why).
+    ``trial_hook(trial_id, number, attempt)`` is called once the attempt is claimed."""
     got = acquire(sweep, index, settings)
     if isinstance(got, Outcome):
         return got
@@ -174,7 +175,7 @@ def run_index(sweep: Sweep, index: int, objective: Callable[[TrialContext], Any]
         study = sweep.runner_study(make_sampler(spec, index), make_pruner(spec))
         number = attach_trial(study, trial_id)
         if trial_hook is not None:
-            trial_hook(trial_id, number)
+            trial_hook(trial_id, number, attempt)
         with _Heartbeat(sweep, trial_id, settings.heartbeat_interval_s):
             return _run_trial(sweep, study, index, trial_id, number, attempt, objective,
                               settings)

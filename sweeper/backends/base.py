@@ -21,6 +21,14 @@ class RunResult:
     messages: tuple[str, ...] = field(default=())
 
 
+@dataclass(frozen=True)
+class LogTail:
+    """The last lines of what an index's runner wrote (its latest attempt), and where."""
+
+    where: str  # "file PATH" or "pod NAMESPACE/NAME"
+    text: str
+
+
 Tick = Callable[[], None]
 
 
@@ -32,4 +40,9 @@ class Backend(Protocol):
         """Run ``indexes`` of ``sweep`` to completion (or launch them, when detached), at most
         ``sweep.spec.parallelism`` at once, calling ``tick`` about once a second so the caller
         can show progress. ``storage_url`` is the URL the runners open the study with."""
+        ...
+
+    def log_tail(self, sweep: Sweep, index: int, lines: int) -> LogTail:
+        """The last ``lines`` lines of the latest attempt of ``index`` (for ``run``'s summary
+        of failed indexes). Raises SweeperError when that log cannot be read."""
         ...

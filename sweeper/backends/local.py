@@ -26,8 +26,9 @@ from typing import IO
 from optuna.trial import TrialState
 
 from sweeper import protocol
-from sweeper.backends.base import RunResult, Tick
+from sweeper.backends.base import LogTail, RunResult, Tick
 from sweeper.errors import BackendError, SpecError
+from sweeper.spec import SweepSpec
 from sweeper.study import Sweep, attempts, fail_stale_trials, mark_failed
 
 logger = logging.getLogger(__name__)
@@ -53,6 +54,22 @@ def detect_gpus(env: dict[str, str] | None = None) -> list[str]:
     except (OSError, subprocess.SubprocessError):
         return []
     return [line.strip() for line in out.splitlines() if line.strip()]
+
+
+def check_gpus(spec: SweepSpec, *, allow_cpu: bool,
+               env: dict[str, str] | None = None) -> str | None:
+    """Refuse a spec that asks for GPUs on a machine that shows none (a silent CPU run of a GPU
+    sweep wastes hours); with ``allow_cpu`` it runs on the CPU and this returns the warning."""
+    want = spec.trial.resources.gpu
+    if want <= 0 or detect_gpus(env):
+        return None
+    if not allow_cpu:
+        raise SpecError(f"asks for {want} GPU(s) per trial, but no GPU is visible here "
+                        "(CUDA_VISIBLE_DEVICES, nvidia-smi); pass --allow-cpu to run on the "
+                        "CPU anyway, or set trial.resources.gpu: 0", source=spec.source,
+                        field="trial.resources.gpu")
+    return (f"{spec.source or spec.name}: trial.resources.gpu is {want} but no GPU is "
+            "visible; running on the CPU (--allow-cpu)")
 
 
 def gpu_slots(gpus: Sequence[str], per_trial: int, parallelism: int) -> list[str | None]:
@@ -107,6 +124,7 @@ class LocalBackend:
         if not pending:
             return RunResult()
         self.log_dir.mkdir(parents=True, exist_ok=True)
+        self._record_launch(sweep)
         n = min(sweep.spec.parallelism, len(pending))
         slots = gpu_slots(detect_gpus(), sweep.spec.trial.resources.gpu, n)
         env = self._env(sweep, storage_url, n)
@@ -152,6 +170,18 @@ class LocalBackend:
         finally:
             self._stop_all(workers, sweep)
             sel.close()
+
+    def log_tail(self, sweep: Sweep, index: int, lines: int) -> LogTail:
+        from sweeper.runlogs import last_lines, read_local_log
+
+        log = read_local_log(self.log_dir, index)
+        return LogTail(f"file {log.path}", last_lines(log.section.text, lines))
+
+    def _record_launch(self, sweep: Sweep) -> None:
+        """Where this sweep ran and logged (``sweeper logs`` and ``resume`` read it)."""
+        for key, value in ((protocol.BACKEND_ATTR, self.name),
+                           (protocol.LOG_DIR_ATTR, str(self.log_dir.resolve()))):
+            sweep.storage.set_study_user_attr(sweep.study_id, key, value)
 
     # ---------------------------------------------------------------- workers
 

@@ -1,7 +1,9 @@
-"""Commands that act on the sweep's Kubernetes Jobs directly: logs, cancel."""
+"""Commands that look at or act on where a sweep ran: logs (local files or pods), cancel."""
 
 from __future__ import annotations
 
+import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -9,6 +11,7 @@ import click
 
 from sweeper import protocol
 from sweeper.cli._common import (
+    DEFAULT_LOG_DIR,
     _clients,
     _cluster_options,
     _errors,
@@ -37,27 +40,133 @@ def _stored_sweep(name_or_spec: str, storage: str | None) -> tuple[str, Any | No
 @cli.command()
 @click.argument("name")
 @click.option("--index", "-i", type=click.IntRange(min=0), required=True,
-              help="The sweep index (JOB_ID) whose pod log to show.")
+              help="The sweep index (JOB_ID) whose log to show.")
+@click.option("--attempt", type=click.IntRange(min=0), default=None, metavar="K",
+              help="Attempt K of the index (0: the first, as `sweeper export` counts them; "
+                   "default: the latest).")
+@click.option("--follow", "-f", is_flag=True,
+              help="Keep printing the latest attempt's log as it is written, until it ends.")
 @click.option("--tail", type=click.IntRange(min=0), default=None, metavar="N",
               help="Only the last N lines.")
+@click.option("--backend", type=click.Choice(["local", "kubernetes"]), default=None,
+              help="Where the sweep ran (default: what `run` recorded on the study).")
+@click.option("--log-dir", type=click.Path(file_okay=False), default=None,
+              help="Local: the --log-dir that `run` was given (default: the one it recorded, "
+                   f"else {DEFAULT_LOG_DIR}).")
 @click.option("--namespace", "-n", metavar="NS",
-              help="Default: the namespace the sweep was launched in (from the storage).")
+              help="Kubernetes: default: the namespace the sweep was launched in (from the "
+                   "storage).")
 @name_storage_option
 @_cluster_options
 @_errors
-def logs(name: str, index: int, tail: int | None, namespace: str | None, storage: str | None,
+def logs(name: str, index: int, attempt: int | None, follow: bool, tail: int | None,
+         backend: str | None, log_dir: str | None, namespace: str | None, storage: str | None,
          kubeconfig: str | None, context: str | None) -> None:
-    """The log of the pod that ran index I (its latest attempt, across resume Jobs). NAME may
-    be the sweep's spec file."""
-    from sweeper.backends.kubernetes import index_log
+    """The log of index I: its local log file, or the log of the pod that ran it (across
+    resume Jobs); the latest attempt unless --attempt. NAME may be the sweep's spec file."""
+    if follow and attempt is not None:
+        raise click.UsageError("--follow follows the latest attempt; leave out --attempt")
+    name, sweep = _stored_sweep(name, storage)
+    if sweep is not None and index >= sweep.spec.trials:
+        raise click.BadParameter(f"sweep {name} has indexes 0..{sweep.spec.trials - 1}",
+                                 param_hint="--index")
+    attrs = sweep.storage.get_study_user_attrs(sweep.study_id) if sweep is not None else {}
+    local_dir = _shown(Path(log_dir) / name if log_dir else
+                       Path(attrs.get(protocol.LOG_DIR_ATTR) or Path(DEFAULT_LOG_DIR) / name))
+    clients = _clients(kubeconfig, context)
+    kind = backend or _where_it_ran(attrs, sweep, local_dir, index, clients)
+    try:
+        if kind == "local":
+            _local_log(sweep, local_dir, index, attempt, follow, tail)
+        else:
+            _pod_log(sweep, name, index, attempt, follow, tail, namespace, clients)
+    except KeyboardInterrupt:
+        sys.exit(130)
+
+
+def _where_it_ran(attrs: dict[str, Any], sweep: Any | None, local_dir: Path, index: int,
+                  clients: Any) -> str:
+    """local or kubernetes: as recorded by the last launch; else (a sweep from an older
+    sweeper, or no storage at hand) where a log of the index is found."""
+    recorded = attrs.get(protocol.BACKEND_ATTR)
+    if recorded in ("local", "kubernetes"):
+        return str(recorded)
+    if attrs.get(protocol.LAUNCHES_ATTR):
+        return "kubernetes"
+    from sweeper.runlogs import index_log_path
+
+    if sweep is not None or index_log_path(local_dir, index).exists():
+        return "local"
+    return "kubernetes" if clients.configured() else "local"
+
+
+def _local_log(sweep: Any | None, log_dir: Path, index: int, attempt: int | None,
+               follow: bool, tail: int | None) -> None:
+    from sweeper.runlogs import follow_file, index_log_path, last_lines, read_local_log
+
+    path = index_log_path(log_dir, index)
+    if follow and not path.exists() and (sweep is None or _ended(sweep, index) is None):
+        click.echo(f"waiting for index {index} to start ({path}) ...", err=True)
+        while not path.exists() and (sweep is None or _ended(sweep, index) is None):
+            time.sleep(0.5)
+    log = read_local_log(log_dir, index, attempt)
+    h = log.section.header
+    what = f", attempt {h.attempt}, trial #{h.trial_number}" if h is not None else ""
+    held = f"; attempts in the file: {_ranges_of(list(log.attempts))}" \
+        if len(log.attempts) > 1 else ""
+    click.echo(f"file {log.path} (index {index}{what}{held})", err=True)
+    click.echo(last_lines(log.section.text, tail), nl=False)
+    if not follow:
+        return
+    if sweep is None:
+        click.echo("(the sweep's storage is not at hand: following until Ctrl-C)", err=True)
+    follow_file(log.path, log.size, lambda text: click.echo(text, nl=False),
+                lambda: sweep is not None and _ended(sweep, index) is not None)
+    ended = _ended(sweep, index) if sweep is not None else None
+    if ended is not None:
+        click.echo(f"index {index}: attempt {ended.attempt} (trial #{ended.number}) ended "
+                   f"{ended.state.name}", err=True)
+
+
+def _shown(path: Path) -> Path:
+    """``path`` relative to the working directory when it is below it (shorter to read)."""
+    try:
+        return path.resolve().relative_to(Path.cwd().resolve())
+    except ValueError:
+        return path
+
+
+def _ended(sweep: Any, index: int) -> Any | None:
+    """The latest attempt of ``index`` if it has ended (COMPLETE, PRUNED or FAIL)."""
+    from optuna.trial import TrialState
+
+    from sweeper.study import attempts
+
+    found = attempts(sweep.storage, sweep.study_id, index)
+    ended = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
+    return found[-1] if found and found[-1].state in ended else None
+
+
+def _pod_log(sweep: Any | None, name: str, index: int, attempt: int | None, follow: bool,
+             tail: int | None, namespace: str | None, clients: Any) -> None:
+    from sweeper.backends.kubernetes import follow_index_log, index_log
     from sweeper.spec import KubernetesSpec
 
-    name, sweep = _stored_sweep(name, storage)
     ns = namespace or (sweep.spec.kubernetes.namespace if sweep else KubernetesSpec().namespace)
-    log = index_log(_clients(kubeconfig, context), ns, name,
-                    sweep.spec.trials if sweep else None, index, tail_lines=tail)
-    click.echo(f"pod {ns}/{log.pod} (Job {log.job}, index {index}, attempt {log.attempt + 1}, "
-               f"{log.phase})", err=True)
+    trials = sweep.spec.trials if sweep else None
+    if follow:
+        pod, stream = follow_index_log(clients, ns, name, trials, index, tail_lines=tail)
+        click.echo(f"pod {ns}/{pod.pod} (Job {pod.job}, index {index}, {pod.phase}; "
+                   "following)", err=True)
+        for text in stream:
+            click.echo(text, nl=False)
+        return
+    log = index_log(clients, ns, name, trials, index, tail_lines=tail, attempt=attempt)
+    h = log.header
+    what = f"attempt {h.attempt}, trial #{h.trial_number}" if h is not None else \
+        f"pod attempt {log.attempt}"
+    click.echo(f"pod {ns}/{log.pod} (Job {log.job}, index {index}, {what}, {log.phase})",
+               err=True)
     click.echo(log.text, nl=not log.text.endswith("\n"))
 
 

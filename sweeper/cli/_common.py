@@ -16,6 +16,8 @@ import click
 from sweeper.errors import SweeperError
 
 logger = logging.getLogger("sweeper")
+#: The local backend's log directory (`run --log-dir`); each sweep logs under NAME/.
+DEFAULT_LOG_DIR = ".sweeper/logs"
 F = TypeVar("F", bound=Callable[..., Any])
 
 
@@ -37,14 +39,18 @@ storage_option = click.option(
     "--storage", metavar="URL",
     help="Study storage: sqlite:///file.db or postgresql://user:pw@host/db "
          "(default: $SWEEPER_STORAGE, then the spec's storage:, then sqlite:///sweeps.db).")
+set_option = click.option(
+    "--set", "overrides", multiple=True, metavar="KEY=VALUE",
+    help="Change the spec before it is validated: a dotted key and a YAML value, e.g. "
+         "--set trial.fixed.epochs=1 --set parallelism=4 (repeatable).")
 format_option = click.option("--format", "fmt", type=click.Choice(["table", "json", "yaml"]),
                              default="table", show_default=True, help="Output format.")
 
 
-def _load(path: str, *, check_entrypoint: bool) -> Any:
+def _load(path: str, *, check_entrypoint: bool, overrides: tuple[str, ...] = ()) -> Any:
     from sweeper.spec import load_spec
 
-    spec = load_spec(path)
+    spec = load_spec(path, overrides)
     if check_entrypoint and spec.trial.entrypoint:
         from sweeper.entrypoint import load_entrypoint
 

@@ -57,7 +57,8 @@ def status(name: str, storage: str | None, fmt: str, kube: bool | None, namespac
             "per_index": [{"index": s.index, "state": s.state, "attempts": s.attempts,
                            "trial_number": s.trial_number,
                            "values": dict(zip(metrics, s.values, strict=False))
-                           if s.values else None} for s in table]}, indent=2))
+                           if s.values else None,
+                           "fail_reason": s.fail_reason} for s in table]}, indent=2))
         return
     click.echo(f"{sweep.name}: {finished}/{sweep.spec.trials} indexes finished; trials: "
                + ", ".join(f"{k.lower()} {v}" for k, v in sorted(counts.items())))
@@ -67,9 +68,28 @@ def status(name: str, storage: str | None, fmt: str, kube: bool | None, namespac
                    + f"; pods active {j.active}, succeeded {j.succeeded}, failed {j.failed}; "
                    f"indexes completed {_ranges_of(list(j.completed)) or '-'}, failed "
                    f"{_ranges_of(list(j.failed_indexes)) or '-'} (of {len(j.indexes)})")
-    click.echo(format_table(["index", "state", "attempts", "trial", *metrics], [
-        [s.index, s.state, s.attempts, s.trial_number, *(s.values or [None] * len(metrics))]
-        for s in table]))
+    headers = ["index", "state", "attempts", "trial", *metrics]
+    rows = [[s.index, s.state, s.attempts, s.trial_number, *(s.values or [None] * len(metrics))]
+            for s in table]
+    if any(s.fail_reason for s in table):
+        headers.append("reason")
+        width = _reason_width(format_table(headers[:-1], rows))
+        for row, s in zip(rows, table, strict=True):
+            row.append(_clip(s.fail_reason, width) if s.fail_reason else "")
+    click.echo(format_table(headers, rows))
+
+
+def _reason_width(table: str) -> int:
+    """What is left of the terminal for the reason column (at least 30 characters)."""
+    import shutil
+
+    used = max((len(line) for line in table.splitlines()), default=0)
+    return max(30, shutil.get_terminal_size((120, 24)).columns - used - 2)
+
+
+def _clip(text: str, width: int) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= width else text[:width - 3] + "..."
 
 
 def _status_jobs(sweep: Any, kube: bool | None, namespace: str | None, kubeconfig: str | None,
@@ -202,6 +222,7 @@ def dashboard(name: str | None, storage: str | None, host: str, port: int) -> No
 
     NAME (optional) opens that sweep's page; it may be the sweep's spec file (name and
     storage: are read from it)."""
+    click.echo(f"starting optuna-dashboard on http://{host}:{port} ...", err=True)
     from sweeper.artifacts import dashboard_artifacts_spec, describe, open_artifact_store
     from sweeper.study import redact, resolve_storage_url
 
@@ -216,8 +237,12 @@ def dashboard(name: str | None, storage: str | None, host: str, port: int) -> No
         store = _open_existing(url)
         artifacts = dashboard_artifacts_spec(store)
     artifact_store = open_artifact_store(artifacts, url, create=False)
-    click.echo(f"optuna-dashboard for {redact(url)} on http://{host}:{port}{path} "
-               f"(artifacts: {describe(artifacts, url)}; Ctrl-C to stop)", err=True)
+    if _listening(host, port):
+        raise SweeperError(f"cannot serve on {host}:{port}: something is already listening "
+                           "there (pick another --port)")
+    ready = _Announcer(
+        host, port, f"optuna-dashboard for {redact(url)} on http://{host}:{port}{path} "
+                    f"(artifacts: {describe(artifacts, url)}; Ctrl-C to stop)")
     import optuna_dashboard
 
     try:
@@ -226,3 +251,45 @@ def dashboard(name: str | None, storage: str | None, host: str, port: int) -> No
         raise SweeperError(f"cannot serve on {host}:{port}: {e.strerror}") from None
     except KeyboardInterrupt:
         pass
+    finally:
+        ready.stop()
+
+
+def _probe_host(host: str) -> str:
+    """Where to connect to reach a server bound to ``host`` (the wildcard: this machine)."""
+    return {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}.get(host, host)
+
+
+def _listening(host: str, port: int, timeout_s: float = 0.5) -> bool:
+    import socket
+
+    try:
+        with socket.create_connection((_probe_host(host), port), timeout=timeout_s):
+            return True
+    except OSError:
+        return False
+
+
+class _Announcer:
+    """Prints ``line`` on stderr once the port accepts connections (a thread; the server
+    itself blocks the main one). ``stop`` ends the wait and lets a started print finish."""
+
+    def __init__(self, host: str, port: int, line: str, poll_s: float = 0.1) -> None:
+        import threading
+
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(target=self._wait, args=(host, port, line, poll_s),
+                                        name="dashboard-ready", daemon=True)
+        self._thread.start()
+
+    def _wait(self, host: str, port: int, line: str, poll_s: float) -> None:
+        while not self._stopped.is_set():
+            if _listening(host, port):
+                click.echo(line, err=True)
+                return
+            self._stopped.wait(poll_s)
+
+    def stop(self) -> None:
+        self._stopped.set()
+        self._thread.join(timeout=5)
+

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import signal
 import sys
 from pathlib import Path
@@ -11,6 +12,7 @@ import click
 
 from sweeper import protocol
 from sweeper.cli._common import (
+    DEFAULT_LOG_DIR,
     _clients,
     _cluster_options,
     _errors,
@@ -20,15 +22,30 @@ from sweeper.cli._common import (
     _ranges_of,
     _target,
     name_storage_option,
+    set_option,
     storage_option,
 )
 from sweeper.cli._group import cli
-from sweeper.errors import SweepFailedError
+from sweeper.errors import SweeperError, SweepFailedError
 
 if TYPE_CHECKING:
     from sweeper.backends.base import Backend, RunResult
+    from sweeper.study import IndexStatus
 
 EXIT_INTERRUPTED = 130
+#: Failed indexes whose reason and log lines run's summary shows (the rest: sweeper status).
+FAILURES_SHOWN = 10
+#: Lines of each failed index's log that run's summary shows.
+FAILURE_LOG_LINES = 5
+
+allow_cpu_option = click.option(
+    "--allow-cpu", is_flag=True,
+    help="Local backend: run on the CPU when the spec asks for GPUs and none is visible "
+         "(default: stop with exit code 2).")
+run_format_option = click.option(
+    "--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True,
+    help="json: instead of the best-trials table, one summary object on stdout (counts, "
+         "failed indexes with reasons, best trial).")
 
 
 @cli.command()
@@ -38,44 +55,52 @@ EXIT_INTERRUPTED = 130
               help="Trials at once (default: the spec's parallelism).")
 @click.option("--backend", type=click.Choice(["local", "kubernetes"]), default="local",
               show_default=True)
-@click.option("--log-dir", type=click.Path(file_okay=False), default=".sweeper/logs",
+@click.option("--log-dir", type=click.Path(file_okay=False), default=DEFAULT_LOG_DIR,
               show_default=True, help="Local backend: one log file per index under NAME/.")
 @_job_options
 @_cluster_options
 @click.option("--detach", is_flag=True,
               help="Kubernetes: create the Job and return without watching it.")
+@set_option
+@allow_cpu_option
+@run_format_option
 @_errors
 def run(spec_file: str, storage: str | None, parallelism: int | None, backend: str,
         log_dir: str, image: str | None, namespace: str | None, storage_secret: str | None,
-        kubeconfig: str | None, context: str | None, detach: bool) -> None:
+        kubeconfig: str | None, context: str | None, detach: bool, overrides: tuple[str, ...],
+        allow_cpu: bool, fmt: str) -> None:
     """Create (or resume) the sweep and run every index that has no finished trial."""
     from sweeper.backends.manifests import with_kubernetes
     from sweeper.study import resolve_storage_url
 
-    spec = _load(spec_file, check_entrypoint=backend == "local")
+    spec = _load(spec_file, check_entrypoint=backend == "local", overrides=overrides)
     spec = spec.with_overrides(parallelism=parallelism)
     spec = with_kubernetes(spec, image=image, namespace=namespace, storage_secret=storage_secret)
     url = resolve_storage_url(storage, spec)
-    _launch(spec, url, _backend(backend, spec, log_dir, kubeconfig, context, detach))
+    _launch(spec, url, _backend(backend, spec, log_dir, kubeconfig, context, detach,
+                                allow_cpu), fmt)
 
 
 @cli.command()
 @click.argument("name")
 @name_storage_option
 @click.option("--backend", type=click.Choice(["local", "kubernetes"]), default=None,
-              help="Default: kubernetes when the sweep was launched there, else local.")
+              help="Default: where the sweep was last launched (kubernetes or local).")
 @click.option("--parallelism", "-p", type=click.IntRange(min=1),
               help="Trials at once (default: the stored spec's parallelism).")
-@click.option("--log-dir", type=click.Path(file_okay=False), default=".sweeper/logs",
+@click.option("--log-dir", type=click.Path(file_okay=False), default=DEFAULT_LOG_DIR,
               show_default=True, help="Local backend: one log file per index under NAME/.")
 @_job_options
 @_cluster_options
 @click.option("--detach", is_flag=True,
               help="Kubernetes: create the Job and return without watching it.")
+@allow_cpu_option
+@run_format_option
 @_errors
 def resume(name: str, storage: str | None, backend: str | None, parallelism: int | None,
            log_dir: str, image: str | None, namespace: str | None, storage_secret: str | None,
-           kubeconfig: str | None, context: str | None, detach: bool) -> None:
+           kubeconfig: str | None, context: str | None, detach: bool, allow_cpu: bool,
+           fmt: str) -> None:
     """Run only the indexes of a stored sweep that have no finished trial (its spec comes from
     the study; on Kubernetes a new, sparse Job NAME-r<N>). NAME may be the sweep's spec file
     (name and storage: are read from it; `run` applies a changed file, resume does not)."""
@@ -89,16 +114,21 @@ def resume(name: str, storage: str | None, backend: str | None, parallelism: int
     spec = sweep.spec.with_overrides(parallelism=parallelism)
     spec = with_kubernetes(spec, image=image, namespace=namespace, storage_secret=storage_secret)
     if backend is None:
-        launched = sweep.storage.get_study_user_attrs(sweep.study_id).get(protocol.LAUNCHES_ATTR)
-        backend = "kubernetes" if launched else "local"
-    _launch(spec, url, _backend(backend, spec, log_dir, kubeconfig, context, detach))
+        attrs = sweep.storage.get_study_user_attrs(sweep.study_id)
+        backend = attrs.get(protocol.BACKEND_ATTR) or (
+            "kubernetes" if attrs.get(protocol.LAUNCHES_ATTR) else "local")
+    _launch(spec, url, _backend(str(backend), spec, log_dir, kubeconfig, context, detach,
+                                allow_cpu), fmt)
 
 
 def _backend(kind: str, spec: Any, log_dir: str, kubeconfig: str | None, context: str | None,
-             detach: bool) -> Backend:
+             detach: bool, allow_cpu: bool = False) -> Backend:
     if kind == "local":
-        from sweeper.backends.local import LocalBackend
+        from sweeper.backends.local import LocalBackend, check_gpus
 
+        warning = check_gpus(spec, allow_cpu=allow_cpu)
+        if warning:
+            click.echo(f"warning: {warning}", err=True)
         return LocalBackend(Path(log_dir) / spec.name)
     return _kubernetes_backend(kubeconfig, context, detach)
 
@@ -121,7 +151,7 @@ def _terminate_as_interrupt(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt
 
 
-def _launch(spec: Any, url: str, backend: Backend) -> None:
+def _launch(spec: Any, url: str, backend: Backend, fmt: str = "text") -> None:
     """Create or resume the sweep of ``spec`` (its parallelism included: the backend reads it
     from ``sweep.spec``), run what is unfinished, and exit as the outcome says."""
     from sweeper.report import Progress
@@ -153,11 +183,20 @@ def _launch(spec: Any, url: str, backend: Backend) -> None:
             result = backend.run(sweep, todo, storage_url=url, tick=progress.tick)
         finally:
             progress.close()
-    _summary(sweep, url)
+    table = index_table(storage, spec, sweep.study_id)
+    if fmt == "json":
+        click.echo(json.dumps(_summary_record(sweep, url, backend.name, table, result),
+                              indent=2))
+    else:
+        _summary(sweep)
+    _dashboard_hint(sweep, url)
     if result is not None and not _report_launch(result, len(todo)):
         return  # detached: the Job runs on, the study is not final yet
-    missing = unfinished_indexes(index_table(storage, spec, sweep.study_id))
+    missing = unfinished_indexes(table)
     if missing:
+        reported = set(result.finished) if result is not None else set()
+        _report_failures(sweep, url, backend,
+                         [s for s in table if s.index in missing and s.index not in reported])
         raise SweepFailedError(_missing_message(spec.name, backend.name, missing, result))
 
 
@@ -197,9 +236,76 @@ def _missing_message(name: str, backend: str, missing: list[int],
     return "; ".join(parts) + f"; see `sweeper status {name}`"
 
 
-def _summary(sweep: Any, url: str) -> None:
-    from sweeper.report import format_table, top_trials
+def _report_failures(sweep: Any, url: str, backend: Backend,
+                     failed: list[IndexStatus]) -> None:
+    """On stderr, for each index that failed for good: why, the last lines of its log (the
+    local file or the pod's), and the command that shows the rest."""
+    from sweeper.report import failure_lines
+
+    if not failed:
+        return
+    click.echo("", err=True)
+    for s in failed[:FAILURES_SHOWN]:
+        try:
+            tail = backend.log_tail(sweep, s.index, FAILURE_LOG_LINES)
+            where, text, note = tail.where, tail.text, None
+        except SweeperError as e:
+            where, text, note = None, None, str(e)
+        command = f"sweeper logs {sweep.name} --index {s.index}{_storage_flag(url)}"
+        for line in failure_lines(s.index, s.attempts, s.fail_reason, where, text, note,
+                                  command):
+            click.echo(line, err=True)
+    rest = [s.index for s in failed[FAILURES_SHOWN:]]
+    if rest:
+        click.echo(f"... and {len(rest)} more failed index(es): {_ranges_of(rest)}; "
+                   f"`sweeper status {sweep.name}` shows every reason", err=True)
+
+
+def _summary_record(sweep: Any, url: str, backend: str, table: list[IndexStatus],
+                    result: RunResult | None) -> dict[str, Any]:
+    """``run --format json``: the state of the whole sweep after this launch."""
+    from sweeper.export import trial_export_record
+    from sweeper.report import best_trials
+    from sweeper.study import redact, state_counts
+
+    metrics = [o.metric for o in sweep.spec.objectives]
+    best = [trial_export_record(t, metrics) for t in best_trials(sweep.study())]
+    finished = [s.index for s in table if s.state in ("COMPLETE", "PRUNED")]
+    record: dict[str, Any] = {
+        "sweep": sweep.name, "method": sweep.spec.method, "storage": redact(url),
+        "backend": backend, "indexes": sweep.spec.trials, "finished_indexes": len(finished),
+        "trials_by_state": state_counts(sweep.storage, sweep.study_id),
+        "unfinished_indexes": [s.index for s in table if s.index not in set(finished)],
+        "failed_indexes": [{"index": s.index, "attempts": s.attempts,
+                            "trial_number": s.trial_number, "fail_reason": s.fail_reason}
+                           for s in table if s.state == "FAIL"],
+        "interrupted": bool(result and result.interrupted),
+        "detached": bool(result and result.detached),
+        "directions": [o.direction for o in sweep.spec.objectives],
+    }
+    if sweep.spec.is_multi_objective:
+        record["pareto_front"] = best
+    else:
+        record["best"] = best[0] if best else None
+    return record
+
+
+def _storage_flag(url: str) -> str:
+    """`` --storage URL`` for a command to copy, the password a placeholder; empty for the
+    default storage."""
     from sweeper.study import redact
+
+    shown = redact(url).replace(":***@", ":<password>@")
+    return "" if url == protocol.DEFAULT_STORAGE else f" --storage '{shown}'"
+
+
+def _dashboard_hint(sweep: Any, url: str) -> None:
+    click.echo(f"\ncompare trials: sweeper dashboard {sweep.name}{_storage_flag(url)}",
+               err=True)
+
+
+def _summary(sweep: Any) -> None:
+    from sweeper.report import format_table, top_trials
 
     study = sweep.study()
     top = top_trials(study, 5)
@@ -213,6 +319,3 @@ def _summary(sweep: Any, url: str) -> None:
              *(t.params.get(n) for n in names)] for t in top]))
     else:
         click.echo(f"\n{sweep.name}: no complete trial yet")
-    shown = redact(url).replace(":***@", ":<password>@")
-    storage_flag = "" if url == "sqlite:///sweeps.db" else f" --storage '{shown}'"
-    click.echo(f"\ncompare trials: sweeper dashboard {sweep.name}{storage_flag}", err=True)

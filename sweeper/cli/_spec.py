@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from sweeper.cli._common import _errors, _job_options, _load
+from sweeper.cli._common import _errors, _job_options, _load, set_option
 from sweeper.cli._group import cli
 
 
@@ -15,10 +15,23 @@ from sweeper.cli._group import cli
 @click.argument("spec_file", type=click.Path(dir_okay=False))
 @click.option("--no-import", is_flag=True,
               help="Do not import the entrypoint (it lives only in the trial image).")
+@set_option
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text",
+              show_default=True, help="json: the normalised spec's summary on stdout.")
 @_errors
-def validate(spec_file: str, no_import: bool) -> None:
+def validate(spec_file: str, no_import: bool, overrides: tuple[str, ...], fmt: str) -> None:
     """Check a spec file: schema, ranges, grid size, entrypoint importable."""
-    spec = _load(spec_file, check_entrypoint=not no_import)
+    spec = _load(spec_file, check_entrypoint=not no_import, overrides=overrides)
+    if fmt == "json":
+        normalised = spec.to_dict()
+        click.echo(json.dumps({
+            "valid": True, "file": spec_file, "name": spec.name, "method": spec.method,
+            "indexes": spec.trials, "parallelism": spec.parallelism,
+            "objectives": [{"metric": o.metric, "direction": o.direction}
+                           for o in spec.objectives],
+            "parameters": normalised["parameters"], "trial": normalised["trial"],
+            "spec_hash": spec.spec_hash}, indent=2))
+        return
     what = spec.trial.entrypoint or "command " + " ".join(spec.trial.command)
     what = what.splitlines()[0][:60] + ("..." if len(what) > 60 or "\n" in what else "")
     click.echo(f"ok: {spec.name}: {spec.method}, {spec.trials} indexes, "
@@ -32,12 +45,13 @@ def validate(spec_file: str, no_import: bool) -> None:
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table",
               show_default=True)
 @click.option("--limit", type=int, default=None, help="Show only the first N indexes.")
+@set_option
 @_errors
-def plan(spec_file: str, fmt: str, limit: int | None) -> None:
+def plan(spec_file: str, fmt: str, limit: int | None, overrides: tuple[str, ...]) -> None:
     """Show JOB_ID -> hyperparameter set (grid, random); tpe is adaptive."""
     from sweeper.space import planned_sets
 
-    spec = _load(spec_file, check_entrypoint=False)
+    spec = _load(spec_file, check_entrypoint=False, overrides=overrides)
     names = [p.name for p in spec.parameters]
     if spec.is_adaptive:
         if fmt == "json":
@@ -84,9 +98,10 @@ def _ranges(spec: Any) -> str:
 @click.option("--parallelism", "-p", type=click.IntRange(min=1),
               help="Pods at once (default: the spec's parallelism).")
 @_job_options
+@set_option
 @_errors
 def render(spec_file: str, parallelism: int | None, image: str | None, namespace: str | None,
-           storage_secret: str | None) -> None:
+           storage_secret: str | None, overrides: tuple[str, ...]) -> None:
     """Print the Kubernetes objects `run --backend kubernetes` submits, as YAML (no storage,
     no cluster: for kubectl apply -f - or GitOps)."""
     import yaml
@@ -94,6 +109,7 @@ def render(spec_file: str, parallelism: int | None, image: str | None, namespace
     from sweeper.backends.manifests import render as render_objects
     from sweeper.backends.manifests import with_kubernetes
 
-    spec = _load(spec_file, check_entrypoint=False).with_overrides(parallelism=parallelism)
+    spec = _load(spec_file, check_entrypoint=False, overrides=overrides)
+    spec = spec.with_overrides(parallelism=parallelism)
     spec = with_kubernetes(spec, image=image, namespace=namespace, storage_secret=storage_secret)
     click.echo(yaml.safe_dump_all(render_objects(spec), sort_keys=False), nl=False)

@@ -11,7 +11,7 @@ import difflib
 import re
 import string
 import warnings
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -50,6 +50,7 @@ from sweeper.spec.model import (
     SweepSpec,
     TrialSpec,
 )
+from sweeper.spec.overrides import apply_overrides, parse_overrides
 
 _TOP_KEYS = ("name", "description", "method", "objective", "trials", "parallelism", "seed",
              "sampler", "pruner", "storage", "trial", "parameters", "kubernetes", "artifacts")
@@ -70,9 +71,9 @@ _BUCKET_RE = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
 # --------------------------------------------------------------------------- public API
 
 
-def load_spec(path: str | Path) -> SweepSpec:
-    """Read and validate a spec file; its relative paths resolve against its directory
-    (see :mod:`sweeper.spec.paths`)."""
+def load_spec(path: str | Path, overrides: Sequence[str] = ()) -> SweepSpec:
+    """Read and validate a spec file, with ``--set KEY=VALUE`` overrides applied first; its
+    relative paths resolve against its directory (see :mod:`sweeper.spec.paths`)."""
     from sweeper.spec.paths import anchored
 
     p = Path(path)
@@ -82,11 +83,15 @@ def load_spec(path: str | Path) -> SweepSpec:
         raise SpecError("no such file", source=str(p)) from None
     except (OSError, UnicodeDecodeError) as e:
         raise SpecError(f"cannot read: {e}", source=str(p)) from None
-    return anchored(parse_spec(text, source=str(p)), p)
+    return anchored(parse_spec(text, source=str(p), overrides=overrides), p)
 
 
-def parse_spec(text: str, source: str = "<spec>") -> SweepSpec:
+def parse_spec(text: str, source: str = "<spec>", overrides: Sequence[str] = ()) -> SweepSpec:
     data, doc = _load_yaml(text, source)
+    if overrides:
+        sets = parse_overrides(overrides, source)
+        data = apply_overrides(data, sets, source)
+        doc.overridden.update(o.path for o in sets)
     return _Validator(doc).spec(data)
 
 

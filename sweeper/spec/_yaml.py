@@ -28,6 +28,8 @@ class _Doc:
     def __init__(self, source: str, lines: dict[Path_, int]) -> None:
         self.source = source
         self.lines = lines
+        #: Paths whose value came from ``--set``: errors there name it instead of a line.
+        self.overridden: set[Path_] = set()
 
     def line(self, path: Path_) -> int | None:
         while path:
@@ -36,7 +38,17 @@ class _Doc:
             path = path[:-1]
         return self.lines.get(())
 
+    def from_set(self, path: Path_) -> bool:
+        """Whether the value at ``path`` came from ``--set`` (it or a parent was set, or it is
+        a key that only ``--set`` wrote)."""
+        if any(path[:k] in self.overridden for k in range(len(path), 0, -1)):
+            return True
+        return bool(path) and path not in self.lines and \
+            any(o[:len(path)] == path for o in self.overridden)
+
     def error(self, path: Path_, message: str) -> SpecError:
+        if self.from_set(path):
+            return SpecError(message, source=self.source, field=f"--set {_dotted(path)}")
         return SpecError(message, source=self.source, line=self.line(path),
                          field=_dotted(path) or None)
 

@@ -12,7 +12,7 @@ import sqlalchemy as sa
 from optuna.storages import RDBStorage
 from optuna.trial import TrialState
 
-from sweeper.protocol import INDEX_ATTR, SPEC_ATTR
+from sweeper.protocol import FAIL_REASON_ATTR, INDEX_ATTR, SPEC_ATTR
 from sweeper.spec import SweepSpec
 from sweeper.study._optuna_compat import rdb_tables, trial_value
 from sweeper.study.retry import with_retry
@@ -36,6 +36,8 @@ class IndexStatus:
     attempts: int
     trial_number: int | None
     values: tuple[float, ...] | None
+    #: Why the latest attempt failed (its ``sweeper:fail_reason``); None unless it is FAIL.
+    fail_reason: str | None = None
 
 
 _INDEXED_TRIALS_SQL = f"""
@@ -47,9 +49,15 @@ _VALUES_SQL = """
 SELECT v.trial_id, v.objective, v.value, v.value_type FROM trial_values v
 JOIN trials t ON t.trial_id = v.trial_id WHERE t.study_id = :s"""
 
+_FAIL_REASONS_SQL = f"""
+SELECT ua.trial_id, ua.value_json FROM trial_user_attributes ua
+JOIN trials t ON t.trial_id = ua.trial_id
+WHERE ua.key = '{FAIL_REASON_ATTR}' AND t.study_id = :s"""
+
 
 def index_table(storage: RDBStorage, sweep_spec: SweepSpec, study_id: int) -> list[IndexStatus]:
-    """Per index: latest attempt's state, number of attempts, its values. Two queries."""
+    """Per index: latest attempt's state, number of attempts, its values and (FAIL) its
+    reason. Three queries."""
     def query() -> list[IndexStatus]:
         with storage.engine.connect() as conn:
             rows = conn.execute(sa.text(_INDEXED_TRIALS_SQL), {"s": study_id}).all()
@@ -57,6 +65,8 @@ def index_table(storage: RDBStorage, sweep_spec: SweepSpec, study_id: int) -> li
             for tid, objective, value, kind in conn.execute(sa.text(_VALUES_SQL),
                                                             {"s": study_id}):
                 values.setdefault(tid, {})[objective] = trial_value(value, kind)
+            reasons = {tid: _reason(raw) for tid, raw in
+                       conn.execute(sa.text(_FAIL_REASONS_SQL), {"s": study_id})}
         latest: dict[int, tuple[int, int, str]] = {}
         counts: dict[int, int] = {}
         for idx_json, tid, number, state in rows:
@@ -72,10 +82,19 @@ def index_table(storage: RDBStorage, sweep_spec: SweepSpec, study_id: int) -> li
             tid, number, state = latest[i]
             vals = values.get(tid)
             out.append(IndexStatus(i, state, counts[i], number,
-                                   tuple(vals[k] for k in sorted(vals)) if vals else None))
+                                   tuple(vals[k] for k in sorted(vals)) if vals else None,
+                                   reasons.get(tid) if state == "FAIL" else None))
         return out
 
     return with_retry(query, what="index table")
+
+
+def _reason(raw: str | None) -> str | None:
+    try:
+        value = json.loads(raw) if raw is not None else None
+    except ValueError:
+        return raw
+    return None if value is None else str(value)
 
 
 def unfinished_indexes(table: Iterable[IndexStatus]) -> list[int]:

@@ -8,8 +8,8 @@
   invalid fields);
 - :mod:`.jobstatus`: pure parsing of Job and Pod objects (:class:`JobInfo`);
 - :mod:`.backend`: :class:`KubernetesBackend` (``run``/``resume``: submit and watch);
-- :mod:`.ops`: ``sweeper status`` (:func:`sweep_jobs`), ``sweeper logs`` (:func:`index_log`)
-  and ``sweeper cancel`` (:func:`cancel`).
+- :mod:`.ops`: ``sweeper status`` (:func:`sweep_jobs`), ``sweeper logs`` (:func:`index_log`,
+  :func:`follow_index_log`) and ``sweeper cancel`` (:func:`cancel`).
 
 The storage URL is never sent to the cluster: pods read it from a Secret (see
 :mod:`sweeper.backends.manifests`).
@@ -28,7 +28,14 @@ from sweeper.backends.kubernetes.jobstatus import (
     job_info,
     parse_intervals,
 )
-from sweeper.backends.kubernetes.ops import CancelResult, PodLog, cancel, index_log, sweep_jobs
+from sweeper.backends.kubernetes.ops import (
+    CancelResult,
+    PodLog,
+    cancel,
+    follow_index_log,
+    index_log,
+    sweep_jobs,
+)
 
 __all__ = [
     "INDEX_FAILURE_COUNT",
@@ -44,6 +51,7 @@ __all__ = [
     "api_error",
     "cancel",
     "connection_error",
+    "follow_index_log",
     "index_log",
     "job_info",
     "parse_intervals",

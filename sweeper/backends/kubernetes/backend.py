@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from sweeper import protocol
 from sweeper.backends import manifests as m
-from sweeper.backends.base import RunResult, Tick
+from sweeper.backends.base import LogTail, RunResult, Tick
 from sweeper.backends.kubernetes.client import ClientFactory, KubeClient, Obj
 from sweeper.backends.kubernetes.jobstatus import (
     JOB_NAME_LABEL,
@@ -30,9 +30,9 @@ from sweeper.backends.kubernetes.jobstatus import (
     pod_name,
     stuck_reasons,
 )
-from sweeper.backends.kubernetes.ops import sweep_jobs
+from sweeper.backends.kubernetes.ops import index_log, sweep_jobs
 from sweeper.errors import BackendError, SpecError
-from sweeper.protocol import LAUNCHES_ATTR
+from sweeper.protocol import BACKEND_ATTR, LAUNCHES_ATTR
 from sweeper.study import Sweep, fail_stale_trials
 
 logger = logging.getLogger(__name__)
@@ -122,6 +122,13 @@ class KubernetesBackend:
     @staticmethod
     def _record_launch(sweep: Sweep, launch: int) -> None:
         sweep.storage.set_study_user_attr(sweep.study_id, LAUNCHES_ATTR, launch + 1)
+        sweep.storage.set_study_user_attr(sweep.study_id, BACKEND_ATTR, "kubernetes")
+
+    def log_tail(self, sweep: Sweep, index: int, lines: int) -> LogTail:
+        ns = sweep.spec.kubernetes.namespace
+        log = index_log(self.clients, ns, sweep.name, sweep.spec.trials, index,
+                        tail_lines=lines)
+        return LogTail(f"pod {ns}/{log.pod}", log.text)
 
     # ---------------------------------------------------------------- watching
 

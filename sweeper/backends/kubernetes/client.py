@@ -10,9 +10,10 @@ objects), the request timeout on every call, and every failure leaving as one
 
 from __future__ import annotations
 
+import codecs
 import json
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from sweeper.backends.kubernetes.errors import api_error, connection_error, first_line
@@ -145,6 +146,36 @@ class KubeClient:
         data = self._request(self.factory.core().read_namespaced_pod_log, name, namespace,
                              container=container, **kwargs)
         return (data or b"").decode("utf-8", errors="replace")
+
+    def stream_pod_log(self, namespace: str, name: str, *, container: str,
+                       tail_lines: int | None = None) -> Iterator[str]:
+        """The pod's log as it is written (``follow=True``), until the container ends. No read
+        timeout: a trial may print nothing for a long time."""
+        from kubernetes.client.exceptions import ApiException
+        from urllib3.exceptions import HTTPError
+
+        kwargs: dict[str, Any] = {} if tail_lines is None else {"tail_lines": tail_lines}
+        try:
+            resp = self.factory.core().read_namespaced_pod_log(
+                name, namespace, container=container, follow=True, _preload_content=False,
+                _request_timeout=(self.factory.request_timeout_s, None), **kwargs)
+        except ApiException as e:
+            raise api_error(e, server=self.factory.server, sweep=self.sweep) from e
+        except (HTTPError, OSError) as e:
+            raise connection_error(e, self.factory.server) from e
+        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        try:
+            for chunk in resp.stream(4096, decode_content=True):
+                text = decoder.decode(chunk)
+                if text:
+                    yield text
+        except (HTTPError, OSError) as e:
+            raise connection_error(e, self.factory.server) from e
+        finally:
+            resp.release_conn()
+        tail = decoder.decode(b"", final=True)
+        if tail:
+            yield tail
 
     # ---------------------------------------------------------------- plumbing
 

@@ -8,6 +8,7 @@ thousands of pods, and a namespace may hold other sweeps.
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from optuna.trial import TrialState
@@ -22,7 +23,8 @@ from sweeper.backends.kubernetes.jobstatus import (
     pod_name,
 )
 from sweeper.errors import BackendError
-from sweeper.protocol import INDEX_ATTR
+from sweeper.protocol import INDEX_ATTR, LogHeader
+from sweeper.runlogs import last_lines, pick, split_attempts
 from sweeper.study import Sweep, mark_failed, trial_id_of
 
 
@@ -42,17 +44,26 @@ class PodLog:
     pod: str
     job: str
     phase: str
-    attempt: int
+    attempt: int  # the pod's attempt (the index's failure count in its Job)
     text: str
+    #: The runner's header of the attempt shown (None: the log holds none, e.g. tail only).
+    header: LogHeader | None = None
 
 
-def index_log(clients: ClientFactory, namespace: str, sweep_name: str, trials: int | None,
-              index: int, tail_lines: int | None = None) -> PodLog:
-    """The log of the pod that ran sweep index ``index`` most recently (any of its Jobs)."""
+@dataclass(frozen=True)
+class _PodRun:
+    key: tuple[int, int, str, str]  # (launch, pod attempt, created, name): oldest first
+    pod: Obj
+    job: JobInfo
+
+
+def _pod_runs(clients: ClientFactory, namespace: str, sweep_name: str, trials: int | None,
+              index: int) -> list[_PodRun]:
+    """Every pod that ran sweep index ``index`` (any of the sweep's Jobs), oldest first."""
     if trials is not None and not 0 <= index < trials:
         raise BackendError(f"index {index} is outside sweep {sweep_name} (0..{trials - 1})")
     api = KubeClient(clients, sweep_name)
-    candidates: list[tuple[tuple[int, int, str, str], Obj, JobInfo]] = []
+    runs: list[_PodRun] = []
     for info in sweep_jobs(clients, namespace, sweep_name, trials):
         k = info.job_index(index)
         if k is None:
@@ -61,24 +72,72 @@ def index_log(clients: ClientFactory, namespace: str, sweep_name: str, trials: i
                     f"{m.COMPLETION_INDEX}={k}")
         for pod in api.list_pods(namespace, selector):
             created = str((pod.get("metadata") or {}).get("creationTimestamp") or "")
-            candidates.append(((info.launch, pod_attempt(pod), created, pod_name(pod)),
-                               pod, info))
-    if not candidates:
+            runs.append(_PodRun((info.launch, pod_attempt(pod), created, pod_name(pod)),
+                                pod, info))
+    if not runs:
         raise BackendError(f"no pod of sweep {sweep_name} ran index {index} in namespace "
                            f"{namespace} (the Job may have been deleted: finished Jobs are "
                            "removed after kubernetes.ttl_after_finished, cancelled ones at once)")
-    candidates.sort(key=lambda c: c[0])
-    key, pod, info = candidates[-1]
-    pname = pod_name(pod)
-    phase = (pod.get("status") or {}).get("phase") or "Unknown"
+    return sorted(runs, key=lambda r: r.key)
+
+
+def _phase(run: _PodRun) -> str:
+    return str((run.pod.get("status") or {}).get("phase") or "Unknown")
+
+
+def _read(api: KubeClient, namespace: str, run: _PodRun, index: int) -> str:
+    pname = pod_name(run.pod)
     try:
-        text = api.read_pod_log(namespace, pname, container=m.CONTAINER_NAME,
-                                tail_lines=tail_lines)
+        return api.read_pod_log(namespace, pname, container=m.CONTAINER_NAME)
     except BackendError as e:
-        if phase == "Pending":
+        if _phase(run) == "Pending":
             raise BackendError(f"pod {pname} (index {index}) has not started yet: {e}") from None
         raise
-    return PodLog(pod=pname, job=info.name, phase=phase, attempt=key[1], text=text)
+
+
+def index_log(clients: ClientFactory, namespace: str, sweep_name: str, trials: int | None,
+              index: int, tail_lines: int | None = None, attempt: int | None = None) -> PodLog:
+    """The log of attempt ``attempt`` of sweep index ``index`` (None: the pod that ran it most
+    recently), only that index's part of it when the pod ran several."""
+    api = KubeClient(clients, sweep_name)
+    runs = _pod_runs(clients, namespace, sweep_name, trials, index)
+    if attempt is None:
+        chosen, text = runs[-1], _read(api, namespace, runs[-1], index)
+        section = pick(split_attempts(text), index, None)
+    else:
+        for run in reversed(runs):
+            try:
+                text = _read(api, namespace, run, index)
+            except BackendError:
+                continue  # not started, or its log is gone: look at the older pods
+            section = pick(split_attempts(text), index, attempt)
+            if section is not None:
+                chosen = run
+                break
+        else:
+            raise BackendError(f"no log of attempt {attempt} of index {index} in the "
+                               f"{len(runs)} pod(s) of sweep {sweep_name} that ran it")
+    shown = section.text if section is not None else text
+    return PodLog(pod=pod_name(chosen.pod), job=chosen.job.name, phase=_phase(chosen),
+                  attempt=chosen.key[1], text=last_lines(shown, tail_lines),
+                  header=section.header if section is not None else None)
+
+
+def follow_index_log(clients: ClientFactory, namespace: str, sweep_name: str,
+                     trials: int | None, index: int, *, tail_lines: int | None = None,
+                     poll_s: float = 1.0) -> tuple[PodLog, Iterator[str]]:
+    """The pod that ran ``index`` most recently (once it has started: this waits while it is
+    Pending) and its log as it is written, until its container ends."""
+    api = KubeClient(clients, sweep_name)
+    while True:
+        run = _pod_runs(clients, namespace, sweep_name, trials, index)[-1]
+        if _phase(run) != "Pending":
+            break
+        time.sleep(poll_s)
+    pod = PodLog(pod=pod_name(run.pod), job=run.job.name, phase=_phase(run),
+                 attempt=run.key[1], text="")
+    return pod, api.stream_pod_log(namespace, pod.pod, container=m.CONTAINER_NAME,
+                                   tail_lines=tail_lines)
 
 
 # --------------------------------------------------------------------------- cancel

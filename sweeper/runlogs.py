@@ -1,0 +1,136 @@
+"""What the runners wrote: logs split into attempts, the local backend's index log files, and
+following one as it grows (``sweeper logs``, and the log lines in ``run``'s failure summary).
+
+A runner writes one header line (:func:`sweeper.protocol.encode_log_header`) before each
+attempt. A local index file collects every attempt of its index, one after another; a pod's log
+holds one attempt of one index, or several indexes with ``indexes_per_pod``. Pure except for
+:func:`read_local_log` and :func:`follow_file`, which read the file.
+"""
+
+from __future__ import annotations
+
+import codecs
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from sweeper.errors import SweeperError
+from sweeper.protocol import LogHeader, index_log_name, parse_log_header
+
+
+@dataclass(frozen=True)
+class Section:
+    """One attempt's part of a log: from its header to the next header. ``header`` is None only
+    for a log with no header at all (written before attempts had headers)."""
+
+    header: LogHeader | None
+    text: str
+
+
+def split_attempts(text: str) -> list[Section]:
+    """The log cut at its header lines. What comes before the first header (a runner starting)
+    belongs to the first attempt."""
+    sections: list[tuple[LogHeader | None, list[str]]] = [(None, [])]
+    for line in text.splitlines(keepends=True):
+        header = parse_log_header(line)
+        if header is None:
+            sections[-1][1].append(line)
+        elif sections[-1][0] is None:
+            sections[-1] = (header, sections[-1][1] + [line])  # the preamble joins it
+        else:
+            sections.append((header, [line]))
+    if len(sections) == 1 and not sections[0][1]:
+        return []
+    return [Section(h, "".join(lines)) for h, lines in sections]
+
+
+def attempts_of(sections: list[Section], index: int) -> list[Section]:
+    """The sections of ``index`` (a log without headers is taken as all one index's)."""
+    return [s for s in sections if s.header is None or s.header.index == index]
+
+
+def pick(sections: list[Section], index: int, attempt: int | None) -> Section | None:
+    """Attempt ``attempt`` of ``index`` (None: its latest) among ``sections``."""
+    mine = attempts_of(sections, index)
+    if attempt is None:
+        return mine[-1] if mine else None
+    for s in reversed(mine):
+        if s.header is not None and s.header.attempt == attempt:
+            return s
+    return None
+
+
+def last_lines(text: str, n: int | None) -> str:
+    """The last ``n`` lines of ``text`` (all of it for None)."""
+    if n is None:
+        return text
+    lines = text.splitlines(keepends=True)
+    return "".join(lines[-n:]) if n > 0 else ""
+
+
+# --------------------------------------------------------------------------- local files
+
+
+@dataclass(frozen=True)
+class LocalLog:
+    path: Path
+    section: Section
+    attempts: tuple[int, ...]  # the attempts the file holds, in order
+    latest: bool  # the section is the last one in the file (new output goes on it)
+    size: int  # bytes read: where following the file starts
+
+
+def index_log_path(log_dir: Path, index: int) -> Path:
+    return log_dir / index_log_name(index)
+
+
+def read_local_log(log_dir: Path, index: int, attempt: int | None = None) -> LocalLog:
+    """Attempt ``attempt`` (None: the latest) of ``index`` from its local log file."""
+    path = index_log_path(log_dir, index)
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise SweeperError(f"no log of index {index} at {path} (the index has not run with "
+                           "the local backend in this log directory; `run --log-dir` "
+                           "elsewhere? pass the same --log-dir)") from None
+    except OSError as e:
+        raise SweeperError(f"cannot read {path}: {e.strerror}") from None
+    sections = split_attempts(data.decode("utf-8", errors="replace"))
+    numbers = tuple(s.header.attempt for s in attempts_of(sections, index)
+                    if s.header is not None)
+    section = pick(sections, index, attempt)
+    if section is None:
+        if attempt is None:
+            section = Section(None, "")
+        else:
+            held = ", ".join(map(str, numbers)) or "none"
+            raise SweeperError(f"{path} holds no attempt {attempt} of index {index} "
+                               f"(attempts in it: {held})")
+    latest = not sections or section is sections[-1]
+    return LocalLog(path, section, numbers, latest, len(data))
+
+
+def follow_file(path: Path, offset: int, write: Callable[[str], None],
+                done: Callable[[], bool], poll_s: float = 0.5,
+                sleep: Callable[[float], None] = time.sleep) -> None:
+    """Write what is appended to ``path`` after byte ``offset`` as it comes, until ``done()``
+    says the index has ended; then what was written after that, and return."""
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    ended = False
+    while True:
+        try:
+            with path.open("rb") as f:
+                f.seek(offset)
+                chunk = f.read()
+        except FileNotFoundError:
+            chunk = b""
+        if chunk:
+            offset += len(chunk)
+            write(decoder.decode(chunk))
+        elif ended:
+            write(decoder.decode(b"", final=True))
+            return
+        # The runner writes its last lines just after the trial ends: read once more after.
+        ended = ended or done()
+        sleep(poll_s)

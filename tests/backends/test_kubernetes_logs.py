@@ -1,0 +1,85 @@
+"""`sweeper logs` and `run`'s failure summary on Kubernetes, end to end through the fake API
+server (or a real cluster, see conftest.py): an attempt of an index picked by the runner's
+header in the pod logs, following a pod's log as it is written, and the failed index's reason
+and pod log lines in `run`'s summary."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from tests.support.k8s_cluster import Cluster
+
+pytestmark = pytest.mark.postgres
+
+FLAKY = "tests.support.k8s_objectives:flaky"
+SLOW = "tests.support.k8s_objectives:slow"
+
+
+def _grid(name: str, entrypoint: str, n: int, parallelism: int, retries: int,
+          fixed: str) -> str:
+    return f"""
+name: {name}
+method: grid
+objective: {{metric: loss, direction: minimize}}
+parallelism: {parallelism}
+trial:
+  entrypoint: {entrypoint}
+  fixed: {fixed}
+  retries: {retries}
+parameters:
+  x: {{type: int, low: 0, high: {n - 1}}}
+"""
+
+
+def test_failure_summary_and_logs_by_attempt(cluster: Cluster) -> None:
+    spec = cluster.spec(_grid("k8s-why", FLAKY, n=3, parallelism=3, retries=2, fixed="{}"))
+    result = cluster.sweeper("run", spec, "--backend", "kubernetes")
+    assert result.exit_code == 1, result.output
+    # index 1 returns NaN: it fails for good at once, with its reason and its pod's last lines
+    err = result.stderr
+    start = err.index("index 1 failed for good after 1 attempt(s): ")
+    block = err[start:].splitlines()
+    assert "NaN" in block[0] or "nan" in block[0], block[0]
+    assert block[1].startswith("  last lines of pod sweeper/k8s-why-"), block
+    body = [line for line in block[2:] if line.startswith("    ")]
+    assert 0 < len(body) <= 5
+    assert any("index 1: trial #" in line for line in body), body
+    assert block[len(body) + 2].startswith("  the rest: sweeper logs k8s-why --index 1")
+
+    # index 0 failed once (attempt 0, one pod) and then finished (attempt 1, another pod)
+    first = cluster.sweeper("logs", "k8s-why", "--index", "0", "--attempt", "0")
+    assert first.exit_code == 0, first.output
+    assert "RuntimeError: flaky: the first attempt of index 0 fails" in first.stdout
+    assert "objective output of index 0" not in first.stdout
+    assert "index 0, attempt 0, trial #" in first.stderr
+    second = cluster.sweeper("logs", "k8s-why", "--index", "0", "--attempt", "1")
+    assert second.exit_code == 0, second.output
+    assert "objective output of index 0" in second.stdout and "RuntimeError" not in \
+        second.stdout
+    assert first.stderr.split()[1] != second.stderr.split()[1]  # two different pods
+    none = cluster.sweeper("logs", "k8s-why", "--index", "0", "--attempt", "2")
+    assert none.exit_code == 3
+    assert "no log of attempt 2 of index 0 in the 2 pod(s) of sweep k8s-why" in none.stderr
+
+    # --follow on a finished pod: its whole log, then the stream ends
+    done = cluster.sweeper("logs", "k8s-why", "--index", "2", "--follow")
+    assert done.exit_code == 0, done.output
+    assert "objective output of index 2" in done.stdout
+    assert "following" in done.stderr and "index 2" in done.stderr
+
+
+def test_follow_streams_a_running_pod_until_it_ends(cluster: Cluster) -> None:
+    spec = cluster.spec(_grid("k8s-tail", SLOW, n=2, parallelism=1, retries=0,
+                              fixed="{delay: 2}"))
+    started = cluster.sweeper("run", spec, "--backend", "kubernetes", "--detach")
+    assert started.exit_code == 0, started.output
+    followed = cluster.sweeper("logs", "k8s-tail", "--index", "0", "--follow")
+    assert followed.exit_code == 0, followed.output
+    assert followed.stderr.startswith("pod sweeper/k8s-tail-")
+    assert "index 0: trial #0 complete" in followed.stdout  # the pod's last line
+    deadline = time.monotonic() + cluster.patience(30)
+    while cluster.finished_per_index("k8s-tail").get(0) != 1:  # it ended: the index finished
+        assert time.monotonic() < deadline
+        time.sleep(0.1)

@@ -1,0 +1,93 @@
+"""Failures explain themselves: `run` lists each index that failed for good with its reason, the
+last lines of its log and the command for the rest; `status` shows the reason (table and JSON)."""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner, Result
+
+from sweeper.cli import cli
+from tests.support.helpers import write_spec
+
+
+def sweeper(*args: str, **env: str) -> Result:
+    return CliRunner().invoke(cli, list(args), env=env or None, catch_exceptions=False)
+
+
+@pytest.fixture
+def failing_sweep(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sqlite_url: str) -> Path:
+    """Indexes 1 and 3 raise on every attempt (2 attempts each); the rest finish."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("SWEEPER_HEARTBEAT_INTERVAL", "0.5")
+    (tmp_path / "failing.py").write_text(
+        "def train(ctx):\n"
+        "    print(f'training index {ctx.index} attempt {ctx.attempt}', flush=True)\n"
+        "    if ctx.index == 1:\n"
+        "        raise ValueError('bad learning rate for index 1')\n"
+        "    if ctx.index == 3:\n"
+        "        raise RuntimeError('out of memory on index 3')\n"
+        "    return float(ctx.params['a'])\n")
+    return write_spec(tmp_path, name="failing", trial={"entrypoint": "failing:train",
+                                                       "retries": 1})
+
+
+def test_run_names_each_failed_index_its_reason_and_last_log_lines(
+        failing_sweep: Path, sqlite_url: str) -> None:
+    result = sweeper("run", str(failing_sweep), "--storage", sqlite_url)
+    assert result.exit_code == 1, result.output
+    err = result.stderr
+    assert "index 1 failed for good after 2 attempt(s): objective raised ValueError: bad " \
+           "learning rate for index 1" in err
+    assert "index 3 failed for good after 2 attempt(s): objective raised RuntimeError: out " \
+           "of memory on index 3" in err
+    block = err[err.index("index 1 failed for good"):err.index("index 3 failed for good")]
+    lines = block.splitlines()
+    assert lines[1] == f"  last lines of file {Path('.sweeper/logs/failing/index-1.log')}:"
+    shown = [line[4:] for line in lines[2:-1]]
+    assert len(shown) == 5 and all(line.startswith("    ") for line in lines[2:-1])
+    assert any(line.startswith("ValueError: bad learning rate for index 1") for line in shown)
+    block3 = err[err.index("index 3 failed for good"):]
+    assert "    RuntimeError: out of memory on index 3" in block3
+    assert "ValueError" not in block3  # each index shows its own log
+    # ... and the command that shows the rest, which works as printed
+    command = re.search(r"  the rest: (sweeper logs failing --index 1 .*)", block)
+    assert command, block
+    argv = shlex.split(command.group(1))[1:]
+    assert argv[:4] == ["logs", "failing", "--index", "1"] and sqlite_url in argv
+    full = sweeper(*argv)
+    assert full.exit_code == 0, full.output
+    assert "training index 1 attempt 1" in full.stdout
+    assert "Traceback" in full.stdout and "ValueError: bad learning rate" in full.stdout
+    # the one error line stays last, for scripts that read it
+    assert err.strip().splitlines()[-1] == \
+        "error: 2 index(es) failed for good: 1,3; see `sweeper status failing`"
+    # the results on stdout are unchanged: the best trials only
+    assert "failed for good" not in result.stdout and "best trials of failing" in result.stdout
+
+
+def test_status_shows_the_reason_in_the_table_and_json(failing_sweep: Path,
+                                                       sqlite_url: str) -> None:
+    assert sweeper("run", str(failing_sweep), "--storage", sqlite_url).exit_code == 1
+    table = sweeper("status", "failing", "--storage", sqlite_url, COLUMNS="100")
+    assert table.exit_code == 0, table.output
+    header, _, *rows = table.stdout.splitlines()[1:]
+    assert header.split() == ["index", "state", "attempts", "trial", "loss", "reason"]
+    by_index = {int(r.split()[0]): r for r in rows}
+    assert by_index[1].endswith("objective raised ValueError: bad learning rate for index 1")
+    assert by_index[0].split()[1] == "COMPLETE" and "raised" not in by_index[0]
+    assert all(len(r) <= 100 for r in rows)
+    narrow = sweeper("status", "failing", "--storage", sqlite_url, COLUMNS="60")
+    row1 = next(r for r in narrow.stdout.splitlines() if r.startswith("1 "))
+    assert row1.endswith("...") and "objective raised" in row1  # clipped, not wrapped
+
+    doc = json.loads(sweeper("status", "failing", "--storage", sqlite_url, "--format",
+                             "json").stdout)
+    reasons = {r["index"]: r["fail_reason"] for r in doc["per_index"]}
+    assert reasons[1] == "objective raised ValueError: bad learning rate for index 1"
+    assert reasons[3] == "objective raised RuntimeError: out of memory on index 3"
+    assert reasons[0] is None and reasons[2] is None and reasons[4] is None

@@ -1,0 +1,169 @@
+"""`sweeper logs` on a local sweep: the index's log file (named on stderr), one attempt of it,
+the last lines, following it while the index runs, and forcing the backend. (On Kubernetes:
+tests/backends/test_kubernetes_logs.py.)"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner, Result
+
+from sweeper import protocol
+from sweeper.cli import cli
+from sweeper.study import load_sweep, open_storage
+from tests.support.helpers import write_spec
+
+SWEEPER = Path(sys.executable).parent / "sweeper"
+
+
+def sweeper(*args: str) -> Result:
+    return CliRunner().invoke(cli, list(args), catch_exceptions=False)
+
+
+@pytest.fixture
+def no_cluster(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No kubeconfig anywhere: a command that went to Kubernetes would fail (exit 3)."""
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "no-kubeconfig"))
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+
+
+def test_logs_of_a_local_sweep_by_attempt(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                          sqlite_url: str, no_cluster: None) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "retried.py").write_text(
+        "def train(ctx):\n"
+        "    print(f'output of index {ctx.index} attempt {ctx.attempt}', flush=True)\n"
+        "    if ctx.index == 2 and ctx.attempt == 0:\n"
+        "        raise RuntimeError('first attempt of index 2 fails')\n"
+        "    return float(ctx.params['a'])\n")
+    spec = write_spec(tmp_path, name="retried", trial={"entrypoint": "retried:train",
+                                                       "retries": 1})
+    logs_dir = tmp_path / "elsewhere"
+    assert sweeper("run", str(spec), "--storage", sqlite_url, "--log-dir",
+                   str(logs_dir)).exit_code == 0
+
+    # The log directory and backend were recorded: no --log-dir, no --backend needed.
+    latest = sweeper("logs", "retried", "--index", "2", "--storage", sqlite_url)
+    assert latest.exit_code == 0, latest.output
+    path = Path("elsewhere", "retried", protocol.index_log_name(2))  # under the cwd: relative
+    assert re.fullmatch(rf"file {re.escape(str(path))} \(index 2, attempt 1, trial #\d+; "
+                        r"attempts in the file: 0-1\)", latest.stderr.strip()), latest.stderr
+    assert "output of index 2 attempt 1" in latest.stdout
+    assert "attempt 0" not in latest.stdout  # only the latest attempt
+    assert latest.stdout.startswith("=== sweeper: index 2, attempt 1, trial #")
+
+    first = sweeper("logs", "retried", "--index", "2", "--attempt", "0", "--storage",
+                    sqlite_url)
+    assert first.exit_code == 0, first.output
+    assert "output of index 2 attempt 0" in first.stdout
+    assert "RuntimeError: first attempt of index 2 fails" in first.stdout
+    assert "attempt 1" not in first.stdout
+    assert ", attempt 0, trial #" in first.stderr
+
+    tail = sweeper("logs", "retried", "--index", "2", "--attempt", "0", "--tail", "2",
+                   "--storage", sqlite_url)
+    assert tail.stdout.splitlines() == first.stdout.splitlines()[-2:]
+
+    missing = sweeper("logs", "retried", "--index", "2", "--attempt", "5", "--storage",
+                      sqlite_url)
+    assert missing.exit_code == 1
+    assert missing.stderr.strip() == f"error: {path} holds no attempt 5 of index 2 " \
+                                     "(attempts in it: 0, 1)"
+    outside = sweeper("logs", "retried", "--index", "10", "--storage", sqlite_url)
+    assert outside.exit_code == 2 and "sweep retried has indexes 0..9" in outside.stderr
+
+    # --log-dir names the directory `run` was given; --backend forces where to look.
+    given = sweeper("logs", "retried", "--index", "0", "--storage", sqlite_url, "--log-dir",
+                    str(logs_dir))
+    assert given.exit_code == 0 and "output of index 0 attempt 0" in given.stdout
+    forced = sweeper("logs", "retried", "--index", "0", "--storage", sqlite_url,
+                     "--backend", "kubernetes")
+    assert forced.exit_code == 3 and "no Kubernetes configuration" in forced.stderr
+    both = sweeper("logs", "retried", "--index", "0", "--attempt", "0", "--follow",
+                   "--storage", sqlite_url)
+    assert both.exit_code == 2 and "--follow follows the latest attempt" in both.stderr
+
+
+def test_logs_without_the_storage_finds_the_default_log_directory(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sqlite_url: str,
+        no_cluster: None) -> None:
+    """No storage at hand (the default sweeps.db does not exist here): the local file under
+    .sweeper/logs is found all the same."""
+    monkeypatch.chdir(tmp_path)
+    spec = write_spec(tmp_path, name="nostore")
+    assert sweeper("run", str(spec), "--storage", sqlite_url).exit_code == 0
+    result = sweeper("logs", "nostore", "--index", "3")
+    assert result.exit_code == 0, result.output
+    assert f"file {Path('.sweeper/logs/nostore/index-3.log')} (index 3, attempt 0" \
+        in result.stderr
+    assert "index 3: trial #" in result.stdout
+
+
+def test_follow_prints_the_log_while_the_index_runs_and_stops_when_it_ends(
+        tmp_path: Path, sqlite_url: str) -> None:
+    (tmp_path / "gated.py").write_text(
+        "import os, time\n"
+        "def train(ctx):\n"
+        "    print('waiting for the gate', flush=True)\n"
+        "    while not os.path.exists('gate'):\n"
+        "        time.sleep(0.05)\n"
+        "    print('through the gate', flush=True)\n"
+        "    return 1.0\n")
+    spec = write_spec(tmp_path, name="gated", method="random", trials=1,
+                      trial={"entrypoint": "gated:train"})
+    env = {**os.environ, "SWEEPER_STORAGE": sqlite_url, "SWEEPER_HEARTBEAT_INTERVAL": "0.5",
+           "KUBECONFIG": str(tmp_path / "none")}
+    run = subprocess.Popen([str(SWEEPER), "run", str(spec)], cwd=tmp_path, env=env,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    follow = None
+    try:
+        _wait_for(lambda: _study_exists(sqlite_url, "gated"), run)
+        follow = subprocess.Popen([str(SWEEPER), "logs", "gated", "--index", "0", "--follow"],
+                                  cwd=tmp_path, env=env, stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True)
+        assert follow.stdout is not None
+        seen = []
+        for line in follow.stdout:  # the trial is still running: it waits for the gate
+            seen.append(line)
+            if line.strip() == "waiting for the gate":
+                break
+        assert seen and seen[-1].strip() == "waiting for the gate", "".join(seen)
+        assert follow.poll() is None
+        (tmp_path / "gate").touch()
+        rest, err = follow.communicate(timeout=120)
+        assert follow.returncode == 0, err
+        assert "through the gate" in rest
+        assert "index 0: trial #0 complete: loss=1" in rest  # written after the trial ended
+        assert f"file {Path('.sweeper/logs/gated/index-0.log')} (index 0" in err
+        assert err.strip().splitlines()[-1] == "index 0: attempt 0 (trial #0) ended COMPLETE"
+        assert run.wait(timeout=120) == 0
+    finally:
+        for proc in (run, follow):
+            if proc is not None and proc.poll() is None:
+                proc.kill()
+                proc.wait()
+
+
+def _study_exists(url: str, name: str) -> bool:
+    try:
+        load_sweep(open_storage(url), name)
+    except Exception:  # noqa: BLE001 - not created yet (or the file is still being made)
+        return False
+    return True
+
+
+def _wait_for(condition: Callable[[], bool], proc: subprocess.Popen[str],
+              limit_s: float = 120) -> None:
+    deadline = time.monotonic() + limit_s
+    while not condition():
+        assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+        assert time.monotonic() < deadline, "timed out waiting"
+        time.sleep(0.1)

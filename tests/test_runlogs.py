@@ -1,0 +1,96 @@
+"""Runner logs split into attempts at the runner's header lines, local index files read by
+attempt, and following a file until the index ends."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from sweeper import protocol
+from sweeper.errors import SweeperError
+from sweeper.runlogs import (
+    follow_file,
+    last_lines,
+    pick,
+    read_local_log,
+    split_attempts,
+)
+
+
+def _h(index: int, attempt: int, number: int) -> str:
+    return protocol.encode_log_header(protocol.LogHeader(index, attempt, number))
+
+
+def test_header_round_trips_and_nothing_else_parses() -> None:
+    header = protocol.LogHeader(12, 3, 456)
+    line = protocol.encode_log_header(header)
+    assert line.endswith("\n") and line.count("\n") == 1
+    assert protocol.parse_log_header(line) == header
+    for other in ("=== attempt 1 trial #2 ===", "index 1: trial #2 attempt 0 {}", "",
+                  line.replace("#", "")):
+        assert protocol.parse_log_header(other) is None
+
+
+def test_split_keeps_the_preamble_with_the_first_attempt() -> None:
+    text = "starting\n" + _h(1, 0, 4) + "boom\n" + _h(1, 1, 9) + "ok\n"
+    sections = split_attempts(text)
+    assert [(s.header.attempt if s.header else None) for s in sections] == [0, 1]
+    assert sections[0].text == "starting\n" + _h(1, 0, 4) + "boom\n"
+    assert sections[1].text == _h(1, 1, 9) + "ok\n"
+    assert "".join(s.text for s in sections) == text  # nothing lost, nothing repeated
+    assert split_attempts("") == []
+    (plain,) = split_attempts("no headers at all\n")  # a log from before headers
+    assert plain.header is None and plain.text == "no headers at all\n"
+
+
+def test_pick_an_attempt_of_one_index_in_a_pod_that_ran_several() -> None:
+    text = _h(4, 0, 1) + "four\n" + _h(5, 0, 2) + "five\n" + _h(4, 1, 3) + "four again\n"
+    sections = split_attempts(text)
+    assert pick(sections, 4, None).text == _h(4, 1, 3) + "four again\n"  # type: ignore[union-attr]
+    assert pick(sections, 4, 0).text == _h(4, 0, 1) + "four\n"  # type: ignore[union-attr]
+    assert pick(sections, 5, None).text == _h(5, 0, 2) + "five\n"  # type: ignore[union-attr]
+    assert pick(sections, 5, 1) is None and pick(sections, 6, None) is None
+
+
+def test_last_lines() -> None:
+    assert last_lines("a\nb\nc\n", 2) == "b\nc\n"
+    assert last_lines("a\nb\nc", 5) == "a\nb\nc"
+    assert last_lines("a\nb\n", 0) == "" and last_lines("a\n", None) == "a\n"
+
+
+def test_read_local_log_by_attempt(tmp_path: Path) -> None:
+    path = tmp_path / protocol.index_log_name(3)
+    path.write_text(_h(3, 0, 3) + "first try\n" + _h(3, 1, 8) + "second try\n")
+    latest = read_local_log(tmp_path, 3)
+    assert latest.section.text.endswith("second try\n") and latest.latest
+    assert latest.attempts == (0, 1) and latest.size == path.stat().st_size
+    first = read_local_log(tmp_path, 3, attempt=0)
+    assert first.section.text == _h(3, 0, 3) + "first try\n" and not first.latest
+    with pytest.raises(SweeperError, match=r"holds no attempt 2 of index 3 \(attempts in it: "
+                                           r"0, 1\)"):
+        read_local_log(tmp_path, 3, attempt=2)
+    with pytest.raises(SweeperError, match=r"no log of index 4 at .*index-4\.log"):
+        read_local_log(tmp_path, 4)
+
+
+def test_follow_writes_what_is_appended_until_the_index_ends(tmp_path: Path) -> None:
+    """The file grows between polls; after ``done`` turns true, what the runner still wrote
+    (its last line comes just after the trial ends) is written, then following stops."""
+    path = tmp_path / "index-0.log"
+    path.write_bytes(b"old\n")
+    accented = "caf\u00e9\n".encode()
+    appends = [b"step 1\n", accented[:4], accented[4:], b"", b"complete\n"]
+    polls: list[int] = []
+    out: list[str] = []
+
+    def sleep(_: float) -> None:
+        polls.append(1)
+        if appends:
+            with path.open("ab") as f:
+                f.write(appends.pop(0))
+
+    follow_file(path, 4, out.append, done=lambda: len(polls) >= 4, sleep=sleep)
+    text = "".join(out)
+    assert text == "step 1\ncaf\u00e9\ncomplete\n"  # a character split across two reads
+    assert "old" not in text
