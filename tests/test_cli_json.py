@@ -16,6 +16,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 from sweeper.cli import cli
+from sweeper.study import open_storage
 from tests.support.helpers import write_spec
 
 SWEEPER = Path(sys.executable).parent / "sweeper"
@@ -83,6 +84,7 @@ def _free_port() -> int:
 def test_dashboard_says_it_starts_then_its_url_once_it_listens(tmp_path: Path) -> None:
     port = _free_port()
     url = f"sqlite:///{tmp_path / 'dash.db'}"
+    open_storage(url).engine.dispose()  # the dashboard serves a storage; it never creates one
     proc = subprocess.Popen([str(SWEEPER), "dashboard", "--storage", url, "--port", str(port)],
                             cwd=tmp_path, env=dict(os.environ), stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE, text=True)

@@ -222,7 +222,6 @@ def dashboard(name: str | None, storage: str | None, host: str, port: int) -> No
 
     NAME (optional) opens that sweep's page; it may be the sweep's spec file (name and
     storage: are read from it)."""
-    click.echo(f"starting optuna-dashboard on http://{host}:{port} ...", err=True)
     from sweeper.artifacts import dashboard_artifacts_spec, describe, open_artifact_store
     from sweeper.study import redact, resolve_storage_url
 
@@ -240,6 +239,8 @@ def dashboard(name: str | None, storage: str | None, host: str, port: int) -> No
     if _listening(host, port):
         raise SweeperError(f"cannot serve on {host}:{port}: something is already listening "
                            "there (pick another --port)")
+    # Said once the storage opened (a bad one stays a one-line error), before the slow part.
+    click.echo(f"starting optuna-dashboard on http://{host}:{port} ...", err=True)
     ready = _Announcer(
         host, port, f"optuna-dashboard for {redact(url)} on http://{host}:{port}{path} "
                     f"(artifacts: {describe(artifacts, url)}; Ctrl-C to stop)")
