@@ -108,8 +108,14 @@ def render(spec_file: str, parallelism: int | None, image: str | None, namespace
 
     from sweeper.backends.manifests import render as render_objects
     from sweeper.backends.manifests import with_kubernetes
+    from sweeper.spec import KubernetesSpec
 
     spec = _load(spec_file, check_entrypoint=False, overrides=overrides)
     spec = spec.with_overrides(parallelism=parallelism)
     spec = with_kubernetes(spec, image=image, namespace=namespace, storage_secret=storage_secret)
+    default_image = KubernetesSpec().image
+    if spec.kubernetes.image == default_image:
+        click.echo(f"note: no kubernetes.image in the spec and no --image: the Job runs "
+                   f"{default_image}, which holds only sweeper's built-in examples; build your "
+                   "trial code into an image FROM it (README: Kubernetes)", err=True)
     click.echo(yaml.safe_dump_all(render_objects(spec), sort_keys=False), nl=False)
