@@ -67,6 +67,9 @@ ENV_CONNECT_DEADLINE = "SWEEPER_CONNECT_DEADLINE"
 ENV_LOG_LEVEL = "SWEEPER_LOG_LEVEL"
 ENV_CODE_VERSION = "SWEEPER_CODE_VERSION"
 ENV_POLL_INTERVAL = "SWEEPER_POLL_INTERVAL"
+#: Seconds between SIGTERM and SIGKILL the runner may use to fail its trial and exit (the
+#: pod's terminationGracePeriodSeconds; Kubernetes' default when unset).
+ENV_TERMINATION_GRACE_PERIOD = "SWEEPER_TERMINATION_GRACE_PERIOD"
 # The local backend's worker plumbing.
 ENV_CMD_FD = "SWEEPER_CMD_FD"
 ENV_RESULT_FD = "SWEEPER_RESULT_FD"
@@ -86,6 +89,7 @@ DEFAULT_GRACE_PERIOD_S = 30.0
 DEFAULT_CONNECT_DEADLINE_S = 120.0
 DEFAULT_CHECKPOINT_DIR = ".sweeper/checkpoints"
 DEFAULT_POLL_INTERVAL_S = 1.0
+DEFAULT_TERMINATION_GRACE_PERIOD_S = 30.0
 
 #: Set by sweeper in every trial pod or worker: a spec's ``kubernetes.env`` may not set them.
 #: Runner tuning (heartbeat, grace period, log level, code version) may be set there.

@@ -17,6 +17,7 @@ import logging
 import os
 import signal
 import sys
+import threading
 from collections.abc import Callable
 from types import FrameType
 from typing import Any
@@ -42,7 +43,33 @@ def load_objective(spec: SweepSpec) -> Callable[[TrialContext], Any]:
 
 
 def _raise_interrupted(signum: int, frame: FrameType | None) -> None:
+    _exit_by_deadline(signum)
     raise Interrupted(signum)
+
+
+_deadline_armed = threading.Event()
+
+
+def _exit_by_deadline(signum: int) -> None:
+    """After SIGTERM the pod has ``terminationGracePeriodSeconds`` before SIGKILL: the runner
+    fails its trial (resumable) in that time, and if that hangs (a database that is down) it
+    exits on its own shortly before the kill, with the signal's exit code."""
+    if _deadline_armed.is_set():
+        return
+    _deadline_armed.set()
+    grace = protocol.env_float(os.environ, protocol.ENV_TERMINATION_GRACE_PERIOD,
+                               protocol.DEFAULT_TERMINATION_GRACE_PERIOD_S)
+    deadline = max(0.5, grace - min(5.0, grace * 0.2))
+
+    def expire() -> None:
+        logger.error("still stopping %.0fs after %s; exiting before the grace period ends",
+                     deadline, signal.Signals(signum).name)
+        logging.shutdown()
+        os._exit(protocol.EXIT_SIGNAL_BASE + signum)
+
+    timer = threading.Timer(deadline, expire)
+    timer.daemon = True
+    timer.start()
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -29,6 +29,7 @@ from sweeper.spec.model import (
     Scalar,
     SweepSpec,
     TrialSpec,
+    Volume,
 )
 from sweeper.spec.registry import PRUNERS
 
@@ -50,6 +51,7 @@ __all__ = [
     "Scalar",
     "SweepSpec",
     "TrialSpec",
+    "Volume",
     "command_placeholders",
     "load_spec",
     "parse_duration",

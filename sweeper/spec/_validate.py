@@ -12,17 +12,15 @@ import re
 import string
 import warnings
 from collections.abc import Mapping
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from sweeper.errors import SpecError
-from sweeper.protocol import RESERVED_ENV
 from sweeper.spec import registry
+from sweeper.spec._kubernetes import kubernetes
 from sweeper.spec._parameters import parameters
 from sweeper.spec._primitives import (
     ENTRYPOINT_RE,
-    ENV_NAME_RE,
     NAME_RE,
     PARAM_RE,
     QUANTITY_RE,
@@ -42,7 +40,6 @@ from sweeper.spec.model import (
     METHODS,
     STORAGE_SCHEMES,
     ArtifactsSpec,
-    KubernetesSpec,
     Objective,
     Parameter,
     Pruner,
@@ -55,10 +52,6 @@ _TOP_KEYS = ("name", "description", "method", "objective", "trials", "parallelis
              "sampler", "pruner", "storage", "trial", "parameters", "kubernetes", "artifacts")
 _TRIAL_KEYS = ("entrypoint", "command", "fixed", "retries", "timeout", "resources")
 _RESOURCE_KEYS = ("gpu", "cpu", "memory")
-_K8S_KEYS = ("image", "image_pull_policy", "namespace", "storage_secret", "storage_secret_key",
-             "service_account", "node_selector", "tolerations", "image_pull_secrets", "env",
-             "indexes_per_pod", "active_deadline", "ttl_after_finished")
-_TOLERATION_KEYS = ("key", "operator", "value", "effect", "tolerationSeconds")
 _ARTIFACT_KEYS = ("store", "path", "bucket", "prefix", "endpoint_url", "region",
                   "credentials_secret")
 _CREDENTIAL_KEYS = ("access_key", "secret_key", "access_key_id", "secret_access_key",
@@ -84,18 +77,25 @@ def load_spec(path: str | Path) -> SweepSpec:
 
 def parse_spec(text: str, source: str = "<spec>") -> SweepSpec:
     data, doc = _load_yaml(text, source)
-    return _Validator(doc).spec(data)
+    return _Validator(doc, deep=True).spec(data)
 
 
 def parse_spec_dict(data: Mapping[str, Any], source: str = "<spec>") -> SweepSpec:
-    """Validate an already-parsed mapping (the sweep record stored on the study)."""
-    return _Validator(_Doc(source, {})).spec(data)
+    """Validate an already-parsed mapping (the sweep record stored on the study, or the spec
+    file a pod reads). Pass-through Kubernetes objects were checked when the record was
+    written, and are not again: the trial runner never imports the kubernetes client."""
+    return _Validator(_Doc(source, {}), deep=False).spec(data)
 
 
 # --------------------------------------------------------------------------- sections
 
 
 class _Validator(Checks):
+    def __init__(self, doc: _Doc, *, deep: bool) -> None:
+        super().__init__(doc)
+        #: Check pass-through Kubernetes objects against the client's models.
+        self.deep = deep
+
     def spec(self, data: Any) -> SweepSpec:
         m = self.mapping(data, (), _TOP_KEYS)
         name = self.name(self.require(m, "name", ()), ("name",))
@@ -116,7 +116,7 @@ class _Validator(Checks):
         description = m.get("description")
         if description is not None:
             description = self.string(description, ("description",))
-        kube = self.kubernetes(m.get("kubernetes"), ("kubernetes",))
+        kube = kubernetes(self, m.get("kubernetes"), ("kubernetes",), deep=self.deep)
         artifacts = self.artifacts(m.get("artifacts"), ("artifacts",))
         return SweepSpec(
             name=name, method=method, objectives=objectives,  # type: ignore[arg-type]
@@ -333,88 +333,6 @@ class _Validator(Checks):
             raise self.err(path, f"unsupported storage URL scheme {scheme or url!r}; use "
                                  "sqlite:///path.db or postgresql://user:password@host/db")
         return url
-
-    # ---- kubernetes
-
-    def kubernetes(self, value: Any, path: Path_) -> KubernetesSpec:
-        if value is None:
-            return KubernetesSpec()
-        m = self.mapping(value, path, _K8S_KEYS)
-        kw = self.k8s_names(m, path)
-        if "node_selector" in m:
-            ns = self.mapping(m["node_selector"], (*path, "node_selector"))
-            kw["node_selector"] = {str(k): self.string(str(v) if isinstance(v, (int, float))
-                                                       else v, (*path, "node_selector", k))
-                                   for k, v in ns.items()}
-        if "tolerations" in m:
-            tols = m["tolerations"]
-            if not isinstance(tols, list):
-                raise self.err((*path, "tolerations"), f"expected a list, got {kind_of(tols)}")
-            kw["tolerations"] = tuple(self.toleration(t, (*path, "tolerations", i))
-                                      for i, t in enumerate(tols))
-        if "image_pull_secrets" in m:
-            ips = m["image_pull_secrets"]
-            if not isinstance(ips, list):
-                raise self.err((*path, "image_pull_secrets"), "expected a list of secret names, "
-                                                              f"got {kind_of(ips)}")
-            kw["image_pull_secrets"] = tuple(self.string(s, (*path, "image_pull_secrets", i))
-                                             for i, s in enumerate(ips))
-        if "env" in m:
-            kw["env"] = self.env(m["env"], (*path, "env"))
-        if "indexes_per_pod" in m:
-            kw["indexes_per_pod"] = self.integer(m["indexes_per_pod"], (*path, "indexes_per_pod"),
-                                                 1)
-        for key in ("active_deadline", "ttl_after_finished"):
-            if key in m:
-                kw[key] = self.duration(m[key], (*path, key))
-        return replace(KubernetesSpec(), **kw)
-
-    def k8s_names(self, m: Mapping[str, Any], path: Path_) -> dict[str, Any]:
-        """The string settings: image, pull policy and the names of Kubernetes objects."""
-        kw: dict[str, Any] = {}
-        for key in ("image", "image_pull_policy", "namespace", "storage_secret",
-                    "storage_secret_key", "service_account"):
-            if key in m:
-                kw[key] = self.string(m[key], (*path, key))
-        if "image_pull_policy" in kw:
-            self.choice(kw["image_pull_policy"], (*path, "image_pull_policy"),
-                        ("Always", "IfNotPresent", "Never"))
-        for key in ("namespace", "storage_secret", "service_account"):
-            if key in kw and not NAME_RE.match(kw[key]):
-                raise self.err((*path, key), f"{kw[key]!r} is not a valid Kubernetes name")
-        return kw
-
-    def env(self, value: Any, path: Path_) -> dict[str, str]:
-        env = self.mapping(value, path)
-        out = {}
-        for k, v in env.items():
-            if not ENV_NAME_RE.match(k):
-                raise self.err((*path, k), f"{k!r} is not a valid env var name")
-            if k in RESERVED_ENV:
-                raise self.err((*path, k), f"{k} is set by sweeper itself")
-            if isinstance(v, (dict, list)) or v is None:
-                raise self.err((*path, k), f"expected a string, got {kind_of(v)}")
-            out[k] = str(v).lower() if isinstance(v, bool) else str(v)
-        return out
-
-    def toleration(self, value: Any, path: Path_) -> dict[str, Any]:
-        t = self.plain(self.mapping(value, path, _TOLERATION_KEYS), path)
-        for key in ("key", "value"):
-            if key in t:
-                self.string(t[key], (*path, key))
-        operator = self.choice(t.get("operator", "Equal"), (*path, "operator"),
-                               ("Equal", "Exists"))
-        if operator == "Exists" and t.get("value"):
-            raise self.err((*path, "value"), "a toleration with operator Exists takes no value")
-        if "effect" in t:
-            self.choice(t["effect"], (*path, "effect"),
-                        ("NoSchedule", "PreferNoSchedule", "NoExecute"))
-        if "tolerationSeconds" in t:
-            self.integer(t["tolerationSeconds"], (*path, "tolerationSeconds"))
-            if t.get("effect") != "NoExecute":
-                raise self.err((*path, "tolerationSeconds"), "tolerationSeconds applies to "
-                                                              "effect NoExecute only")
-        return t
 
     # ---- artifacts
 

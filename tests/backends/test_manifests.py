@@ -107,12 +107,18 @@ def test_restricted_security_context(path: Path) -> None:
     assert sc["allowPrivilegeEscalation"] is False
     assert sc["readOnlyRootFilesystem"] is True
     assert sc["capabilities"] == {"drop": ["ALL"]}
-    # The only writable place is the emptyDir that HOME, TMPDIR and checkpoints point at.
-    assert pod["volumes"] == [{"name": "scratch", "emptyDir": {}}]
-    assert _container(job)["volumeMounts"] == [{"name": "scratch", "mountPath": m.SCRATCH}]
+    # The writable places: the sized emptyDir that HOME, TMPDIR and checkpoints point at, and
+    # /dev/shm in memory (DataLoader workers need more than the runtime's 64 MiB).
+    assert pod["volumes"] == [{"name": "scratch", "emptyDir": {"sizeLimit": "10Gi"}},
+                              {"name": "dshm", "emptyDir": {"medium": "Memory",
+                                                            "sizeLimit": "1Gi"}}]
+    assert _container(job)["volumeMounts"] == [{"name": "scratch", "mountPath": m.SCRATCH},
+                                               {"name": "dshm", "mountPath": "/dev/shm"}]
     resources = _container(job)["resources"]
-    assert set(resources["requests"]) >= {"cpu", "memory"}
-    assert set(resources["limits"]) >= {"cpu", "memory"}
+    assert set(resources["requests"]) == {"cpu", "memory", "ephemeral-storage"}
+    assert resources["requests"]["ephemeral-storage"] == "10Gi"
+    # A CPU request and no CPU limit (no throttled data loading); memory is limited.
+    assert set(resources["limits"]) >= {"memory"} and "cpu" not in resources["limits"]
 
 
 def test_labels_on_job_and_pods() -> None:
@@ -134,14 +140,14 @@ def test_gpu_limits_and_toleration() -> None:
     job = m.render_job(grid)
     resources = _container(job)["resources"]
     assert resources["limits"]["nvidia.com/gpu"] == 1
-    assert resources["requests"] == {"cpu": "2", "memory": "4Gi"}
+    assert resources["requests"] == {"cpu": "2", "memory": "4Gi", "ephemeral-storage": "10Gi"}
     assert job["spec"]["template"]["spec"]["tolerations"] == [
         {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
     cpu_only = m.render_job(_spec())
     assert "nvidia.com/gpu" not in _container(cpu_only)["resources"]["limits"]
     assert "tolerations" not in cpu_only["spec"]["template"]["spec"]
-    assert _container(cpu_only)["resources"]["requests"] == {"cpu": m.DEFAULT_CPU,
-                                                             "memory": m.DEFAULT_MEMORY}
+    assert _container(cpu_only)["resources"]["requests"] == {
+        "cpu": m.DEFAULT_CPU, "memory": m.DEFAULT_MEMORY, "ephemeral-storage": "10Gi"}
 
 
 def test_failure_policy_matches_the_runner_exit_codes() -> None:
