@@ -16,10 +16,9 @@ from typing import Any
 import optuna
 
 from sweeper.protocol import DEVICE_ATTR, HISTORY_ATTR, RESUMED_ATTR
+from trial_runner.checkpoints import CHECKPOINT_FILE, META_FILE, CheckpointMirror, write_atomically
 
 logger = logging.getLogger(__name__)
-
-_CHECKPOINT = "checkpoint.pt"
 
 
 def detect_device() -> str:
@@ -54,6 +53,8 @@ class TrialContext:
     resumed_from_step: int | None = None
     #: Returns the sweep's artifact store (built lazily: only trials that save files pay for it).
     artifact_store_factory: Callable[[], Any] | None = None
+    #: The durable copy of this index's checkpoint (S3 artifacts), updated on every save.
+    checkpoint_mirror: CheckpointMirror | None = None
 
     # ---- hardware
 
@@ -143,10 +144,11 @@ class TrialContext:
 
     def save_checkpoint(self, state: Any, step: int) -> Path:
         """Atomically write ``state`` (anything torch.save or pickle can write) as the latest
-        checkpoint of this index, tagged with ``step``."""
+        checkpoint of this index, tagged with ``step``; with S3 artifacts, also upload it
+        there before returning, so a retry in another pod resumes from it."""
         self.checkpoint_dir.mkdir(parents=True, exist_ok=True)
-        path = self.checkpoint_dir / _CHECKPOINT
-        tmp = path.with_suffix(f".tmp{os.getpid()}")
+        path = self.checkpoint_dir / CHECKPOINT_FILE
+        tmp = path.with_name(f".{CHECKPOINT_FILE}.part{os.getpid()}")
         payload = {"step": step, "trial_number": self.trial_number, "state": state}
         if "torch" in sys.modules:
             import torch
@@ -156,14 +158,16 @@ class TrialContext:
             with open(tmp, "wb") as f:
                 pickle.dump(payload, f)
         os.replace(tmp, path)
-        (self.checkpoint_dir / "checkpoint.json").write_text(
-            json.dumps({"step": step, "trial_number": self.trial_number}))
+        write_atomically(self.checkpoint_dir / META_FILE, json.dumps(
+            {"step": step, "trial_number": self.trial_number, "attempt": self.attempt}).encode())
+        if self.checkpoint_mirror is not None:
+            self.checkpoint_mirror.push(self.checkpoint_dir)
         return path
 
     def load_checkpoint(self) -> tuple[Any, int] | None:
         """(state, step) of the latest checkpoint a previous attempt of this index saved,
         or None. Records the step on the trial so the resume is visible."""
-        path = self.checkpoint_dir / _CHECKPOINT
+        path = self.checkpoint_dir / CHECKPOINT_FILE
         if not path.exists():
             return None
         try:

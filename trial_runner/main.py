@@ -6,6 +6,7 @@ Configuration comes from the environment, never argv (the storage URL holds a pa
   JOB_ID            the index (fallback JOB_COMPLETION_INDEX, set by Indexed Jobs)
   SWEEPER_INDEXES_PER_POD  a pod works through indexes JOB_ID*N .. JOB_ID*N+N-1 in turn
   SWEEPER_INDEX_MAP comma-separated indexes: JOB_ID k runs the k-th (sparse resume Jobs)
+  SWEEPER_SPEC_FILE the normalised spec (the ConfigMap NAME-spec): creates the sweep if absent
 ``--serve`` is the local backend's long-lived worker: it reads indexes from a pipe and runs
 them one after another, so many short trials pay Python + torch start-up once per worker.
 """
@@ -26,9 +27,10 @@ from sweeper import protocol
 from sweeper.entrypoint import load_entrypoint
 from sweeper.errors import SpecError, StorageError
 from sweeper.spec import SweepSpec
-from sweeper.study import Sweep, load_sweep, open_storage
+from sweeper.study import Sweep, open_storage
 from trial_runner.context import TrialContext
 from trial_runner.runner import Interrupted, Outcome, RunnerSettings, run_index
+from trial_runner.startup import open_sweep
 
 logger = logging.getLogger("trial_runner")
 
@@ -100,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
         logger.error("%s", e)
         return protocol.EXIT_RETRY  # the database may come back; the Job retries the pod
     try:
-        sweep = load_sweep(storage, name)
+        sweep = open_sweep(storage, name, os.environ)
         objective = load_objective(sweep.spec)
     except (SpecError, StorageError) as e:
         logger.error("%s", e)

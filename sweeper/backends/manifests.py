@@ -10,6 +10,7 @@ the annotation ``sweeper.dev/index-map`` so ``sweeper logs`` and ``status`` can 
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import math
 import re
@@ -26,7 +27,10 @@ from sweeper.backends.pod import (  # re-exported: the names other modules know 
     RUNNER_COMMAND,
     S3_CREDENTIAL_KEYS,
     SCRATCH,
+    SPEC_DIR,
+    SPEC_KEY,
     pod_template,
+    spec_configmap_name,
 )
 from sweeper.errors import SpecError
 from sweeper.spec import SweepSpec
@@ -148,8 +152,32 @@ def render_job(spec: SweepSpec, indexes: Sequence[int] | None = None, *, launch:
 
 def render(spec: SweepSpec, indexes: Sequence[int] | None = None, *, launch: int = 0
            ) -> list[dict[str, Any]]:
-    """Every object a launch submits (today: the one Job)."""
-    return [render_job(spec, indexes, launch=launch)]
+    """Every object a launch submits: the ConfigMap with the normalised spec (every pod
+    mounts it), then the Job. Applied on their own (GitOps, no ``sweeper run``), the first
+    runner creates the sweep from the spec."""
+    return [render_spec_configmap(spec), render_job(spec, indexes, launch=launch)]
+
+
+def render_spec_configmap(spec: SweepSpec) -> dict[str, Any]:
+    """ConfigMap ``NAME-spec``: the normalised spec as JSON (no storage URL, no secrets: the
+    spec holds none), what a runner that finds no sweep creates it from."""
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": spec_configmap_name(spec.name),
+                     "namespace": spec.kubernetes.namespace,
+                     "labels": labels(spec.name)},
+        "data": {SPEC_KEY: json.dumps(spec.to_dict(), indent=1) + "\n"},
+    }
+
+
+def checkpoint_warning(spec: SweepSpec) -> str | None:
+    """Why checkpoints of this sweep would not survive a replaced pod (None: they would)."""
+    if spec.artifacts.store == "s3" or spec.kubernetes.checkpoint_volume:
+        return None
+    return (f"checkpoints go to the pod's {SCRATCH}, which is gone when a pod is replaced "
+            "(preemption, OOM kill, node loss): a retry then starts from step 0; set "
+            "artifacts.store: s3 or kubernetes.checkpoint_volume to keep them")
 
 
 def _pod_failure_policy() -> dict[str, Any]:
@@ -170,6 +198,7 @@ def _pod_failure_policy() -> dict[str, Any]:
 
 __all__ = ["COMPLETION_INDEX", "CONTAINER_NAME", "DEFAULT_CPU", "DEFAULT_MEMORY",
            "INDEXES_PER_POD_ANNOTATION", "INDEX_MAP_ANNOTATION", "LAUNCH_ANNOTATION",
-           "RUNNER_COMMAND", "RUN_AS", "S3_CREDENTIAL_KEYS", "SCRATCH", "SWEEP_LABEL",
-           "index_map", "job_name", "labels", "launch_of", "render", "render_job", "selector",
-           "with_kubernetes"]
+           "RUNNER_COMMAND", "RUN_AS", "S3_CREDENTIAL_KEYS", "SCRATCH", "SPEC_DIR", "SPEC_KEY",
+           "SWEEP_LABEL", "checkpoint_warning", "index_map", "job_name", "labels",
+           "launch_of", "render", "render_job", "render_spec_configmap", "selector",
+           "spec_configmap_name", "with_kubernetes"]

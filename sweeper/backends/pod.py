@@ -25,6 +25,9 @@ CONTAINER_NAME = "trial"
 RUNNER_COMMAND = ("python", "-m", "trial_runner")
 SCRATCH = "/scratch"
 SHM = "/dev/shm"
+#: Where the ConfigMap NAME-spec (the normalised spec) is mounted, and its key.
+SPEC_DIR = "/etc/sweeper"
+SPEC_KEY = "spec.json"
 #: The image's unprivileged user (Dockerfile: useradd --uid 10001).
 RUN_AS = 10001
 DEFAULT_CPU = "1"
@@ -42,6 +45,10 @@ def gpu_toleration(resource: str) -> dict[str, Any]:
     return {"key": resource, "operator": "Exists", "effect": "NoSchedule"}
 
 
+def spec_configmap_name(sweep_name: str) -> str:
+    return f"{sweep_name}-spec"
+
+
 def pod_template(spec: SweepSpec, mapping: list[int] | None, labels: Mapping[str, str]
                  ) -> dict[str, Any]:
     """The Job's ``spec.template``: the rendered pod with ``kubernetes.pod_template`` merged
@@ -56,7 +63,7 @@ def pod_template(spec: SweepSpec, mapping: list[int] | None, labels: Mapping[str
             "runAsNonRoot": True, "runAsUser": RUN_AS, "runAsGroup": RUN_AS, "fsGroup": RUN_AS,
             "seccompProfile": {"type": "RuntimeDefault"}},
         "containers": [_container(spec, mapping)],
-        "volumes": _volumes(k),
+        "volumes": _volumes(spec),
     }
     if k.termination_grace_period is not None:
         pod["terminationGracePeriodSeconds"] = math.ceil(k.termination_grace_period)
@@ -108,8 +115,11 @@ def _dotted(prefix: str, path: tuple[str | int, ...]) -> str:
 # --------------------------------------------------------------------------- volumes
 
 
-def _volumes(k: KubernetesSpec) -> list[dict[str, Any]]:
-    out: list[dict[str, Any]] = [{"name": "scratch", "emptyDir": {"sizeLimit": k.scratch_size}}]
+def _volumes(spec: SweepSpec) -> list[dict[str, Any]]:
+    k = spec.kubernetes
+    out: list[dict[str, Any]] = [
+        {"name": "scratch", "emptyDir": {"sizeLimit": k.scratch_size}},
+        {"name": "sweeper-spec", "configMap": {"name": spec_configmap_name(spec.name)}}]
     if k.shm_size != "0":
         out.append({"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": k.shm_size}})
     out += [volume_source(v) for v in k.volumes]
@@ -133,7 +143,9 @@ def volume_source(v: Volume) -> dict[str, Any]:
 
 
 def _mounts(k: KubernetesSpec) -> list[dict[str, Any]]:
-    out: list[dict[str, Any]] = [{"name": "scratch", "mountPath": SCRATCH}]
+    out: list[dict[str, Any]] = [{"name": "scratch", "mountPath": SCRATCH},
+                                 {"name": "sweeper-spec", "mountPath": SPEC_DIR,
+                                  "readOnly": True}]
     if k.shm_size != "0":
         out.append({"name": "dshm", "mountPath": SHM})
     for v in k.volumes:
@@ -187,6 +199,7 @@ def _env(spec: SweepSpec, k: KubernetesSpec, mapping: list[int] | None) -> list[
         {"name": protocol.ENV_JOB_ID, "valueFrom": {"fieldRef": {
             "fieldPath": f"metadata.annotations['{COMPLETION_INDEX}']"}}},
         {"name": protocol.ENV_CHECKPOINT_DIR, "value": checkpoint_dir(k)},
+        {"name": protocol.ENV_SPEC_FILE, "value": f"{SPEC_DIR}/{SPEC_KEY}"},
     ]
     a = spec.artifacts
     if a.store == "s3" and a.credentials_secret:

@@ -88,12 +88,17 @@ def _ranges(spec: Any) -> str:
 def render(spec_file: str, parallelism: int | None, image: str | None, namespace: str | None,
            storage_secret: str | None) -> None:
     """Print the Kubernetes objects `run --backend kubernetes` submits, as YAML (no storage,
-    no cluster: for kubectl apply -f - or GitOps)."""
+    no cluster): the ConfigMap NAME-spec and the Job. Applied on their own (kubectl apply -f -,
+    GitOps), the first trial runner creates the sweep from the spec."""
     import yaml
 
+    from sweeper.backends.manifests import checkpoint_warning, with_kubernetes
     from sweeper.backends.manifests import render as render_objects
-    from sweeper.backends.manifests import with_kubernetes
 
     spec = _load(spec_file, check_entrypoint=False).with_overrides(parallelism=parallelism)
     spec = with_kubernetes(spec, image=image, namespace=namespace, storage_secret=storage_secret)
-    click.echo(yaml.safe_dump_all(render_objects(spec), sort_keys=False), nl=False)
+    objects = render_objects(spec)
+    warning = checkpoint_warning(spec)
+    if warning:
+        click.echo(f"warning: {warning}", err=True)
+    click.echo(yaml.safe_dump_all(objects, sort_keys=False), nl=False)

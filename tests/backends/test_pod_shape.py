@@ -164,8 +164,9 @@ def test_defaults_shm_on_no_cpu_limit_amd_gpu() -> None:
 def test_shm_size_zero_turns_dev_shm_off() -> None:
     job = m.render_job(_spec("\n  shm_size: 0"))
     assert validate_k8s_objects([job]) == []
-    assert [v["name"] for v in _pod(job)["volumes"]] == ["scratch"]
-    assert [v["mountPath"] for v in _trial(job)["volumeMounts"]] == ["/scratch"]
+    assert [v["name"] for v in _pod(job)["volumes"]] == ["scratch", "sweeper-spec"]
+    assert [v["mountPath"] for v in _trial(job)["volumeMounts"]] == ["/scratch",
+                                                                     "/etc/sweeper"]
 
 
 def test_pod_template_merges_strategically_and_is_schema_checked() -> None:
@@ -213,8 +214,9 @@ def test_pod_template_merges_strategically_and_is_schema_checked() -> None:
     assert trial["resources"]["limits"]["cpu"] == 8
     assert trial["resources"]["limits"]["memory"] == "16Gi"  # merged, not replaced
     assert trial["resources"]["requests"]["cpu"] == "4"
-    assert [v["mountPath"] for v in trial["volumeMounts"]] == ["/scratch", "/extra"]
-    assert [v["name"] for v in pod["volumes"]] == ["scratch", "extra"]
+    assert [v["mountPath"] for v in trial["volumeMounts"]] == ["/scratch", "/etc/sweeper",
+                                                               "/extra"]
+    assert [v["name"] for v in pod["volumes"]] == ["scratch", "sweeper-spec", "extra"]
     assert "enableServiceLinks" not in pod  # null deletes
     assert pod["securityContext"]["runAsNonRoot"] is True
 
@@ -230,7 +232,7 @@ def test_pod_template_merges_strategically_and_is_schema_checked() -> None:
      "kubernetes.pod_template.spec.containers[0].volumeMounts[0]",
      "each element of volumeMounts needs its merge key 'mountPath'"),
     ("{spec: {volumes: [{name: shared, nfs: {server: nfs.internal}}]}}",
-     "kubernetes.pod_template.spec.volumes[2].nfs",
+     "kubernetes.pod_template.spec.volumes[3].nfs",
      "the pod template merged with it is invalid: missing required field 'path' of "
      "NFSVolumeSource"),
     ("{spec: {affinity: {$patch: remove}}}", "kubernetes.pod_template.spec.affinity.$patch",

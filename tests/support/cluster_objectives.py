@@ -19,3 +19,27 @@ def stubborn(ctx: TrialContext) -> float:
             time.sleep(0.1)
         except BaseException:  # noqa: BLE001 - the point: user code that ignores SIGTERM
             continue
+
+
+def resumable(ctx: TrialContext) -> float:
+    """``steps`` steps of ``delay`` seconds, a checkpoint after each, resuming from the last
+    one; the first attempt of each index raises after step ``fail_at`` (if given). Each saved
+    step leaves ``saved-INDEX-ATTEMPT-STEP`` in $MARKER_DIR (when set)."""
+    steps, delay = int(ctx.params.get("steps", 6)), float(ctx.params.get("delay", 0.0))
+    fail_at = ctx.params.get("fail_at")
+    start = 0
+    resumed = ctx.load_checkpoint()
+    if resumed is not None:
+        state, step = resumed
+        assert state == {"step": step}, state
+        start = step + 1
+    ctx.set("start_step", start)
+    for step in range(start, steps):
+        time.sleep(delay)
+        ctx.report(step, loss=float(steps - step))
+        ctx.save_checkpoint({"step": step}, step=step)
+        if os.environ.get("MARKER_DIR"):
+            Path(os.environ["MARKER_DIR"], f"saved-{ctx.index}-{ctx.attempt}-{step}").touch()
+        if fail_at is not None and step == int(fail_at) and ctx.attempt == 0:
+            raise RuntimeError(f"the first attempt fails after step {step}")
+    return float(steps - start)
