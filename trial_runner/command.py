@@ -122,6 +122,9 @@ def run_command(ctx: TrialContext, template: Sequence[str], timeout_s: float | N
         protocol.ENV_TRIAL_NUMBER: str(ctx.trial_number),
         protocol.ENV_CHECKPOINT_DIR: str(ctx.checkpoint_dir), "PYTHONUNBUFFERED": "1",
     })
+    data = ctx.data_dir
+    if data is not None:
+        env[protocol.ENV_DATA_DIR] = str(data)
     ctx.checkpoint_dir.mkdir(parents=True, exist_ok=True)
     try:
         proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,

@@ -55,6 +55,16 @@ class TrialContext:
     artifact_store_factory: Callable[[], Any] | None = None
     #: The durable copy of this index's checkpoint (S3 artifacts), updated on every save.
     checkpoint_mirror: CheckpointMirror | None = None
+    #: Returns the dataset's directory (syncing it on first use); None: no ``data:``.
+    data_factory: Callable[[], Path | None] | None = None
+
+    # ---- data
+
+    @property
+    def data_dir(self) -> Path | None:
+        """The sweep's dataset (spec ``data:``): a mounted directory, or an S3 prefix synced
+        once per pod (once per machine locally). None when the spec has no ``data:``."""
+        return self.data_factory() if self.data_factory is not None else None
 
     # ---- hardware
 

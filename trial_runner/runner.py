@@ -47,6 +47,7 @@ from sweeper.study import (
 from sweeper.study._optuna_compat import storage_of, tell
 from trial_runner.checkpoints import CheckpointMirror
 from trial_runner.context import InvalidResult, TrialContext, TrialTimeout, objective_values
+from trial_runner.data import DataError, data_dir
 from trial_runner.provenance import process_code_version
 
 logger = logging.getLogger(__name__)
@@ -208,7 +209,8 @@ def _run_trial(sweep: Sweep, study: optuna.Study, index: int, trial_id: int, num
             attempt=attempt, trial=trial, objective_metrics=metrics,
             checkpoint_dir=settings.checkpoint_root / spec.name / f"index-{index}",
             artifact_store_factory=lambda: cached_artifact_store(spec.artifacts, storage.url),
-            checkpoint_mirror=mirror)
+            checkpoint_mirror=mirror,
+            data_factory=(lambda: data_dir(spec.data)) if spec.data.configured else None)
         logger.info("index %d: trial #%d attempt %d %s", index, number, attempt, params)
         if mirror is not None and attempt > 0:
             try:
@@ -222,6 +224,9 @@ def _run_trial(sweep: Sweep, study: optuna.Study, index: int, trial_id: int, num
             return _finish_pruned(study, trial_id, index, number)
         except TrialTimeout as e:
             return _fail(storage, index, trial_id, number, str(e), protocol.EXIT_NO_RETRY)
+        except DataError as e:  # a missing bucket fails every trial: stop, say why
+            return _fail(storage, index, trial_id, number, str(e),
+                         protocol.EXIT_RETRY if e.retryable else protocol.EXIT_CONFIG)
         if result is None and ctx.should_prune():
             return _finish_pruned(study, trial_id, index, number)
         try:

@@ -201,17 +201,39 @@ def _env(spec: SweepSpec, k: KubernetesSpec, mapping: list[int] | None) -> list[
         {"name": protocol.ENV_CHECKPOINT_DIR, "value": checkpoint_dir(k)},
         {"name": protocol.ENV_SPEC_FILE, "value": f"{SPEC_DIR}/{SPEC_KEY}"},
     ]
+    env += _data_env(spec)
     a = spec.artifacts
-    if a.store == "s3" and a.credentials_secret:
+    secret = (a.credentials_secret if a.store == "s3" else None) or spec.data.credentials_secret
+    if secret:
         # The S3 client reads its keys from the environment; they live in the user's Secret.
         env += [{"name": key, "valueFrom": {"secretKeyRef": {
-            "name": a.credentials_secret, "key": key}}} for key in S3_CREDENTIAL_KEYS]
+            "name": secret, "key": key}}} for key in S3_CREDENTIAL_KEYS]
     if k.indexes_per_pod > 1:
         env.append({"name": protocol.ENV_INDEXES_PER_POD, "value": str(k.indexes_per_pod)})
     if mapping is not None:
         env.append({"name": protocol.ENV_INDEX_MAP,
                     "value": protocol.encode_index_map(mapping)})
     return env
+
+
+def _data_env(spec: SweepSpec) -> list[dict[str, Any]]:
+    """``data.path`` must be inside a read-only volume of the pod; an S3 dataset is synced
+    into the pod's scratch (once per pod: the indexes a pod runs share it)."""
+    d = spec.data
+    if d.path is not None:
+        vol = next((v for v in spec.kubernetes.volumes
+                    if d.path == v.mount_path or d.path.startswith(v.mount_path + "/")), None)
+        if vol is None:
+            raise SpecError(f"{d.path} is in no volume of kubernetes.volumes: mount the dataset "
+                            "(e.g. a pvc with read_only: true) at it or above it",
+                            source=spec.source, field="data.path")
+        if not (vol.read_only or vol.kind in ("config_map", "secret")):
+            raise SpecError(f"the dataset's volume {vol.name!r} must be read_only: true (every "
+                            "trial reads it at once)", source=spec.source, field="data.path")
+        return [{"name": protocol.ENV_DATA_DIR, "value": d.path}]
+    if d.bucket is not None:
+        return [{"name": protocol.ENV_DATA_CACHE, "value": f"{SCRATCH}/sweeper-data"}]
+    return []
 
 
 def _threads(spec: SweepSpec) -> int:

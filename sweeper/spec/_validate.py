@@ -17,9 +17,11 @@ from typing import Any
 
 from sweeper.errors import SpecError
 from sweeper.spec import registry
+from sweeper.spec._data import data_section
 from sweeper.spec._kubernetes import kubernetes
 from sweeper.spec._parameters import parameters
 from sweeper.spec._primitives import (
+    BUCKET_RE,
     ENTRYPOINT_RE,
     NAME_RE,
     PARAM_RE,
@@ -49,7 +51,8 @@ from sweeper.spec.model import (
 )
 
 _TOP_KEYS = ("name", "description", "method", "objective", "trials", "parallelism", "seed",
-             "sampler", "pruner", "storage", "trial", "parameters", "kubernetes", "artifacts")
+             "sampler", "pruner", "storage", "trial", "parameters", "kubernetes", "artifacts",
+             "data")
 _TRIAL_KEYS = ("entrypoint", "command", "fixed", "retries", "timeout", "resources")
 _RESOURCE_KEYS = ("gpu", "cpu", "memory")
 _ARTIFACT_KEYS = ("store", "path", "bucket", "prefix", "endpoint_url", "region",
@@ -57,7 +60,6 @@ _ARTIFACT_KEYS = ("store", "path", "bucket", "prefix", "endpoint_url", "region",
 _CREDENTIAL_KEYS = ("access_key", "secret_key", "access_key_id", "secret_access_key",
                     "aws_access_key_id", "aws_secret_access_key", "session_token",
                     "aws_session_token", "password", "token", "credentials")
-_BUCKET_RE = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
 
 
 # --------------------------------------------------------------------------- public API
@@ -118,11 +120,12 @@ class _Validator(Checks):
             description = self.string(description, ("description",))
         kube = kubernetes(self, m.get("kubernetes"), ("kubernetes",), deep=self.deep)
         artifacts = self.artifacts(m.get("artifacts"), ("artifacts",))
+        dataset = data_section(self, m.get("data"), ("data",), artifacts)
         return SweepSpec(
             name=name, method=method, objectives=objectives,  # type: ignore[arg-type]
             trials=trials, parameters=params, trial=trial, parallelism=parallelism, seed=seed,
             sampler=sampler, pruner=pruner, storage=storage, description=description,
-            kubernetes=kube, artifacts=artifacts, source=self.doc.source)
+            kubernetes=kube, artifacts=artifacts, data=dataset, source=self.doc.source)
 
     def name(self, value: Any, path: Path_) -> str:
         name = self.string(value, path)
@@ -339,13 +342,7 @@ class _Validator(Checks):
     def artifacts(self, value: Any, path: Path_) -> ArtifactsSpec:
         if value is None:
             return ArtifactsSpec()
-        if isinstance(value, dict):
-            for key in value:
-                if str(key).lower() in _CREDENTIAL_KEYS:
-                    raise self.err((*path, key), "credentials never go in the spec: set "
-                                   "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY in the "
-                                   "environment (in Kubernetes, a Secret named by "
-                                   "artifacts.credentials_secret)")
+        self.no_credentials(value, path, "artifacts.credentials_secret")
         m = self.mapping(value, path, _ARTIFACT_KEYS)
         store = self.choice(m.get("store", "filesystem"), (*path, "store"), ARTIFACT_STORES)
         only = {"filesystem": ("store", "path"),
@@ -361,9 +358,18 @@ class _Validator(Checks):
             return ArtifactsSpec(store="filesystem", path=fs_path)
         return self.s3(m, path)
 
+    def no_credentials(self, value: Any, path: Path_, secret_key: str) -> None:
+        if isinstance(value, dict):
+            for key in value:
+                if str(key).lower() in _CREDENTIAL_KEYS:
+                    raise self.err((*path, key), "credentials never go in the spec: set "
+                                   "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY in the "
+                                   "environment (in Kubernetes, a Secret named by "
+                                   f"{secret_key})")
+
     def s3(self, m: Mapping[str, Any], path: Path_) -> ArtifactsSpec:
         bucket = self.string(self.require(m, "bucket", path), (*path, "bucket"))
-        if not _BUCKET_RE.match(bucket) or ".." in bucket:
+        if not BUCKET_RE.match(bucket) or ".." in bucket:
             raise self.err((*path, "bucket"), f"{bucket!r} is not a valid bucket name (3-63 "
                                               "lowercase letters, digits, '.' and '-')")
         prefix = m.get("prefix")

@@ -176,6 +176,33 @@ class ArtifactsSpec:
 
 
 @dataclass(frozen=True)
+class DataSpec:
+    """The dataset every trial reads, as ``ctx.data_dir`` (``$SWEEPER_DATA_DIR``): a directory
+    (``path``; on Kubernetes inside a read-only volume of ``kubernetes.volumes``), or an S3 /
+    MinIO prefix synced once per pod (once per machine locally) into a cache directory.
+    Endpoint, region and credentials work as for artifacts (and default to theirs). Not part
+    of the spec hash: where the data lives does not change what the trials are."""
+
+    path: str | None = None
+    bucket: str | None = None
+    prefix: str = ""
+    endpoint_url: str | None = None
+    region: str | None = None
+    credentials_secret: str | None = None
+
+    @property
+    def configured(self) -> bool:
+        return self.path is not None or self.bucket is not None
+
+    @property
+    def url(self) -> str | None:
+        """``s3://bucket/prefix`` (None for a path)."""
+        if self.bucket is None:
+            return None
+        return f"s3://{self.bucket}/{self.prefix}" if self.prefix else f"s3://{self.bucket}"
+
+
+@dataclass(frozen=True)
 class SweepSpec:
     name: str
     method: Literal["grid", "random", "tpe"]
@@ -191,6 +218,7 @@ class SweepSpec:
     description: str | None = None
     kubernetes: KubernetesSpec = field(default_factory=KubernetesSpec)
     artifacts: ArtifactsSpec = field(default_factory=ArtifactsSpec)
+    data: DataSpec = field(default_factory=DataSpec)
     #: Where the spec came from (a path or "<study NAME>"), for messages; not part of the sweep.
     source: str = field(default="<spec>", compare=False)
 
@@ -284,6 +312,7 @@ def _spec_to_dict(s: SweepSpec) -> dict[str, Any]:
                                      if k not in ("affinity", "pod_template")}),
                        **{k: kube[k] for k in ("affinity", "pod_template") if k in kube}},
         "artifacts": _artifacts_to_dict(s.artifacts),
+        "data": _data_to_dict(s.data),
     }
 
 
@@ -293,6 +322,15 @@ def _artifacts_to_dict(a: ArtifactsSpec) -> dict[str, Any]:
     return _drop_none({"store": a.store, "bucket": a.bucket, "prefix": a.prefix or None,
                        "endpoint_url": a.endpoint_url, "region": a.region,
                        "credentials_secret": a.credentials_secret})
+
+
+def _data_to_dict(d: DataSpec) -> dict[str, Any]:
+    if d.path is not None:
+        return {"path": d.path}
+    if d.bucket is None:
+        return {}
+    return _drop_none({"s3": d.url, "endpoint_url": d.endpoint_url, "region": d.region,
+                       "credentials_secret": d.credentials_secret})
 
 
 def _plain_copy(value: Any) -> Any:

@@ -1,6 +1,7 @@
 """Checkpoints that survive the pod, end to end through the fake API server: a pod preempted
 in the middle of training is replaced by a new pod (a fresh /scratch), and the retry resumes
-from the step the killed attempt saved to S3 (moto's server), not from step 0."""
+from the step the killed attempt saved, to S3 (moto's server) or to a checkpoint volume (NFS,
+which the fake maps to one directory every pod shares), not from step 0."""
 
 from __future__ import annotations
 
@@ -26,14 +27,20 @@ def s3() -> Iterator[S3Server]:
         yield server
 
 
-def test_preempted_pod_is_replaced_and_resumes_from_the_s3_checkpoint(
-        cluster: Cluster, s3: S3Server, tmp_path: Path) -> None:
+@pytest.mark.parametrize("where", ["s3", "volume"])
+def test_preempted_pod_is_replaced_and_resumes_from_the_durable_checkpoint(
+        cluster: Cluster, s3: S3Server, tmp_path: Path, where: str) -> None:
     fake = cluster.fake
     assert fake is not None
     s3.client().create_bucket(Bucket="ckpts")
     fake.add_secret(NS, "s3-creds", dict(CREDENTIALS))
     markers = tmp_path / "markers"
     markers.mkdir()
+    durable = f"""artifacts: {{store: s3, bucket: ckpts, endpoint_url: '{s3.endpoint}',
+             region: {REGION}, credentials_secret: s3-creds}}
+kubernetes:""" if where == "s3" else """kubernetes:
+  volumes: [{name: ckpt, mount_path: /ckpt, nfs: {server: nfs.internal, path: /sweeps}}]
+  checkpoint_volume: ckpt"""
     spec = cluster.spec(f"""
 name: k8s-ckpt
 method: grid
@@ -45,18 +52,17 @@ trial:
   retries: 1
 parameters:
   x: {{type: int, values: [0]}}
-artifacts: {{store: s3, bucket: ckpts, endpoint_url: '{s3.endpoint}', region: {REGION},
-             credentials_secret: s3-creds}}
-kubernetes:
+{durable}
   env: {{MARKER_DIR: '{markers}', NO_PROXY: 127.0.0.1}}
 """)
     result = cluster.sweeper("run", spec, "--backend", "kubernetes", "--detach")
     assert result.exit_code == 0, result.output
-    assert "checkpoints go to the pod's" not in result.output  # S3: durable, no warning
+    assert "checkpoints go to the pod's" not in result.output  # durable: no warning
 
     deadline = time.monotonic() + 60
     while not (markers / "saved-0-0-2").exists():
-        assert time.monotonic() < deadline, [p.name for p in markers.iterdir()]
+        assert time.monotonic() < deadline, [fake.pod_log(NS, p["metadata"]["name"])
+                                             for p in cluster.pods("k8s-ckpt")]
         time.sleep(0.05)
     (first,) = cluster.pods("k8s-ckpt")
     fake.disrupt(first["metadata"]["name"], NS)  # preempted: SIGKILL, the pod is deleted
@@ -73,6 +79,11 @@ kubernetes:
     assert retry.user_attrs["start_step"] == saved + 1
     assert min(s for s, _ in retry.user_attrs[protocol.HISTORY_ATTR]["loss"]) == saved + 1
     log = fake.pod_log(NS, pods[0]["metadata"]["name"])
-    assert f"restored the checkpoint of step {saved} (trial #{killed.number}) from " \
-           "s3://ckpts/checkpoints/k8s-ckpt/index-0" in log
     assert CREDENTIALS["AWS_SECRET_ACCESS_KEY"] not in log
+    if where == "s3":
+        assert f"restored the checkpoint of step {saved} (trial #{killed.number}) from " \
+               "s3://ckpts/checkpoints/k8s-ckpt/index-0" in log
+    else:  # the volume is the checkpoint directory: nothing to restore, it is just there
+        assert "restored the checkpoint" not in log
+        shared = fake.state_dir / "nfs" / "nfs.internal" / "sweeps" / "checkpoints"
+        assert (shared / "k8s-ckpt" / "index-0" / "checkpoint.pt").is_file()

@@ -258,3 +258,38 @@ def test_a_stored_pod_template_is_checked_again_when_rendered() -> None:
                                         r"hostIPC: the pod template merged with it is invalid: "
                                         r"expected true or false, got string 'yes'$"):
         m.render(spec)
+
+
+def test_data_on_kubernetes() -> None:
+    """data.path: inside a read-only volume, named to the runner as mounted; data.s3: synced
+    into the pod's scratch, with the credentials Secret of data (or artifacts)."""
+    vol = "\n  volumes: [{name: ds, mount_path: /datasets, pvc: imagenet, read_only: true}]"
+    job = m.render_job(_spec(vol).with_overrides(
+        data=parse_spec_dict({**_spec().to_dict(), "data": {"path": "/datasets/train"}}).data))
+    assert _env(job)[protocol.ENV_DATA_DIR] == "/datasets/train"
+    assert protocol.ENV_DATA_CACHE not in _env(job)
+
+    s3 = parse_spec_dict({**_spec().to_dict(), "data": {
+        "s3": "s3://datasets/imagenet", "credentials_secret": "s3-creds"}})
+    job = m.render_job(s3)
+    assert validate_k8s_objects([job]) == []
+    env = _env(job)
+    assert env[protocol.ENV_DATA_CACHE] == "/scratch/sweeper-data"
+    assert env["AWS_ACCESS_KEY_ID"] == {"secretKeyRef": {"name": "s3-creds",
+                                                         "key": "AWS_ACCESS_KEY_ID"}}
+    assert protocol.ENV_DATA_DIR not in env
+
+
+@pytest.mark.parametrize(("volumes", "message"), [
+    ("", "/datasets/train is in no volume of kubernetes.volumes"),
+    ("\n  volumes: [{name: ds, mount_path: /data, pvc: imagenet, read_only: true}]",
+     "/datasets/train is in no volume of kubernetes.volumes"),
+    ("\n  volumes: [{name: ds, mount_path: /datasets, pvc: imagenet}]",
+     "the dataset's volume 'ds' must be read_only: true"),
+])
+def test_data_path_must_be_a_read_only_volume_on_kubernetes(volumes: str, message: str) -> None:
+    spec = parse_spec_dict({**_spec(volumes).to_dict(), "data": {"path": "/datasets/train"}},
+                           source="s.yaml")
+    with pytest.raises(SpecError) as e:
+        m.render(spec)
+    assert e.value.field == "data.path" and e.value.message.startswith(message)

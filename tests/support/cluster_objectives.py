@@ -43,3 +43,15 @@ def resumable(ctx: TrialContext) -> float:
         if fail_at is not None and step == int(fail_at) and ctx.attempt == 0:
             raise RuntimeError(f"the first attempt fails after step {step}")
     return float(steps - start)
+
+
+def reads_data(ctx: TrialContext) -> float:
+    """Reads every file of ``ctx.data_dir`` (numbers, one per file) and returns their sum
+    plus ``x``; records the files it saw and the directory."""
+    data = ctx.data_dir
+    assert data is not None, "the spec has no data:"
+    files = sorted(p.relative_to(data).as_posix() for p in data.rglob("*") if p.is_file())
+    ctx.set("data_files", files)
+    ctx.set("data_dir", str(data))
+    total = sum(float((data / f).read_text()) for f in files)
+    return total + float(ctx.params.get("x", 0))
