@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
@@ -9,6 +10,7 @@ import os
 import pickle
 import sys
 from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,12 +24,16 @@ logger = logging.getLogger(__name__)
 
 
 def detect_device() -> str:
-    """``cuda`` when torch sees a GPU, else ``cpu``. Imports torch only when asked."""
+    """``cuda`` when torch sees a GPU (``cuda:LOCAL_RANK`` in a rank torchrun started), else
+    ``cpu``. Imports torch only when asked."""
     try:
         import torch
     except ImportError:
         return "cpu"
-    return "cuda" if torch.cuda.is_available() else "cpu"
+    if not torch.cuda.is_available():
+        return "cpu"
+    local_rank = os.environ.get("LOCAL_RANK")
+    return f"cuda:{int(local_rank)}" if local_rank is not None else "cuda"
 
 
 @dataclass
@@ -76,11 +82,42 @@ class TrialContext:
         return self._device
 
     def _device_description(self) -> str:
-        if self._device == "cuda":
+        if self._device is not None and self._device.startswith("cuda"):
             import torch
 
-            return f"cuda:{torch.cuda.get_device_name(0)}"
+            return f"cuda:{torch.cuda.get_device_name(torch.device(self._device))}"
         return "cpu"
+
+    def _half_dtype(self) -> Any:
+        """bf16 where the GPU supports it, else fp16; None on a CPU (no mixed precision)."""
+        import torch
+
+        if not self.device.startswith("cuda"):
+            return None
+        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+
+    def autocast(self) -> AbstractContextManager[Any]:
+        """Mixed precision for the forward pass: bf16 autocast on a CUDA device that supports
+        it, fp16 otherwise (scale the loss with :meth:`grad_scaler`), nothing on a CPU::
+
+            scaler = ctx.grad_scaler()
+            with ctx.autocast():
+                loss = loss_fn(model(x), y)
+            scaler.scale(loss).backward(); scaler.step(opt); scaler.update()
+        """
+        dtype = self._half_dtype()
+        if dtype is None:
+            return contextlib.nullcontext()
+        import torch
+
+        return torch.autocast("cuda", dtype=dtype)
+
+    def grad_scaler(self) -> Any:
+        """A ``torch.amp.GradScaler`` that scales only when :meth:`autocast` uses fp16 (bf16
+        and CPUs need none: then it passes the loss and the step through unchanged)."""
+        import torch
+
+        return torch.amp.GradScaler("cuda", enabled=self._half_dtype() == torch.float16)
 
     # ---- metrics and pruning
 

@@ -36,12 +36,20 @@ logger = logging.getLogger("trial_runner")
 
 
 def load_objective(spec: SweepSpec) -> Callable[[TrialContext], Any]:
+    torchrun = spec.trial.launcher == "torchrun"
     if spec.trial.command is not None:
         from trial_runner.command import command_objective
 
-        return command_objective(spec.trial.command, spec.trial.timeout)
+        return command_objective(spec.trial.command, spec.trial.timeout,
+                                 spec.trial.ranks if torchrun else None)
     assert spec.trial.entrypoint is not None
-    return load_entrypoint(spec.trial.entrypoint, source=spec.source)
+    objective = load_entrypoint(spec.trial.entrypoint, source=spec.source)
+    if not torchrun:
+        return objective
+    from trial_runner.launcher import run_ranks
+
+    # Imported here too: a bad entrypoint is a configuration error before any rank starts.
+    return lambda ctx: run_ranks(ctx, spec)
 
 
 def _raise_interrupted(signum: int, frame: FrameType | None) -> None:

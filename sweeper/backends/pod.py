@@ -256,5 +256,10 @@ def resources(spec: SweepSpec) -> dict[str, Any]:
     if k.cpu_limit:
         limits["cpu"] = cpu
     if r.gpu:
-        limits[k.gpu_resource] = r.gpu
+        if r.gpu != int(r.gpu):
+            raise SpecError(f"a fraction of a GPU ({r.gpu:g}) packs workers onto a GPU on the "
+                            "local backend only; on Kubernetes ask for a whole slice, e.g. "
+                            "kubernetes.gpu_resource: nvidia.com/mig-1g.10gb with gpu: 1",
+                            source=spec.source, field="trial.resources.gpu")
+        limits[k.gpu_resource] = int(r.gpu)
     return {"requests": requests, "limits": limits}

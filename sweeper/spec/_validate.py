@@ -37,6 +37,7 @@ from sweeper.spec._yaml import Path_, _Doc, _load_yaml
 from sweeper.spec.model import (
     ARTIFACT_STORES,
     DIRECTIONS,
+    LAUNCHERS,
     MAX_INDEXES,
     MAX_NAME_LENGTH,
     METHODS,
@@ -53,7 +54,8 @@ from sweeper.spec.model import (
 _TOP_KEYS = ("name", "description", "method", "objective", "trials", "parallelism", "seed",
              "sampler", "pruner", "storage", "trial", "parameters", "kubernetes", "artifacts",
              "data")
-_TRIAL_KEYS = ("entrypoint", "command", "fixed", "retries", "timeout", "resources")
+_TRIAL_KEYS = ("entrypoint", "command", "fixed", "retries", "timeout", "resources", "launcher",
+               "nproc")
 _RESOURCE_KEYS = ("gpu", "cpu", "memory")
 _ARTIFACT_KEYS = ("store", "path", "bucket", "prefix", "endpoint_url", "region",
                   "credentials_secret")
@@ -212,7 +214,9 @@ class _Validator(Checks):
         timeout = m.get("timeout")
         timeout_s = self.duration(timeout, (*path, "timeout")) if timeout is not None else None
         resources = self.resources(m.get("resources"), (*path, "resources"))
+        launcher, nproc = self.launcher(m, path, resources)
         return TrialSpec(entrypoint=entrypoint, command=cmd, fixed=fixed, retries=retries,
+                         launcher=launcher, nproc=nproc,  # type: ignore[arg-type]
                          timeout=timeout_s, resources=resources)
 
     def command(self, command: Any, path: Path_, known: set[str]) -> tuple[str, ...]:
@@ -252,14 +256,45 @@ class _Validator(Checks):
             if spec and "{" in spec:
                 self.placeholders(spec, path, known)
 
+    def launcher(self, m: Mapping[str, Any], path: Path_, resources: Resources
+                 ) -> tuple[str, int | None]:
+        """torchrun: one rank per GPU (``nproc`` must agree), or ``nproc`` ranks on CPUs."""
+        launcher = self.choice(m.get("launcher", "process"), (*path, "launcher"), LAUNCHERS)
+        nproc = m.get("nproc")
+        if nproc is None:
+            if launcher == "torchrun" and resources.gpu < 1:
+                raise self.err((*path, "launcher"), "torchrun needs resources.gpu: N (one rank "
+                                                    "per GPU) or nproc: N (ranks on CPUs)")
+            return launcher, None
+        nproc = self.integer(nproc, (*path, "nproc"), 1)
+        if launcher != "torchrun":
+            raise self.err((*path, "nproc"), "nproc applies to launcher: torchrun only")
+        if resources.gpu >= 1 and nproc != resources.gpu:
+            raise self.err((*path, "nproc"), f"one rank per GPU: nproc must equal "
+                                             f"resources.gpu ({resources.gpu:g}), got {nproc}")
+        return launcher, nproc
+
     def resources(self, value: Any, path: Path_) -> Resources:
         if value is None:
             return Resources()
         m = self.mapping(value, path, _RESOURCE_KEYS)
-        gpu = self.integer(m.get("gpu", 0), (*path, "gpu"), 0)
+        gpu = self.gpu(m.get("gpu", 0), (*path, "gpu"))
         cpu = self.quantity(m.get("cpu"), (*path, "cpu"))
         memory = self.quantity(m.get("memory"), (*path, "memory"))
         return Resources(gpu=gpu, cpu=cpu, memory=memory)
+
+    def gpu(self, value: Any, path: Path_) -> int | float:
+        """A whole number of GPUs, or a fraction 1/k (k trials share a GPU, locally)."""
+        gpu = self.number(value, path)
+        if gpu < 0:
+            raise self.err(path, f"must be >= 0, got {gpu}")
+        if gpu == int(gpu):
+            return int(gpu)
+        share = 1 / gpu
+        if gpu > 1 or abs(share - round(share)) > 1e-6:
+            raise self.err(path, f"expected a whole number of GPUs or a fraction 1/k like 0.5 "
+                                 f"or 0.25 (k trials per GPU), got {gpu}")
+        return gpu
 
     def quantity(self, value: Any, path: Path_) -> str | None:
         if value is None:

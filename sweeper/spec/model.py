@@ -64,9 +64,14 @@ class Pruner:
     options: Mapping[str, Any] = field(default_factory=dict)
 
 
+LAUNCHERS = ("process", "torchrun")
+
+
 @dataclass(frozen=True)
 class Resources:
-    gpu: int = 0
+    #: GPUs per trial: a whole number, or (local backend only) a fraction 1/k that packs k
+    #: workers onto one GPU.
+    gpu: int | float = 0
     cpu: str | None = None
     memory: str | None = None
 
@@ -79,6 +84,18 @@ class TrialSpec:
     retries: int = 1
     timeout: float | None = None
     resources: Resources = field(default_factory=Resources)
+    #: ``process``: the entrypoint runs in the runner (a command as one process);
+    #: ``torchrun``: ``torchrun --standalone --nproc_per_node N`` runs it on every rank.
+    launcher: Literal["process", "torchrun"] = "process"
+    #: Ranks for ``torchrun``: one per GPU (``resources.gpu``) unless given (CPU runs).
+    nproc: int | None = None
+
+    @property
+    def ranks(self) -> int:
+        """How many processes the trial runs as (1 unless launched by torchrun)."""
+        if self.launcher != "torchrun":
+            return 1
+        return self.nproc or max(1, int(self.resources.gpu))
 
 
 VOLUME_KINDS = ("pvc", "config_map", "secret", "nfs", "empty_dir")
@@ -278,7 +295,8 @@ def _spec_to_dict(s: SweepSpec) -> dict[str, Any]:
                              "command": list(t.command) if t.command else None,
                              "fixed": dict(t.fixed), "retries": t.retries, "timeout": t.timeout,
                              "resources": {"gpu": t.resources.gpu, "cpu": t.resources.cpu,
-                                           "memory": t.resources.memory}}
+                                           "memory": t.resources.memory},
+                             "launcher": t.launcher, "nproc": t.nproc}
     k = s.kubernetes
     kube = {"image": k.image, "image_pull_policy": k.image_pull_policy, "namespace": k.namespace,
             "storage_secret": k.storage_secret, "storage_secret_key": k.storage_secret_key,

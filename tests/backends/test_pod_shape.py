@@ -293,3 +293,22 @@ def test_data_path_must_be_a_read_only_volume_on_kubernetes(volumes: str, messag
     with pytest.raises(SpecError) as e:
         m.render(spec)
     assert e.value.field == "data.path" and e.value.message.startswith(message)
+
+
+def test_a_fraction_of_a_gpu_is_local_only() -> None:
+    spec = parse_spec_dict({**_spec().to_dict(), "trial": {
+        **_spec().to_dict()["trial"], "resources": {"gpu": 0.5}}}, source="s.yaml")
+    assert spec.trial.resources.gpu == 0.5
+    with pytest.raises(SpecError, match=r"^s\.yaml: trial\.resources\.gpu: a fraction of a GPU "
+                                        r"\(0\.5\) packs workers onto a GPU on the local "
+                                        r"backend only; on Kubernetes ask for a whole slice"):
+        m.render(spec)
+
+
+def test_torchrun_trial_asks_for_all_its_gpus_in_one_pod() -> None:
+    spec = parse_spec_dict({**_spec().to_dict(), "trial": {
+        **_spec().to_dict()["trial"], "launcher": "torchrun", "resources": {"gpu": 8}}})
+    assert spec.trial.ranks == 8
+    job = m.render_job(spec)
+    assert _trial(job)["resources"]["limits"]["nvidia.com/gpu"] == 8
+    assert _trial(job)["command"] == ["python", "-m", "trial_runner"]  # the runner launches

@@ -55,3 +55,35 @@ def reads_data(ctx: TrialContext) -> float:
     ctx.set("data_dir", str(data))
     total = sum(float((data / f).read_text()) for f in files)
     return total + float(ctx.params.get("x", 0))
+
+
+def ddp(ctx: TrialContext) -> dict[str, float]:
+    """Runs on every rank of a ``launcher: torchrun`` trial: an all-reduce over the group,
+    ``steps`` reports (rank 0's count), a pruning question per step; each rank writes what
+    it saw to $MARKER_DIR/rank-INDEX-ATTEMPT-RANK.json. Fixed ``kill_rank``: that rank kills
+    itself (SIGKILL) at step 1 of the first attempt."""
+    import json
+    import signal
+
+    import torch
+    import torch.distributed as dist
+    from optuna import TrialPruned
+
+    rank = dist.get_rank()
+    total = torch.tensor([float(rank)])
+    dist.all_reduce(total)
+    seen: dict[str, object] = {"rank": rank, "world_size": dist.get_world_size(),
+                               "params": ctx.params, "device": ctx.device, "decisions": []}
+    out = Path(os.environ["MARKER_DIR"], f"rank-{ctx.index}-{ctx.attempt}-{rank}.json")
+    steps, loss = int(ctx.params.get("steps", 3)), 0.0
+    for step in range(steps):
+        loss = float(ctx.params["x"]) * 10 + steps - step
+        ctx.report(step, loss=loss)
+        if ctx.params.get("kill_rank") == rank and ctx.attempt == 0 and step == 1:
+            os.kill(os.getpid(), signal.SIGKILL)
+        decision = ctx.should_prune()
+        seen["decisions"].append(decision)  # type: ignore[attr-defined]
+        out.write_text(json.dumps(seen))
+        if decision:
+            raise TrialPruned()
+    return {"loss": loss, "sum_of_ranks": float(total.item())}
