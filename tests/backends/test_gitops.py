@@ -40,9 +40,16 @@ parameters:
 
 def apply(cluster: Cluster, objects: list[dict[str, Any]]) -> None:
     """`kubectl apply -f -` of freshly rendered objects: create each one through the API."""
+    from kubernetes.client.exceptions import ApiException
+
     for obj in objects:
         if obj["kind"] == "ConfigMap":
-            cluster.core().create_namespaced_config_map(NS, obj)
+            try:
+                cluster.core().create_namespaced_config_map(NS, obj)
+            except ApiException as e:  # left by an earlier run on a real cluster
+                if e.status != 409:
+                    raise
+                cluster.core().replace_namespaced_config_map(obj["metadata"]["name"], NS, obj)
         elif obj["kind"] == "Job":
             cluster.batch().create_namespaced_job(NS, obj)
         else:
