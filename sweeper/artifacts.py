@@ -26,7 +26,7 @@ import tempfile
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 from sweeper.errors import ArtifactError
 from sweeper.spec import ArtifactsSpec
@@ -175,18 +175,23 @@ def cached_artifact_store(spec: ArtifactsSpec, storage_url: str) -> ArtifactStor
     return open_artifact_store(spec, storage_url)
 
 
-def _s3_store(spec: ArtifactsSpec) -> ArtifactStore:
+def s3_client(endpoint_url: str | None, region: str | None) -> Any:
+    """A boto3 S3 client with retries; credentials from the environment, never the spec."""
     try:
         import boto3
         from botocore.config import Config
     except ImportError:
-        raise ArtifactError("artifacts.store s3 needs boto3: pip install boto3") from None
+        raise ArtifactError("S3 needs boto3: pip install boto3") from None
+    return boto3.client("s3", endpoint_url=endpoint_url, region_name=region,
+                        config=Config(retries={"max_attempts": 5, "mode": "standard"},
+                                      connect_timeout=10, read_timeout=60))
+
+
+def _s3_store(spec: ArtifactsSpec) -> ArtifactStore:
     from optuna.artifacts import Boto3ArtifactStore
 
     assert spec.bucket is not None
-    client = boto3.client("s3", endpoint_url=spec.endpoint_url, region_name=spec.region,
-                          config=Config(retries={"max_attempts": 5, "mode": "standard"},
-                                        connect_timeout=10, read_timeout=60))
+    client = s3_client(spec.endpoint_url, spec.region)
     store: ArtifactStore = Boto3ArtifactStore(spec.bucket, client=client)
     return PrefixedStore(store, spec.prefix) if spec.prefix else store
 
@@ -308,5 +313,5 @@ def read_artifact(store: ArtifactStore, artifact_id: str) -> bytes:
 
 __all__ = ["ArtifactInfo", "PrefixedStore", "cached_artifact_store", "default_artifact_dir",
            "describe", "download_trial", "open_artifact_store", "read_artifact",
-           "remove_artifacts", "sweep_artifact_ids",
+           "remove_artifacts", "s3_client", "sweep_artifact_ids",
            "trial_artifacts", "upload"]

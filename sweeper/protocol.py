@@ -73,12 +73,23 @@ ENV_COMPLETION_INDEX = "JOB_COMPLETION_INDEX"
 ENV_INDEX_MAP = "SWEEPER_INDEX_MAP"
 ENV_INDEXES_PER_POD = "SWEEPER_INDEXES_PER_POD"
 ENV_CHECKPOINT_DIR = "SWEEPER_CHECKPOINT_DIR"
+#: The normalised spec as JSON (Kubernetes: the mounted ConfigMap ``NAME-spec``). A runner
+#: that finds no sweep creates it from this file, so the rendered objects alone run a sweep.
+ENV_SPEC_FILE = "SWEEPER_SPEC_FILE"
+#: The dataset's directory (``ctx.data_dir``): the ``data.path`` as mounted in a pod; what a
+#: command trial's program reads.
+ENV_DATA_DIR = "SWEEPER_DATA_DIR"
+#: Where an S3 dataset is synced (a pod: its scratch; default: the user's cache directory).
+ENV_DATA_CACHE = "SWEEPER_DATA_CACHE"
 ENV_HEARTBEAT_INTERVAL = "SWEEPER_HEARTBEAT_INTERVAL"
 ENV_GRACE_PERIOD = "SWEEPER_GRACE_PERIOD"
 ENV_CONNECT_DEADLINE = "SWEEPER_CONNECT_DEADLINE"
 ENV_LOG_LEVEL = "SWEEPER_LOG_LEVEL"
 ENV_CODE_VERSION = "SWEEPER_CODE_VERSION"
 ENV_POLL_INTERVAL = "SWEEPER_POLL_INTERVAL"
+#: Seconds between SIGTERM and SIGKILL the runner may use to fail its trial and exit (the
+#: pod's terminationGracePeriodSeconds; Kubernetes' default when unset).
+ENV_TERMINATION_GRACE_PERIOD = "SWEEPER_TERMINATION_GRACE_PERIOD"
 # The local backend's worker plumbing.
 ENV_CMD_FD = "SWEEPER_CMD_FD"
 ENV_RESULT_FD = "SWEEPER_RESULT_FD"
@@ -101,12 +112,13 @@ DEFAULT_GRACE_PERIOD_S = 30.0
 DEFAULT_CONNECT_DEADLINE_S = 120.0
 DEFAULT_CHECKPOINT_DIR = ".sweeper/checkpoints"
 DEFAULT_POLL_INTERVAL_S = 1.0
+DEFAULT_TERMINATION_GRACE_PERIOD_S = 30.0
 
 #: Set by sweeper in every trial pod or worker: a spec's ``kubernetes.env`` may not set them.
 #: Runner tuning (heartbeat, grace period, log level, code version) may be set there.
 RESERVED_ENV = (ENV_JOB_ID, ENV_COMPLETION_INDEX, ENV_STORAGE, ENV_STUDY, ENV_INDEX_MAP,
-                ENV_INDEXES_PER_POD, ENV_CHECKPOINT_DIR, ENV_CMD_FD, ENV_RESULT_FD, ENV_LOG_DIR,
-                ENV_PARENT_PID)
+                ENV_INDEXES_PER_POD, ENV_CHECKPOINT_DIR, ENV_SPEC_FILE, ENV_DATA_DIR, ENV_CMD_FD,
+                ENV_RESULT_FD, ENV_LOG_DIR, ENV_PARENT_PID)
 #: Never passed on to a command trial's program (the URL holds the database password).
 SECRET_ENV = (ENV_STORAGE,)
 

@@ -19,7 +19,8 @@ def test_render_notes_the_default_image_on_stderr_only() -> None:
     assert result.exit_code == 0, result.output
     assert "note: no kubernetes.image" in result.stderr
     assert KubernetesSpec().image in result.stderr
-    (job,) = list(yaml.safe_load_all(result.stdout))  # stdout stays pure YAML for kubectl
+    # stdout stays pure YAML for kubectl
+    job = next(d for d in yaml.safe_load_all(result.stdout) if d["kind"] == "Job")
     assert job["spec"]["template"]["spec"]["containers"][0]["image"] == KubernetesSpec().image
 
 
@@ -27,5 +28,5 @@ def test_render_with_an_image_says_nothing_extra() -> None:
     result = CliRunner().invoke(cli, ["render", SPEC, "--image", "registry.example/team:1"])
     assert result.exit_code == 0, result.output
     assert "note:" not in result.stderr
-    (job,) = list(yaml.safe_load_all(result.stdout))
+    job = next(d for d in yaml.safe_load_all(result.stdout) if d["kind"] == "Job")
     assert job["spec"]["template"]["spec"]["containers"][0]["image"] == "registry.example/team:1"

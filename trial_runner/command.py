@@ -99,18 +99,24 @@ def _die_with_parent() -> None:  # pragma: no cover - runs in the child before e
     os.setsid()
 
 
-def command_objective(template: Sequence[str], timeout_s: float | None
-                      ) -> Callable[[TrialContext], dict[str, float]]:
+def command_objective(template: Sequence[str], timeout_s: float | None,
+                      ranks: int | None = None) -> Callable[[TrialContext], dict[str, float]]:
+    """``ranks``: run the program under ``torchrun --nproc_per_node RANKS`` (rank 0's stdout
+    carries the metrics)."""
     def objective(ctx: TrialContext) -> dict[str, float]:
-        return run_command(ctx, template, timeout_s)
+        return run_command(ctx, template, timeout_s, ranks)
 
     return objective
 
 
-def run_command(ctx: TrialContext, template: Sequence[str], timeout_s: float | None
-                ) -> dict[str, float]:
+def run_command(ctx: TrialContext, template: Sequence[str], timeout_s: float | None,
+                ranks: int | None = None) -> dict[str, float]:
     values = {**ctx.params, "index": ctx.index, "trial_number": ctx.trial_number}
     argv = render_argv(template, values)
+    if ranks is not None:
+        from trial_runner.launcher import torchrun_argv
+
+        argv = torchrun_argv(ranks, "--no-python", *argv, rank0_output=True)
     workdir = Path(tempfile.mkdtemp(prefix=f"sweeper-trial-{ctx.trial_number}-"))
     params_file = workdir / "params.json"
     params_file.write_text(json.dumps(ctx.params))
@@ -122,6 +128,9 @@ def run_command(ctx: TrialContext, template: Sequence[str], timeout_s: float | N
         protocol.ENV_TRIAL_NUMBER: str(ctx.trial_number),
         protocol.ENV_CHECKPOINT_DIR: str(ctx.checkpoint_dir), "PYTHONUNBUFFERED": "1",
     })
+    data = ctx.data_dir
+    if data is not None:
+        env[protocol.ENV_DATA_DIR] = str(data)
     ctx.checkpoint_dir.mkdir(parents=True, exist_ok=True)
     try:
         proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
@@ -9,6 +10,7 @@ import os
 import pickle
 import sys
 from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -16,19 +18,22 @@ from typing import Any
 import optuna
 
 from sweeper.protocol import DEVICE_ATTR, HISTORY_ATTR, RESUMED_ATTR
+from trial_runner.checkpoints import CHECKPOINT_FILE, META_FILE, CheckpointMirror, write_atomically
 
 logger = logging.getLogger(__name__)
 
-_CHECKPOINT = "checkpoint.pt"
-
 
 def detect_device() -> str:
-    """``cuda`` when torch sees a GPU, else ``cpu``. Imports torch only when asked."""
+    """``cuda`` when torch sees a GPU (``cuda:LOCAL_RANK`` in a rank torchrun started), else
+    ``cpu``. Imports torch only when asked."""
     try:
         import torch
     except ImportError:
         return "cpu"
-    return "cuda" if torch.cuda.is_available() else "cpu"
+    if not torch.cuda.is_available():
+        return "cpu"
+    local_rank = os.environ.get("LOCAL_RANK")
+    return f"cuda:{int(local_rank)}" if local_rank is not None else "cuda"
 
 
 @dataclass
@@ -54,6 +59,18 @@ class TrialContext:
     resumed_from_step: int | None = None
     #: Returns the sweep's artifact store (built lazily: only trials that save files pay for it).
     artifact_store_factory: Callable[[], Any] | None = None
+    #: The durable copy of this index's checkpoint (S3 artifacts), updated on every save.
+    checkpoint_mirror: CheckpointMirror | None = None
+    #: Returns the dataset's directory (syncing it on first use); None: no ``data:``.
+    data_factory: Callable[[], Path | None] | None = None
+
+    # ---- data
+
+    @property
+    def data_dir(self) -> Path | None:
+        """The sweep's dataset (spec ``data:``): a mounted directory, or an S3 prefix synced
+        once per pod (once per machine locally). None when the spec has no ``data:``."""
+        return self.data_factory() if self.data_factory is not None else None
 
     # ---- hardware
 
@@ -65,11 +82,42 @@ class TrialContext:
         return self._device
 
     def _device_description(self) -> str:
-        if self._device == "cuda":
+        if self._device is not None and self._device.startswith("cuda"):
             import torch
 
-            return f"cuda:{torch.cuda.get_device_name(0)}"
+            return f"cuda:{torch.cuda.get_device_name(torch.device(self._device))}"
         return "cpu"
+
+    def _half_dtype(self) -> Any:
+        """bf16 where the GPU supports it, else fp16; None on a CPU (no mixed precision)."""
+        import torch
+
+        if not self.device.startswith("cuda"):
+            return None
+        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+
+    def autocast(self) -> AbstractContextManager[Any]:
+        """Mixed precision for the forward pass: bf16 autocast on a CUDA device that supports
+        it, fp16 otherwise (scale the loss with :meth:`grad_scaler`), nothing on a CPU::
+
+            scaler = ctx.grad_scaler()
+            with ctx.autocast():
+                loss = loss_fn(model(x), y)
+            scaler.scale(loss).backward(); scaler.step(opt); scaler.update()
+        """
+        dtype = self._half_dtype()
+        if dtype is None:
+            return contextlib.nullcontext()
+        import torch
+
+        return torch.autocast("cuda", dtype=dtype)
+
+    def grad_scaler(self) -> Any:
+        """A ``torch.amp.GradScaler`` that scales only when :meth:`autocast` uses fp16 (bf16
+        and CPUs need none: then it passes the loss and the step through unchanged)."""
+        import torch
+
+        return torch.amp.GradScaler("cuda", enabled=self._half_dtype() == torch.float16)
 
     # ---- metrics and pruning
 
@@ -143,10 +191,11 @@ class TrialContext:
 
     def save_checkpoint(self, state: Any, step: int) -> Path:
         """Atomically write ``state`` (anything torch.save or pickle can write) as the latest
-        checkpoint of this index, tagged with ``step``."""
+        checkpoint of this index, tagged with ``step``; with S3 artifacts, also upload it
+        there before returning, so a retry in another pod resumes from it."""
         self.checkpoint_dir.mkdir(parents=True, exist_ok=True)
-        path = self.checkpoint_dir / _CHECKPOINT
-        tmp = path.with_suffix(f".tmp{os.getpid()}")
+        path = self.checkpoint_dir / CHECKPOINT_FILE
+        tmp = path.with_name(f".{CHECKPOINT_FILE}.part{os.getpid()}")
         payload = {"step": step, "trial_number": self.trial_number, "state": state}
         if "torch" in sys.modules:
             import torch
@@ -156,14 +205,16 @@ class TrialContext:
             with open(tmp, "wb") as f:
                 pickle.dump(payload, f)
         os.replace(tmp, path)
-        (self.checkpoint_dir / "checkpoint.json").write_text(
-            json.dumps({"step": step, "trial_number": self.trial_number}))
+        write_atomically(self.checkpoint_dir / META_FILE, json.dumps(
+            {"step": step, "trial_number": self.trial_number, "attempt": self.attempt}).encode())
+        if self.checkpoint_mirror is not None:
+            self.checkpoint_mirror.push(self.checkpoint_dir)
         return path
 
     def load_checkpoint(self) -> tuple[Any, int] | None:
         """(state, step) of the latest checkpoint a previous attempt of this index saved,
         or None. Records the step on the trial so the resume is visible."""
-        path = self.checkpoint_dir / _CHECKPOINT
+        path = self.checkpoint_dir / CHECKPOINT_FILE
         if not path.exists():
             return None
         try:

@@ -6,6 +6,7 @@ Configuration comes from the environment, never argv (the storage URL holds a pa
   JOB_ID            the index (fallback JOB_COMPLETION_INDEX, set by Indexed Jobs)
   SWEEPER_INDEXES_PER_POD  a pod works through indexes JOB_ID*N .. JOB_ID*N+N-1 in turn
   SWEEPER_INDEX_MAP comma-separated indexes: JOB_ID k runs the k-th (sparse resume Jobs)
+  SWEEPER_SPEC_FILE the normalised spec (the ConfigMap NAME-spec): creates the sweep if absent
 ``--serve`` is the local backend's long-lived worker: it reads indexes from a pipe and runs
 them one after another, so many short trials pay Python + torch start-up once per worker.
 """
@@ -17,6 +18,7 @@ import logging
 import os
 import signal
 import sys
+import threading
 from collections.abc import Callable
 from types import FrameType
 from typing import Any
@@ -25,9 +27,10 @@ from sweeper import protocol
 from sweeper.entrypoint import load_entrypoint
 from sweeper.errors import SpecError, StorageError
 from sweeper.spec import SweepSpec
-from sweeper.study import Sweep, load_sweep, open_storage
+from sweeper.study import Sweep, open_storage
 from trial_runner.context import TrialContext
 from trial_runner.runner import Interrupted, Outcome, RunnerSettings, run_index
+from trial_runner.startup import open_sweep
 
 logger = logging.getLogger("trial_runner")
 
@@ -36,18 +39,51 @@ def load_objective(spec: SweepSpec) -> Callable[[TrialContext], Any]:
     """The trial's objective; relative paths resolve against the spec file's directory when
     the local backend names it (``SWEEPER_SPEC_DIR``), else against the working directory."""
     base_dir = os.environ.get(protocol.ENV_SPEC_DIR) or None
+    torchrun = spec.trial.launcher == "torchrun"
     if spec.trial.command is not None:
         from sweeper.spec.paths import resolve_command
         from trial_runner.command import command_objective
 
         return command_objective(resolve_command(spec.trial.command, base_dir),
-                                 spec.trial.timeout)
+                                 spec.trial.timeout, spec.trial.ranks if torchrun else None)
     assert spec.trial.entrypoint is not None
-    return load_entrypoint(spec.trial.entrypoint, source=spec.source, base_dir=base_dir)
+    objective = load_entrypoint(spec.trial.entrypoint, source=spec.source, base_dir=base_dir)
+    if not torchrun:
+        return objective
+    from trial_runner.launcher import run_ranks
+
+    # Imported here too: a bad entrypoint is a configuration error before any rank starts.
+    return lambda ctx: run_ranks(ctx, spec)
 
 
 def _raise_interrupted(signum: int, frame: FrameType | None) -> None:
+    _exit_by_deadline(signum)
     raise Interrupted(signum)
+
+
+_deadline_armed = threading.Event()
+
+
+def _exit_by_deadline(signum: int) -> None:
+    """After SIGTERM the pod has ``terminationGracePeriodSeconds`` before SIGKILL: the runner
+    fails its trial (resumable) in that time, and if that hangs (a database that is down) it
+    exits on its own shortly before the kill, with the signal's exit code."""
+    if _deadline_armed.is_set():
+        return
+    _deadline_armed.set()
+    grace = protocol.env_float(os.environ, protocol.ENV_TERMINATION_GRACE_PERIOD,
+                               protocol.DEFAULT_TERMINATION_GRACE_PERIOD_S)
+    deadline = max(0.5, grace - min(5.0, grace * 0.2))
+
+    def expire() -> None:
+        logger.error("still stopping %.0fs after %s; exiting before the grace period ends",
+                     deadline, signal.Signals(signum).name)
+        logging.shutdown()
+        os._exit(protocol.EXIT_SIGNAL_BASE + signum)
+
+    timer = threading.Timer(deadline, expire)
+    timer.daemon = True
+    timer.start()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -78,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
         logger.error("%s", e)
         return protocol.EXIT_RETRY  # the database may come back; the Job retries the pod
     try:
-        sweep = load_sweep(storage, name)
+        sweep = open_sweep(storage, name, os.environ)
         objective = load_objective(sweep.spec)
     except (SpecError, StorageError) as e:
         logger.error("%s", e)
@@ -154,9 +190,9 @@ def serve(sweep: Sweep, objective: Callable[[TrialContext], Any],
             _log_outcome(outcome)
             sys.stdout.flush()
             sys.stderr.flush()
-            send(protocol.Done(index, outcome.exit_code, outcome.state, outcome.trial_number))
-            if outcome.exit_code == protocol.EXIT_CONFIG:
+            if outcome.exit_code == protocol.EXIT_CONFIG:  # the reason first: it stops the run
                 send(protocol.Error(outcome.message))
+            send(protocol.Done(index, outcome.exit_code, outcome.state, outcome.trial_number))
     except Interrupted as e:
         return protocol.EXIT_SIGNAL_BASE + e.signum
     return protocol.EXIT_OK

@@ -28,7 +28,7 @@ from optuna.trial import TrialState
 
 from sweeper import protocol
 from sweeper.artifacts import cached_artifact_store
-from sweeper.errors import SpecError, StorageError
+from sweeper.errors import ArtifactError, SpecError, StorageError
 from sweeper.protocol import CODE_VERSION_ATTR, FIXED_PARAMS_ATTR, SPEC_HASH_ATTR
 from sweeper.space import distribution
 from sweeper.spec import Parameter
@@ -45,7 +45,9 @@ from sweeper.study import (
     with_retry,
 )
 from sweeper.study._optuna_compat import storage_of, tell
+from trial_runner.checkpoints import CheckpointMirror
 from trial_runner.context import InvalidResult, TrialContext, TrialTimeout, objective_values
+from trial_runner.data import DataError, data_dir
 from trial_runner.provenance import process_code_version
 
 logger = logging.getLogger(__name__)
@@ -202,18 +204,30 @@ def _run_trial(sweep: Sweep, study: optuna.Study, index: int, trial_id: int, num
         set_trial_user_attrs(trial, {SPEC_HASH_ATTR: spec.spec_hash,
                                      CODE_VERSION_ATTR: process_code_version()})
         params = {p.name: suggest(trial, p) for p in spec.parameters}
+        mirror = CheckpointMirror.for_index(spec, storage.url, index)
         ctx = TrialContext(
             params={**params, **spec.trial.fixed}, index=index, trial_number=number,
             attempt=attempt, trial=trial, objective_metrics=metrics,
             checkpoint_dir=settings.checkpoint_root / spec.name / f"index-{index}",
-            artifact_store_factory=lambda: cached_artifact_store(spec.artifacts, storage.url))
+            artifact_store_factory=lambda: cached_artifact_store(spec.artifacts, storage.url),
+            checkpoint_mirror=mirror,
+            data_factory=(lambda: data_dir(spec.data)) if spec.data.configured else None)
         logger.info("index %d: trial #%d attempt %d %s", index, number, attempt, params)
+        if mirror is not None and attempt > 0:
+            try:
+                _restore(mirror, ctx)
+            except ArtifactError as e:
+                return _fail(storage, index, trial_id, number, f"cannot restore the "
+                             f"checkpoint: {e}", protocol.EXIT_RETRY)
         try:
             result = objective(ctx)
         except optuna.TrialPruned:
             return _finish_pruned(study, trial_id, index, number)
         except TrialTimeout as e:
             return _fail(storage, index, trial_id, number, str(e), protocol.EXIT_NO_RETRY)
+        except DataError as e:  # a missing bucket fails every trial: stop, say why
+            return _fail(storage, index, trial_id, number, str(e),
+                         protocol.EXIT_RETRY if e.retryable else protocol.EXIT_CONFIG)
         if result is None and ctx.should_prune():
             return _finish_pruned(study, trial_id, index, number)
         try:
@@ -242,6 +256,15 @@ def _run_trial(sweep: Sweep, study: optuna.Study, index: int, trial_id: int, num
     finally:
         if timer is not None:
             timer.cancel()
+
+
+def _restore(mirror: CheckpointMirror, ctx: TrialContext) -> None:
+    """The latest checkpoint of the previous attempts into this pod, before user code runs
+    (the user's ``ctx.load_checkpoint()`` then records the step it resumes from)."""
+    meta = mirror.pull(ctx.checkpoint_dir)
+    if meta is not None:
+        logger.info("index %d: restored the checkpoint of step %s (trial #%s) from %s",
+                    ctx.index, meta.get("step"), meta.get("trial_number"), mirror.where)
 
 
 def _finish_pruned(study: optuna.Study, trial_id: int, index: int, number: int) -> Outcome:

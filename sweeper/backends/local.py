@@ -72,14 +72,20 @@ def check_gpus(spec: SweepSpec, *, allow_cpu: bool,
             "visible; running on the CPU (--allow-cpu)")
 
 
-def gpu_slots(gpus: Sequence[str], per_trial: int, parallelism: int) -> list[str | None]:
-    """One CUDA_VISIBLE_DEVICES value per worker slot (None: leave it alone, no GPUs)."""
+def gpu_slots(gpus: Sequence[str], per_trial: float, parallelism: int) -> list[str | None]:
+    """One CUDA_VISIBLE_DEVICES value per worker slot (None: leave it alone, no GPUs).
+    ``per_trial`` GPUs per worker; a fraction 1/k packs k workers onto each GPU."""
     if not gpus:
         return [None] * parallelism
-    per = max(1, per_trial)
-    groups = [",".join(gpus[i:i + per]) for i in range(0, len(gpus) - per + 1, per)]
-    if not groups:
-        raise BackendError(f"each trial asks for {per} GPUs but only {len(gpus)} are visible")
+    if 0 < per_trial < 1:
+        share = round(1 / per_trial)
+        groups = [g for g in gpus for _ in range(share)]  # GPU 0, 0, 1, 1, ... for 0.5
+    else:
+        per = max(1, int(per_trial))
+        groups = [",".join(gpus[i:i + per]) for i in range(0, len(gpus) - per + 1, per)]
+        if not groups:
+            raise BackendError(f"each trial asks for {per} GPUs but only {len(gpus)} are "
+                               "visible")
     if parallelism > len(groups):
         logger.warning("parallelism %d > %d GPU slots: workers share GPUs", parallelism,
                        len(groups))

@@ -10,6 +10,7 @@ the annotation ``sweeper.dev/index-map`` so ``sweeper logs`` and ``status`` can 
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import math
 import re
@@ -17,8 +18,22 @@ from collections.abc import Sequence
 from typing import Any
 
 from sweeper import protocol
+from sweeper.backends.pod import (  # re-exported: the names other modules know manifests by
+    COMPLETION_INDEX,
+    CONTAINER_NAME,
+    DEFAULT_CPU,
+    DEFAULT_MEMORY,
+    RUN_AS,
+    RUNNER_COMMAND,
+    S3_CREDENTIAL_KEYS,
+    SCRATCH,
+    SPEC_DIR,
+    SPEC_KEY,
+    pod_template,
+    spec_configmap_name,
+)
 from sweeper.errors import SpecError
-from sweeper.spec import KubernetesSpec, SweepSpec
+from sweeper.spec import SweepSpec
 
 logger = logging.getLogger(__name__)
 
@@ -26,18 +41,6 @@ SWEEP_LABEL = "sweeper.dev/sweep"
 INDEX_MAP_ANNOTATION = "sweeper.dev/index-map"
 INDEXES_PER_POD_ANNOTATION = "sweeper.dev/indexes-per-pod"
 LAUNCH_ANNOTATION = "sweeper.dev/launch"
-COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
-CONTAINER_NAME = "trial"
-RUNNER_COMMAND = ("python", "-m", "trial_runner")
-SCRATCH = "/scratch"
-#: The image's unprivileged user (Dockerfile: useradd --uid 10001).
-RUN_AS = 10001
-DEFAULT_CPU = "1"
-DEFAULT_MEMORY = "2Gi"
-GPU_RESOURCE = "nvidia.com/gpu"
-#: Keys read from ``artifacts.credentials_secret`` (env names the S3 client expects).
-S3_CREDENTIAL_KEYS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")
-GPU_TOLERATION = {"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}
 #: A sparse index list longer than this would crowd the Job object (annotations are capped
 #: at 256 KiB, the whole object at ~1.5 MiB); past it a resume Job covers every index instead
 #: (runners of finished indexes exit 0 at once: the index protocol makes that safe).
@@ -132,23 +135,49 @@ def render_job(spec: SweepSpec, indexes: Sequence[int] | None = None, *, launch:
         "podReplacementPolicy": "Failed",
         "podFailurePolicy": _pod_failure_policy(),
         "ttlSecondsAfterFinished": math.ceil(k.ttl_after_finished),
-        "template": _pod_template(spec, mapping),
+        "template": pod_template(spec, mapping, labels(spec.name)),
     }
     if k.active_deadline is not None:
         job_spec["activeDeadlineSeconds"] = math.ceil(k.active_deadline)
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
-        "metadata": {"name": name, "namespace": k.namespace, "labels": labels(spec.name),
-                     "annotations": annotations},
+        # The user's labels too: Kueue admits a Job by its kueue.x-k8s.io/queue-name label.
+        "metadata": {"name": name, "namespace": k.namespace,
+                     "labels": {**k.labels, **labels(spec.name)},
+                     "annotations": {**k.annotations, **annotations}},
         "spec": job_spec,
     }
 
 
 def render(spec: SweepSpec, indexes: Sequence[int] | None = None, *, launch: int = 0
            ) -> list[dict[str, Any]]:
-    """Every object a launch submits (today: the one Job)."""
-    return [render_job(spec, indexes, launch=launch)]
+    """Every object a launch submits: the ConfigMap with the normalised spec (every pod
+    mounts it), then the Job. Applied on their own (GitOps, no ``sweeper run``), the first
+    runner creates the sweep from the spec."""
+    return [render_spec_configmap(spec), render_job(spec, indexes, launch=launch)]
+
+
+def render_spec_configmap(spec: SweepSpec) -> dict[str, Any]:
+    """ConfigMap ``NAME-spec``: the normalised spec as JSON (no storage URL, no secrets: the
+    spec holds none), what a runner that finds no sweep creates it from."""
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": spec_configmap_name(spec.name),
+                     "namespace": spec.kubernetes.namespace,
+                     "labels": labels(spec.name)},
+        "data": {SPEC_KEY: json.dumps(spec.to_dict(), indent=1) + "\n"},
+    }
+
+
+def checkpoint_warning(spec: SweepSpec) -> str | None:
+    """Why checkpoints of this sweep would not survive a replaced pod (None: they would)."""
+    if spec.artifacts.store == "s3" or spec.kubernetes.checkpoint_volume:
+        return None
+    return (f"checkpoints go to the pod's {SCRATCH}, which is gone when a pod is replaced "
+            "(preemption, OOM kill, node loss): a retry then starts from step 0; set "
+            "artifacts.store: s3 or kubernetes.checkpoint_volume to keep them")
 
 
 def _pod_failure_policy() -> dict[str, Any]:
@@ -167,89 +196,9 @@ def _pod_failure_policy() -> dict[str, Any]:
     ]}
 
 
-def _pod_template(spec: SweepSpec, mapping: list[int] | None) -> dict[str, Any]:
-    k = spec.kubernetes
-    pod: dict[str, Any] = {
-        "restartPolicy": "Never",
-        "serviceAccountName": k.service_account,
-        "automountServiceAccountToken": False,
-        "enableServiceLinks": False,
-        "securityContext": {
-            "runAsNonRoot": True, "runAsUser": RUN_AS, "runAsGroup": RUN_AS, "fsGroup": RUN_AS,
-            "seccompProfile": {"type": "RuntimeDefault"}},
-        "containers": [_container(spec, mapping)],
-        "volumes": [{"name": "scratch", "emptyDir": {}}],
-    }
-    if k.node_selector:
-        pod["nodeSelector"] = dict(k.node_selector)
-    tolerations = [dict(t) for t in k.tolerations]
-    if spec.trial.resources.gpu and not any(t.get("key") == GPU_RESOURCE for t in tolerations):
-        tolerations.append(dict(GPU_TOLERATION))
-    if tolerations:
-        pod["tolerations"] = tolerations
-    if k.image_pull_secrets:
-        pod["imagePullSecrets"] = [{"name": s} for s in k.image_pull_secrets]
-    return {"metadata": {"labels": labels(spec.name)}, "spec": pod}
-
-
-def _container(spec: SweepSpec, mapping: list[int] | None) -> dict[str, Any]:
-    k = spec.kubernetes
-    return {
-        "name": CONTAINER_NAME,
-        "image": k.image,
-        "imagePullPolicy": k.image_pull_policy,
-        "command": list(RUNNER_COMMAND),
-        "env": _env(spec, k, mapping),
-        "resources": _resources(spec),
-        "securityContext": {
-            "allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
-            "runAsNonRoot": True, "capabilities": {"drop": ["ALL"]}},
-        "volumeMounts": [{"name": "scratch", "mountPath": SCRATCH}],
-    }
-
-
-def _env(spec: SweepSpec, k: KubernetesSpec, mapping: list[int] | None) -> list[dict[str, Any]]:
-    # The root filesystem is read-only: HOME, TMPDIR and checkpoints live on the emptyDir.
-    plain: dict[str, str] = {"HOME": SCRATCH, "TMPDIR": SCRATCH, "PYTHONUNBUFFERED": "1",
-                             "OMP_NUM_THREADS": str(_threads(spec))}
-    plain.update(k.env)
-    env: list[dict[str, Any]] = [{"name": n, "value": v} for n, v in plain.items()]
-    env += [
-        {"name": protocol.ENV_STUDY, "value": spec.name},
-        # Never a literal: the kubelet reads the URL (it holds a password) from the Secret.
-        {"name": protocol.ENV_STORAGE, "valueFrom": {"secretKeyRef": {
-            "name": k.storage_secret, "key": k.storage_secret_key}}},
-        {"name": protocol.ENV_JOB_ID, "valueFrom": {"fieldRef": {
-            "fieldPath": f"metadata.annotations['{COMPLETION_INDEX}']"}}},
-        {"name": protocol.ENV_CHECKPOINT_DIR, "value": f"{SCRATCH}/checkpoints"},
-    ]
-    a = spec.artifacts
-    if a.store == "s3" and a.credentials_secret:
-        # The S3 client reads its keys from the environment; they live in the user's Secret.
-        env += [{"name": key, "valueFrom": {"secretKeyRef": {
-            "name": a.credentials_secret, "key": key}}} for key in S3_CREDENTIAL_KEYS]
-    if k.indexes_per_pod > 1:
-        env.append({"name": protocol.ENV_INDEXES_PER_POD, "value": str(k.indexes_per_pod)})
-    if mapping is not None:
-        env.append({"name": protocol.ENV_INDEX_MAP,
-                    "value": protocol.encode_index_map(mapping)})
-    return env
-
-
-def _threads(spec: SweepSpec) -> int:
-    """Torch sizes its thread pool by the node's cores, not the pod's CPU share."""
-    cpu = spec.trial.resources.cpu or DEFAULT_CPU
-    try:
-        value = float(cpu[:-1]) / 1000 if cpu.endswith("m") else float(cpu)
-    except ValueError:  # an odd but valid quantity (1k): leave torch's default alone
-        return 1
-    return max(1, int(value))
-
-
-def _resources(spec: SweepSpec) -> dict[str, Any]:
-    r = spec.trial.resources
-    requests = {"cpu": r.cpu or DEFAULT_CPU, "memory": r.memory or DEFAULT_MEMORY}
-    limits: dict[str, Any] = dict(requests)
-    if r.gpu:
-        limits[GPU_RESOURCE] = r.gpu
-    return {"requests": requests, "limits": limits}
+__all__ = ["COMPLETION_INDEX", "CONTAINER_NAME", "DEFAULT_CPU", "DEFAULT_MEMORY",
+           "INDEXES_PER_POD_ANNOTATION", "INDEX_MAP_ANNOTATION", "LAUNCH_ANNOTATION",
+           "RUNNER_COMMAND", "RUN_AS", "S3_CREDENTIAL_KEYS", "SCRATCH", "SPEC_DIR", "SPEC_KEY",
+           "SWEEP_LABEL", "checkpoint_warning", "index_map", "job_name", "labels",
+           "launch_of", "render", "render_job", "render_spec_configmap", "selector",
+           "spec_configmap_name", "with_kubernetes"]

@@ -103,11 +103,12 @@ def _ranges(spec: Any) -> str:
 def render(spec_file: str, parallelism: int | None, image: str | None, namespace: str | None,
            storage_secret: str | None, overrides: tuple[str, ...]) -> None:
     """Print the Kubernetes objects `run --backend kubernetes` submits, as YAML (no storage,
-    no cluster: for kubectl apply -f - or GitOps)."""
+    no cluster): the ConfigMap NAME-spec and the Job. Applied on their own (kubectl apply -f -,
+    GitOps), the first trial runner creates the sweep from the spec."""
     import yaml
 
+    from sweeper.backends.manifests import checkpoint_warning, with_kubernetes
     from sweeper.backends.manifests import render as render_objects
-    from sweeper.backends.manifests import with_kubernetes
     from sweeper.spec import KubernetesSpec
 
     spec = _load(spec_file, check_entrypoint=False, overrides=overrides)
@@ -118,4 +119,8 @@ def render(spec_file: str, parallelism: int | None, image: str | None, namespace
         click.echo(f"note: no kubernetes.image in the spec and no --image: the Job runs "
                    f"{default_image}, which holds only sweeper's built-in examples; build your "
                    "trial code into an image FROM it (README: Kubernetes)", err=True)
-    click.echo(yaml.safe_dump_all(render_objects(spec), sort_keys=False), nl=False)
+    objects = render_objects(spec)
+    warning = checkpoint_warning(spec)
+    if warning:
+        click.echo(f"warning: {warning}", err=True)
+    click.echo(yaml.safe_dump_all(objects, sort_keys=False), nl=False)

@@ -22,6 +22,7 @@ from sweeper.spec.model import (
     METHODS,
     STORAGE_SCHEMES,
     ArtifactsSpec,
+    DataSpec,
     KubernetesSpec,
     Objective,
     Parameter,
@@ -30,6 +31,7 @@ from sweeper.spec.model import (
     Scalar,
     SweepSpec,
     TrialSpec,
+    Volume,
 )
 from sweeper.spec.registry import PRUNERS
 
@@ -42,6 +44,7 @@ __all__ = [
     "PRUNERS",
     "STORAGE_SCHEMES",
     "ArtifactsSpec",
+    "DataSpec",
     "KubernetesSpec",
     "Objective",
     "Parameter",
@@ -51,6 +54,7 @@ __all__ = [
     "Scalar",
     "SweepSpec",
     "TrialSpec",
+    "Volume",
     "command_placeholders",
     "load_spec",
     "parse_duration",

@@ -12,17 +12,17 @@ import re
 import string
 import warnings
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from sweeper.errors import SpecError
-from sweeper.protocol import RESERVED_ENV
 from sweeper.spec import registry
+from sweeper.spec._data import data_section
+from sweeper.spec._kubernetes import kubernetes
 from sweeper.spec._parameters import parameters
 from sweeper.spec._primitives import (
+    BUCKET_RE,
     ENTRYPOINT_RE,
-    ENV_NAME_RE,
     NAME_RE,
     PARAM_RE,
     QUANTITY_RE,
@@ -37,12 +37,12 @@ from sweeper.spec._yaml import Path_, _Doc, _load_yaml
 from sweeper.spec.model import (
     ARTIFACT_STORES,
     DIRECTIONS,
+    LAUNCHERS,
     MAX_INDEXES,
     MAX_NAME_LENGTH,
     METHODS,
     STORAGE_SCHEMES,
     ArtifactsSpec,
-    KubernetesSpec,
     Objective,
     Parameter,
     Pruner,
@@ -53,19 +53,16 @@ from sweeper.spec.model import (
 from sweeper.spec.overrides import apply_overrides, parse_overrides
 
 _TOP_KEYS = ("name", "description", "method", "objective", "trials", "parallelism", "seed",
-             "sampler", "pruner", "storage", "trial", "parameters", "kubernetes", "artifacts")
-_TRIAL_KEYS = ("entrypoint", "command", "fixed", "retries", "timeout", "resources")
+             "sampler", "pruner", "storage", "trial", "parameters", "kubernetes", "artifacts",
+             "data")
+_TRIAL_KEYS = ("entrypoint", "command", "fixed", "retries", "timeout", "resources", "launcher",
+               "nproc")
 _RESOURCE_KEYS = ("gpu", "cpu", "memory")
-_K8S_KEYS = ("image", "image_pull_policy", "namespace", "storage_secret", "storage_secret_key",
-             "service_account", "node_selector", "tolerations", "image_pull_secrets", "env",
-             "indexes_per_pod", "active_deadline", "ttl_after_finished")
-_TOLERATION_KEYS = ("key", "operator", "value", "effect", "tolerationSeconds")
 _ARTIFACT_KEYS = ("store", "path", "bucket", "prefix", "endpoint_url", "region",
                   "credentials_secret")
 _CREDENTIAL_KEYS = ("access_key", "secret_key", "access_key_id", "secret_access_key",
                     "aws_access_key_id", "aws_secret_access_key", "session_token",
                     "aws_session_token", "password", "token", "credentials")
-_BUCKET_RE = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
 
 
 # --------------------------------------------------------------------------- public API
@@ -92,18 +89,25 @@ def parse_spec(text: str, source: str = "<spec>", overrides: Sequence[str] = ())
         sets = parse_overrides(overrides, source)
         data = apply_overrides(data, sets, source)
         doc.overridden.update(o.path for o in sets)
-    return _Validator(doc).spec(data)
+    return _Validator(doc, deep=True).spec(data)
 
 
 def parse_spec_dict(data: Mapping[str, Any], source: str = "<spec>") -> SweepSpec:
-    """Validate an already-parsed mapping (the sweep record stored on the study)."""
-    return _Validator(_Doc(source, {})).spec(data)
+    """Validate an already-parsed mapping (the sweep record stored on the study, or the spec
+    file a pod reads). Pass-through Kubernetes objects were checked when the record was
+    written, and are not again: the trial runner never imports the kubernetes client."""
+    return _Validator(_Doc(source, {}), deep=False).spec(data)
 
 
 # --------------------------------------------------------------------------- sections
 
 
 class _Validator(Checks):
+    def __init__(self, doc: _Doc, *, deep: bool) -> None:
+        super().__init__(doc)
+        #: Check pass-through Kubernetes objects against the client's models.
+        self.deep = deep
+
     def spec(self, data: Any) -> SweepSpec:
         m = self.mapping(data, (), _TOP_KEYS)
         name = self.name(self.require(m, "name", ()), ("name",))
@@ -124,13 +128,14 @@ class _Validator(Checks):
         description = m.get("description")
         if description is not None:
             description = self.string(description, ("description",))
-        kube = self.kubernetes(m.get("kubernetes"), ("kubernetes",))
+        kube = kubernetes(self, m.get("kubernetes"), ("kubernetes",), deep=self.deep)
         artifacts = self.artifacts(m.get("artifacts"), ("artifacts",))
+        dataset = data_section(self, m.get("data"), ("data",), artifacts)
         return SweepSpec(
             name=name, method=method, objectives=objectives,  # type: ignore[arg-type]
             trials=trials, parameters=params, trial=trial, parallelism=parallelism, seed=seed,
             sampler=sampler, pruner=pruner, storage=storage, description=description,
-            kubernetes=kube, artifacts=artifacts, source=self.doc.source)
+            kubernetes=kube, artifacts=artifacts, data=dataset, source=self.doc.source)
 
     def name(self, value: Any, path: Path_) -> str:
         name = self.string(value, path)
@@ -217,7 +222,9 @@ class _Validator(Checks):
         timeout = m.get("timeout")
         timeout_s = self.duration(timeout, (*path, "timeout")) if timeout is not None else None
         resources = self.resources(m.get("resources"), (*path, "resources"))
+        launcher, nproc = self.launcher(m, path, resources)
         return TrialSpec(entrypoint=entrypoint, command=cmd, fixed=fixed, retries=retries,
+                         launcher=launcher, nproc=nproc,  # type: ignore[arg-type]
                          timeout=timeout_s, resources=resources)
 
     def command(self, command: Any, path: Path_, known: set[str]) -> tuple[str, ...]:
@@ -257,14 +264,45 @@ class _Validator(Checks):
             if spec and "{" in spec:
                 self.placeholders(spec, path, known)
 
+    def launcher(self, m: Mapping[str, Any], path: Path_, resources: Resources
+                 ) -> tuple[str, int | None]:
+        """torchrun: one rank per GPU (``nproc`` must agree), or ``nproc`` ranks on CPUs."""
+        launcher = self.choice(m.get("launcher", "process"), (*path, "launcher"), LAUNCHERS)
+        nproc = m.get("nproc")
+        if nproc is None:
+            if launcher == "torchrun" and resources.gpu < 1:
+                raise self.err((*path, "launcher"), "torchrun needs resources.gpu: N (one rank "
+                                                    "per GPU) or nproc: N (ranks on CPUs)")
+            return launcher, None
+        nproc = self.integer(nproc, (*path, "nproc"), 1)
+        if launcher != "torchrun":
+            raise self.err((*path, "nproc"), "nproc applies to launcher: torchrun only")
+        if resources.gpu >= 1 and nproc != resources.gpu:
+            raise self.err((*path, "nproc"), f"one rank per GPU: nproc must equal "
+                                             f"resources.gpu ({resources.gpu:g}), got {nproc}")
+        return launcher, nproc
+
     def resources(self, value: Any, path: Path_) -> Resources:
         if value is None:
             return Resources()
         m = self.mapping(value, path, _RESOURCE_KEYS)
-        gpu = self.integer(m.get("gpu", 0), (*path, "gpu"), 0)
+        gpu = self.gpu(m.get("gpu", 0), (*path, "gpu"))
         cpu = self.quantity(m.get("cpu"), (*path, "cpu"))
         memory = self.quantity(m.get("memory"), (*path, "memory"))
         return Resources(gpu=gpu, cpu=cpu, memory=memory)
+
+    def gpu(self, value: Any, path: Path_) -> int | float:
+        """A whole number of GPUs, or a fraction 1/k (k trials share a GPU, locally)."""
+        gpu = self.number(value, path)
+        if gpu < 0:
+            raise self.err(path, f"must be >= 0, got {gpu}")
+        if gpu == int(gpu):
+            return int(gpu)
+        share = 1 / gpu
+        if gpu > 1 or abs(share - round(share)) > 1e-6:
+            raise self.err(path, f"expected a whole number of GPUs or a fraction 1/k like 0.5 "
+                                 f"or 0.25 (k trials per GPU), got {gpu}")
+        return gpu
 
     def quantity(self, value: Any, path: Path_) -> str | None:
         if value is None:
@@ -342,100 +380,12 @@ class _Validator(Checks):
                                  "sqlite:///path.db or postgresql://user:password@host/db")
         return url
 
-    # ---- kubernetes
-
-    def kubernetes(self, value: Any, path: Path_) -> KubernetesSpec:
-        if value is None:
-            return KubernetesSpec()
-        m = self.mapping(value, path, _K8S_KEYS)
-        kw = self.k8s_names(m, path)
-        if "node_selector" in m:
-            ns = self.mapping(m["node_selector"], (*path, "node_selector"))
-            kw["node_selector"] = {str(k): self.string(str(v) if isinstance(v, (int, float))
-                                                       else v, (*path, "node_selector", k))
-                                   for k, v in ns.items()}
-        if "tolerations" in m:
-            tols = m["tolerations"]
-            if not isinstance(tols, list):
-                raise self.err((*path, "tolerations"), f"expected a list, got {kind_of(tols)}")
-            kw["tolerations"] = tuple(self.toleration(t, (*path, "tolerations", i))
-                                      for i, t in enumerate(tols))
-        if "image_pull_secrets" in m:
-            ips = m["image_pull_secrets"]
-            if not isinstance(ips, list):
-                raise self.err((*path, "image_pull_secrets"), "expected a list of secret names, "
-                                                              f"got {kind_of(ips)}")
-            kw["image_pull_secrets"] = tuple(self.string(s, (*path, "image_pull_secrets", i))
-                                             for i, s in enumerate(ips))
-        if "env" in m:
-            kw["env"] = self.env(m["env"], (*path, "env"))
-        if "indexes_per_pod" in m:
-            kw["indexes_per_pod"] = self.integer(m["indexes_per_pod"], (*path, "indexes_per_pod"),
-                                                 1)
-        for key in ("active_deadline", "ttl_after_finished"):
-            if key in m:
-                kw[key] = self.duration(m[key], (*path, key))
-        return replace(KubernetesSpec(), **kw)
-
-    def k8s_names(self, m: Mapping[str, Any], path: Path_) -> dict[str, Any]:
-        """The string settings: image, pull policy and the names of Kubernetes objects."""
-        kw: dict[str, Any] = {}
-        for key in ("image", "image_pull_policy", "namespace", "storage_secret",
-                    "storage_secret_key", "service_account"):
-            if key in m:
-                kw[key] = self.string(m[key], (*path, key))
-        if "image_pull_policy" in kw:
-            self.choice(kw["image_pull_policy"], (*path, "image_pull_policy"),
-                        ("Always", "IfNotPresent", "Never"))
-        for key in ("namespace", "storage_secret", "service_account"):
-            if key in kw and not NAME_RE.match(kw[key]):
-                raise self.err((*path, key), f"{kw[key]!r} is not a valid Kubernetes name")
-        return kw
-
-    def env(self, value: Any, path: Path_) -> dict[str, str]:
-        env = self.mapping(value, path)
-        out = {}
-        for k, v in env.items():
-            if not ENV_NAME_RE.match(k):
-                raise self.err((*path, k), f"{k!r} is not a valid env var name")
-            if k in RESERVED_ENV:
-                raise self.err((*path, k), f"{k} is set by sweeper itself")
-            if isinstance(v, (dict, list)) or v is None:
-                raise self.err((*path, k), f"expected a string, got {kind_of(v)}")
-            out[k] = str(v).lower() if isinstance(v, bool) else str(v)
-        return out
-
-    def toleration(self, value: Any, path: Path_) -> dict[str, Any]:
-        t = self.plain(self.mapping(value, path, _TOLERATION_KEYS), path)
-        for key in ("key", "value"):
-            if key in t:
-                self.string(t[key], (*path, key))
-        operator = self.choice(t.get("operator", "Equal"), (*path, "operator"),
-                               ("Equal", "Exists"))
-        if operator == "Exists" and t.get("value"):
-            raise self.err((*path, "value"), "a toleration with operator Exists takes no value")
-        if "effect" in t:
-            self.choice(t["effect"], (*path, "effect"),
-                        ("NoSchedule", "PreferNoSchedule", "NoExecute"))
-        if "tolerationSeconds" in t:
-            self.integer(t["tolerationSeconds"], (*path, "tolerationSeconds"))
-            if t.get("effect") != "NoExecute":
-                raise self.err((*path, "tolerationSeconds"), "tolerationSeconds applies to "
-                                                              "effect NoExecute only")
-        return t
-
     # ---- artifacts
 
     def artifacts(self, value: Any, path: Path_) -> ArtifactsSpec:
         if value is None:
             return ArtifactsSpec()
-        if isinstance(value, dict):
-            for key in value:
-                if str(key).lower() in _CREDENTIAL_KEYS:
-                    raise self.err((*path, key), "credentials never go in the spec: set "
-                                   "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY in the "
-                                   "environment (in Kubernetes, a Secret named by "
-                                   "artifacts.credentials_secret)")
+        self.no_credentials(value, path, "artifacts.credentials_secret")
         m = self.mapping(value, path, _ARTIFACT_KEYS)
         store = self.choice(m.get("store", "filesystem"), (*path, "store"), ARTIFACT_STORES)
         only = {"filesystem": ("store", "path"),
@@ -451,9 +401,18 @@ class _Validator(Checks):
             return ArtifactsSpec(store="filesystem", path=fs_path)
         return self.s3(m, path)
 
+    def no_credentials(self, value: Any, path: Path_, secret_key: str) -> None:
+        if isinstance(value, dict):
+            for key in value:
+                if str(key).lower() in _CREDENTIAL_KEYS:
+                    raise self.err((*path, key), "credentials never go in the spec: set "
+                                   "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY in the "
+                                   "environment (in Kubernetes, a Secret named by "
+                                   f"{secret_key})")
+
     def s3(self, m: Mapping[str, Any], path: Path_) -> ArtifactsSpec:
         bucket = self.string(self.require(m, "bucket", path), (*path, "bucket"))
-        if not _BUCKET_RE.match(bucket) or ".." in bucket:
+        if not BUCKET_RE.match(bucket) or ".." in bucket:
             raise self.err((*path, "bucket"), f"{bucket!r} is not a valid bucket name (3-63 "
                                               "lowercase letters, digits, '.' and '-')")
         prefix = m.get("prefix")

@@ -64,9 +64,14 @@ class Pruner:
     options: Mapping[str, Any] = field(default_factory=dict)
 
 
+LAUNCHERS = ("process", "torchrun")
+
+
 @dataclass(frozen=True)
 class Resources:
-    gpu: int = 0
+    #: GPUs per trial: a whole number, or (local backend only) a fraction 1/k that packs k
+    #: workers onto one GPU.
+    gpu: int | float = 0
     cpu: str | None = None
     memory: str | None = None
 
@@ -79,6 +84,50 @@ class TrialSpec:
     retries: int = 1
     timeout: float | None = None
     resources: Resources = field(default_factory=Resources)
+    #: ``process``: the entrypoint runs in the runner (a command as one process);
+    #: ``torchrun``: ``torchrun --standalone --nproc_per_node N`` runs it on every rank.
+    launcher: Literal["process", "torchrun"] = "process"
+    #: Ranks for ``torchrun``: one per GPU (``resources.gpu``) unless given (CPU runs).
+    nproc: int | None = None
+
+    @property
+    def ranks(self) -> int:
+        """How many processes the trial runs as (1 unless launched by torchrun)."""
+        if self.launcher != "torchrun":
+            return 1
+        return self.nproc or max(1, int(self.resources.gpu))
+
+
+VOLUME_KINDS = ("pvc", "config_map", "secret", "nfs", "empty_dir")
+
+
+@dataclass(frozen=True)
+class Volume:
+    """One entry of ``kubernetes.volumes``: a volume mounted into every trial pod.
+
+    ``kind`` says which source: ``pvc`` / ``config_map`` / ``secret`` name an object
+    (``source``), ``nfs`` a ``server`` and export ``path``, ``empty_dir`` an optional
+    ``size_limit``."""
+
+    name: str
+    mount_path: str
+    kind: Literal["pvc", "config_map", "secret", "nfs", "empty_dir"]
+    source: str | None = None
+    server: str | None = None
+    path: str | None = None
+    size_limit: str | None = None
+    read_only: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {"name": self.name, "mount_path": self.mount_path,
+                             "read_only": self.read_only}
+        if self.kind == "nfs":
+            d["nfs"] = {"server": self.server, "path": self.path}
+        elif self.kind == "empty_dir":
+            d["empty_dir"] = _drop_none({"size_limit": self.size_limit})
+        else:
+            d[self.kind] = self.source
+        return d
 
 
 @dataclass(frozen=True)
@@ -96,6 +145,32 @@ class KubernetesSpec:
     indexes_per_pod: int = 1
     active_deadline: float | None = None
     ttl_after_finished: float = 86400.0
+    #: On the Job and the pod template (Kueue reads ``kueue.x-k8s.io/queue-name`` on the Job).
+    labels: Mapping[str, str] = field(default_factory=dict)
+    annotations: Mapping[str, str] = field(default_factory=dict)
+    priority_class: str | None = None
+    runtime_class: str | None = None
+    #: A Kubernetes Affinity object (camelCase keys), passed through as written.
+    affinity: Mapping[str, Any] | None = None
+    #: Seconds between SIGTERM and SIGKILL (None: Kubernetes' default, 30 s).
+    termination_grace_period: float | None = None
+    #: ``/dev/shm`` as a memory emptyDir of this size ("0": none, the runtime's 64 MiB).
+    shm_size: str = "1Gi"
+    #: ``/scratch``'s sizeLimit and the container's ephemeral-storage request.
+    scratch_size: str = "10Gi"
+    volumes: tuple[Volume, ...] = ()
+    #: The extended resource a GPU is (MIG slices, other vendors); its toleration follows it.
+    gpu_resource: str = "nvidia.com/gpu"
+    #: False: a CPU request and no limit (no throttling of data loading); True: limit = request.
+    cpu_limit: bool = False
+    #: A volume of ``volumes`` (writable, durable) where checkpoints go, so a replacement pod
+    #: on another node finds them.
+    checkpoint_volume: str | None = None
+    #: A partial PodTemplateSpec merged into the rendered one (strategic merge).
+    pod_template: Mapping[str, Any] | None = None
+
+    def volume(self, name: str) -> Volume | None:
+        return next((v for v in self.volumes if v.name == name), None)
 
 
 @dataclass(frozen=True)
@@ -118,6 +193,33 @@ class ArtifactsSpec:
 
 
 @dataclass(frozen=True)
+class DataSpec:
+    """The dataset every trial reads, as ``ctx.data_dir`` (``$SWEEPER_DATA_DIR``): a directory
+    (``path``; on Kubernetes inside a read-only volume of ``kubernetes.volumes``), or an S3 /
+    MinIO prefix synced once per pod (once per machine locally) into a cache directory.
+    Endpoint, region and credentials work as for artifacts (and default to theirs). Not part
+    of the spec hash: where the data lives does not change what the trials are."""
+
+    path: str | None = None
+    bucket: str | None = None
+    prefix: str = ""
+    endpoint_url: str | None = None
+    region: str | None = None
+    credentials_secret: str | None = None
+
+    @property
+    def configured(self) -> bool:
+        return self.path is not None or self.bucket is not None
+
+    @property
+    def url(self) -> str | None:
+        """``s3://bucket/prefix`` (None for a path)."""
+        if self.bucket is None:
+            return None
+        return f"s3://{self.bucket}/{self.prefix}" if self.prefix else f"s3://{self.bucket}"
+
+
+@dataclass(frozen=True)
 class SweepSpec:
     name: str
     method: Literal["grid", "random", "tpe"]
@@ -133,6 +235,7 @@ class SweepSpec:
     description: str | None = None
     kubernetes: KubernetesSpec = field(default_factory=KubernetesSpec)
     artifacts: ArtifactsSpec = field(default_factory=ArtifactsSpec)
+    data: DataSpec = field(default_factory=DataSpec)
     #: Where the spec came from (a path or "<study NAME>"), for messages; not part of the sweep.
     source: str = field(default="<spec>", compare=False)
     #: The spec file's directory (absolute), against which relative paths in the spec resolve
@@ -196,7 +299,8 @@ def _spec_to_dict(s: SweepSpec) -> dict[str, Any]:
                              "command": list(t.command) if t.command else None,
                              "fixed": dict(t.fixed), "retries": t.retries, "timeout": t.timeout,
                              "resources": {"gpu": t.resources.gpu, "cpu": t.resources.cpu,
-                                           "memory": t.resources.memory}}
+                                           "memory": t.resources.memory},
+                             "launcher": t.launcher, "nproc": t.nproc}
     k = s.kubernetes
     kube = {"image": k.image, "image_pull_policy": k.image_pull_policy, "namespace": k.namespace,
             "storage_secret": k.storage_secret, "storage_secret_key": k.storage_secret_key,
@@ -204,7 +308,18 @@ def _spec_to_dict(s: SweepSpec) -> dict[str, Any]:
             "tolerations": [dict(x) for x in k.tolerations],
             "image_pull_secrets": list(k.image_pull_secrets), "env": dict(k.env),
             "indexes_per_pod": k.indexes_per_pod, "active_deadline": k.active_deadline,
-            "ttl_after_finished": k.ttl_after_finished}
+            "ttl_after_finished": k.ttl_after_finished, "labels": dict(k.labels),
+            "annotations": dict(k.annotations), "priority_class": k.priority_class,
+            "runtime_class": k.runtime_class, "termination_grace_period":
+                k.termination_grace_period, "shm_size": k.shm_size,
+            "scratch_size": k.scratch_size, "volumes": [v.to_dict() for v in k.volumes],
+            "gpu_resource": k.gpu_resource, "cpu_limit": k.cpu_limit,
+            "checkpoint_volume": k.checkpoint_volume}
+    # Pass-through Kubernetes objects: kept exactly as written (a null in them means something).
+    if k.affinity is not None:
+        kube["affinity"] = _plain_copy(k.affinity)
+    if k.pod_template is not None:
+        kube["pod_template"] = _plain_copy(k.pod_template)
     objective: Any = [{"metric": o.metric, "direction": o.direction} for o in s.objectives]
     return {
         "name": s.name, "description": s.description, "method": s.method,
@@ -215,8 +330,11 @@ def _spec_to_dict(s: SweepSpec) -> dict[str, Any]:
         # fixed is user data: a null in it is a value to pass on, not a default to drop.
         "storage": None, "trial": {**_drop_none(trial), "fixed": dict(t.fixed)},
         "parameters": {p.name: param(p) for p in s.parameters},
-        "kubernetes": _drop_none(kube),
+        "kubernetes": {**_drop_none({k: v for k, v in kube.items()
+                                     if k not in ("affinity", "pod_template")}),
+                       **{k: kube[k] for k in ("affinity", "pod_template") if k in kube}},
         "artifacts": _artifacts_to_dict(s.artifacts),
+        "data": _data_to_dict(s.data),
     }
 
 
@@ -226,6 +344,19 @@ def _artifacts_to_dict(a: ArtifactsSpec) -> dict[str, Any]:
     return _drop_none({"store": a.store, "bucket": a.bucket, "prefix": a.prefix or None,
                        "endpoint_url": a.endpoint_url, "region": a.region,
                        "credentials_secret": a.credentials_secret})
+
+
+def _data_to_dict(d: DataSpec) -> dict[str, Any]:
+    if d.path is not None:
+        return {"path": d.path}
+    if d.bucket is None:
+        return {}
+    return _drop_none({"s3": d.url, "endpoint_url": d.endpoint_url, "region": d.region,
+                       "credentials_secret": d.credentials_secret})
+
+
+def _plain_copy(value: Any) -> Any:
+    return json.loads(json.dumps(value))
 
 
 def _drop_none(d: dict[str, Any]) -> dict[str, Any]:

@@ -147,10 +147,10 @@ def test_requests_are_what_render_prints_and_within_the_role(cluster: Cluster) -
     result = cluster.sweeper("run", spec, "--backend", "kubernetes")
     assert result.exit_code == 0, result.output
     posts = [r for r in fake.request_log if r.method == "POST" and
-             r.path.endswith(f"/namespaces/{NS}/jobs")]
-    assert len(posts) == 1
+             r.path.endswith((f"/namespaces/{NS}/jobs", f"/namespaces/{NS}/configmaps"))]
+    assert len(posts) == 2
     rendered = list(yaml.safe_load_all(cluster.sweeper("render", spec).stdout))
-    assert posts[0].body == rendered[0]
+    assert [p.body for p in posts] == rendered  # the spec's ConfigMap, then the Job
     password = urlsplit(cluster.url).password
     assert password
     assert password not in json.dumps([r.body for r in fake.request_log], default=str)

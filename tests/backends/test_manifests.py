@@ -4,6 +4,7 @@ storage, no cluster."""
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 from typing import Any
@@ -16,7 +17,7 @@ from sweeper import protocol
 from sweeper.backends import manifests as m
 from sweeper.cli import cli
 from sweeper.errors import SpecError
-from sweeper.spec import load_spec, parse_spec
+from sweeper.spec import load_spec, parse_spec, parse_spec_dict
 from tests.support.k8s_schema import validate_k8s_objects
 
 REPO = Path(__file__).resolve().parents[2]
@@ -59,7 +60,9 @@ def test_every_example_spec_renders_schema_valid_objects(path: Path) -> None:
     for indexes in (None, list(range(1, spec.trials, 3))):
         objects = m.render(spec, indexes)
         assert validate_k8s_objects(objects) == []
-        job = objects[0]
+        configmap, job = objects
+        assert configmap["kind"] == "ConfigMap" and configmap["metadata"]["name"] == \
+            f"{spec.name}-spec"
         assert job["apiVersion"] == "batch/v1" and job["kind"] == "Job"
         assert job["metadata"]["name"] == spec.name
         assert job["metadata"]["namespace"] == spec.kubernetes.namespace
@@ -107,12 +110,22 @@ def test_restricted_security_context(path: Path) -> None:
     assert sc["allowPrivilegeEscalation"] is False
     assert sc["readOnlyRootFilesystem"] is True
     assert sc["capabilities"] == {"drop": ["ALL"]}
-    # The only writable place is the emptyDir that HOME, TMPDIR and checkpoints point at.
-    assert pod["volumes"] == [{"name": "scratch", "emptyDir": {}}]
-    assert _container(job)["volumeMounts"] == [{"name": "scratch", "mountPath": m.SCRATCH}]
+    # The writable places: the sized emptyDir that HOME, TMPDIR and checkpoints point at, and
+    # /dev/shm in memory (DataLoader workers need more than the runtime's 64 MiB); the spec's
+    # ConfigMap is mounted read-only.
+    assert pod["volumes"] == [
+        {"name": "scratch", "emptyDir": {"sizeLimit": "10Gi"}},
+        {"name": "sweeper-spec", "configMap": {"name": f"{job['metadata']['name']}-spec"}},
+        {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "1Gi"}}]
+    assert _container(job)["volumeMounts"] == [
+        {"name": "scratch", "mountPath": m.SCRATCH},
+        {"name": "sweeper-spec", "mountPath": m.SPEC_DIR, "readOnly": True},
+        {"name": "dshm", "mountPath": "/dev/shm"}]
     resources = _container(job)["resources"]
-    assert set(resources["requests"]) >= {"cpu", "memory"}
-    assert set(resources["limits"]) >= {"cpu", "memory"}
+    assert set(resources["requests"]) == {"cpu", "memory", "ephemeral-storage"}
+    assert resources["requests"]["ephemeral-storage"] == "10Gi"
+    # A CPU request and no CPU limit (no throttled data loading); memory is limited.
+    assert set(resources["limits"]) >= {"memory"} and "cpu" not in resources["limits"]
 
 
 def test_labels_on_job_and_pods() -> None:
@@ -134,14 +147,14 @@ def test_gpu_limits_and_toleration() -> None:
     job = m.render_job(grid)
     resources = _container(job)["resources"]
     assert resources["limits"]["nvidia.com/gpu"] == 1
-    assert resources["requests"] == {"cpu": "2", "memory": "4Gi"}
+    assert resources["requests"] == {"cpu": "2", "memory": "4Gi", "ephemeral-storage": "10Gi"}
     assert job["spec"]["template"]["spec"]["tolerations"] == [
         {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
     cpu_only = m.render_job(_spec())
     assert "nvidia.com/gpu" not in _container(cpu_only)["resources"]["limits"]
     assert "tolerations" not in cpu_only["spec"]["template"]["spec"]
-    assert _container(cpu_only)["resources"]["requests"] == {"cpu": m.DEFAULT_CPU,
-                                                             "memory": m.DEFAULT_MEMORY}
+    assert _container(cpu_only)["resources"]["requests"] == {
+        "cpu": m.DEFAULT_CPU, "memory": m.DEFAULT_MEMORY, "ephemeral-storage": "10Gi"}
 
 
 def test_failure_policy_matches_the_runner_exit_codes() -> None:
@@ -270,11 +283,29 @@ def test_render_cli_prints_the_objects_as_yaml() -> None:
     expected = m.render(m.with_kubernetes(load_spec(path), image="reg.example/t:9",
                                           namespace="sweeps", storage_secret="pg"))
     assert objects == expected
-    job = objects[0]
-    assert job["metadata"]["namespace"] == "sweeps"
+    configmap, job = objects
+    assert job["metadata"]["namespace"] == configmap["metadata"]["namespace"] == "sweeps"
+    # The ConfigMap holds the normalised spec the pods read (SWEEPER_SPEC_FILE), overrides in.
+    stored = json.loads(configmap["data"][m.SPEC_KEY])
+    assert stored["kubernetes"]["image"] == "reg.example/t:9"
+    assert parse_spec_dict(stored) == m.with_kubernetes(
+        load_spec(path), image="reg.example/t:9", namespace="sweeps", storage_secret="pg")
+    assert _env(job)[protocol.ENV_SPEC_FILE]["value"] == f"{m.SPEC_DIR}/{m.SPEC_KEY}"
+    assert stored["storage"] is None
     assert _container(job)["image"] == "reg.example/t:9"
     assert _env(job)["SWEEPER_STORAGE"]["valueFrom"]["secretKeyRef"]["name"] == "pg"
     assert "s3cr3t" not in result.output and "postgresql://" not in result.output
+    # No durable place for checkpoints: one warning, on stderr.
+    assert result.stderr.count("warning: checkpoints go to the pod's /scratch") == 1
+
+
+def test_no_checkpoint_warning_with_s3_or_a_checkpoint_volume() -> None:
+    assert m.checkpoint_warning(_spec()) is not None
+    s3 = _spec("artifacts: {store: s3, bucket: ckpts}")
+    assert m.checkpoint_warning(s3) is None
+    volume = _spec("kubernetes:\n  volumes: [{name: c, mount_path: /c, pvc: c}]\n"
+                   "  checkpoint_volume: c")
+    assert m.checkpoint_warning(volume) is None
 
 
 def test_render_cli_touches_no_storage(tmp_path: Path) -> None:

@@ -36,6 +36,7 @@ EXPECTED_RULES = {
     ("batch", "jobs"): {"create", "get", "list", "watch", "delete"},
     ("", "pods"): {"get", "list"},
     ("", "pods/log"): {"get"},
+    ("", "configmaps"): {"create", "update"},
 }
 CLI_ACCOUNT = "sweeper"
 TRIAL_ACCOUNT = "sweeper-trial"

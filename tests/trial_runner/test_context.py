@@ -145,7 +145,7 @@ def test_checkpoint_round_trip_the_latest_wins(tmp_path: Path) -> None:
     assert retry.resumed_from_step == 2
     assert _stored(study, retry).user_attrs[RESUMED_ATTR] == 2
     marker = json.loads((ctx.checkpoint_dir / "checkpoint.json").read_text())
-    assert marker == {"step": 2, "trial_number": ctx.trial_number}
+    assert marker == {"step": 2, "trial_number": ctx.trial_number, "attempt": 0}
     # the temporary file each save writes first does not stay behind
     assert sorted(p.name for p in ctx.checkpoint_dir.iterdir()) == \
         ["checkpoint.json", "checkpoint.pt"]

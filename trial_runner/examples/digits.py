@@ -2,8 +2,10 @@
 
 Reports val_loss and val_accuracy every epoch, saves a checkpoint per epoch (a retried
 attempt resumes from it), honours the pruner, and uses the GPU when there is one (data on
-the device, bf16 autocast on CUDA). The final model's state_dict is saved as an artifact
-(``model.pt``; fixed param ``save_model: false`` turns that off).
+the device, ``ctx.autocast()``: bf16 on CUDA that has it, fp16 with a GradScaler otherwise).
+Under ``launcher: torchrun`` it trains with DistributedDataParallel, each rank on its share
+of every batch. The final model's state_dict is saved as an artifact (``model.pt``; fixed
+param ``save_model: false`` turns that off).
 """
 
 from __future__ import annotations
@@ -36,6 +38,15 @@ def _data(device: Any) -> tuple[Any, Any, Any, Any]:
             t(x[cut:], torch.float32), t(y[cut:], torch.long))
 
 
+def _distributed() -> tuple[int, int]:
+    """(rank, world size): (0, 1) unless torchrun started this process."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
+
+
 def train(ctx: TrialContext) -> dict[str, float]:
     import torch
     from torch import nn
@@ -51,6 +62,11 @@ def train(ctx: TrialContext) -> dict[str, float]:
         nn.Linear(64, hidden), nn.ReLU(), nn.Dropout(float(p.get("dropout", 0.0))),
         nn.Linear(hidden, hidden), nn.ReLU(), nn.Linear(hidden, 10),
     ).to(device)
+    rank, world = _distributed()
+    net: Any = model
+    if world > 1:  # launcher: torchrun: gradients averaged over the ranks
+        net = torch.nn.parallel.DistributedDataParallel(
+            model, device_ids=[device.index] if device.type == "cuda" else None)
     lr = float(p.get("lr", 1e-2))
     if p.get("optimizer", "adam") == "sgd":
         opt: torch.optim.Optimizer = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
@@ -59,7 +75,7 @@ def train(ctx: TrialContext) -> dict[str, float]:
     epochs = int(p.get("epochs", 5))
     batch = int(p.get("batch_size", 64))
     loss_fn = nn.CrossEntropyLoss()
-    autocast = torch.autocast("cuda", dtype=torch.bfloat16, enabled=device.type == "cuda")
+    scaler = ctx.grad_scaler()  # scales only for fp16 autocast; a pass-through otherwise
 
     start = 0
     resumed = ctx.load_checkpoint()
@@ -73,17 +89,20 @@ def train(ctx: TrialContext) -> dict[str, float]:
     val_loss = val_acc = float("nan")
     generator = torch.Generator(device="cpu").manual_seed(ctx.index)
     for epoch in range(start, epochs):
-        model.train()
+        net.train()
         order = torch.randperm(len(x_train), generator=generator).to(device)
         for i in range(0, len(order), batch):
-            idx = order[i:i + batch]
+            if len(order[i:i + batch]) < world:
+                continue  # too small to share out (the same on every rank)
+            idx = order[i:i + batch][rank::world]  # this rank's share of the batch
             opt.zero_grad(set_to_none=True)
-            with autocast:
-                loss = loss_fn(model(x_train[idx]), y_train[idx])
-            loss.backward()
-            opt.step()
+            with ctx.autocast():
+                loss = loss_fn(net(x_train[idx]), y_train[idx])
+            scaler.scale(loss).backward()
+            scaler.step(opt)
+            scaler.update()
         model.eval()
-        with torch.no_grad(), autocast:
+        with torch.no_grad(), ctx.autocast():
             logits = model(x_val).float()
             val_loss = float(loss_fn(logits, y_val))
             val_acc = float((logits.argmax(1) == y_val).float().mean())

@@ -90,9 +90,13 @@ class KubernetesBackend:
                     f"Job {ns}/{j.name} of sweep {spec.name} is still running; wait for it "
                     f"(sweeper status {spec.name}) or stop it first (sweeper cancel {spec.name})")
         launch = self._next_launch(sweep, existing)
-        job = m.render_job(spec, indexes, launch=launch)
+        configmap, job = m.render(spec, indexes, launch=launch)
         name = job["metadata"]["name"]
         api = KubeClient(self.clients, spec.name)
+        warning = m.checkpoint_warning(spec)
+        if warning:
+            self.echo(f"warning: {warning}")
+        api.apply_configmap(ns, configmap)  # every pod mounts it: created before the Job
         api.create_job(ns, job)
         self._record_launch(sweep, launch)
         completions = job["spec"]["completions"]

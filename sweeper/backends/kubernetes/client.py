@@ -131,6 +131,18 @@ class KubeClient:
                              job=name, missing_ok=True, propagation_policy=propagation_policy)
         return data is not None
 
+    # ---------------------------------------------------------------- v1 ConfigMaps
+
+    def apply_configmap(self, namespace: str, body: Obj) -> None:
+        """Create the ConfigMap, or replace the one of that name (a resume of the same sweep
+        writes the same spec again; a changed image or parallelism updates it)."""
+        core = self.factory.core()
+        name = str(body["metadata"]["name"])
+        created = self._request(core.create_namespaced_config_map, namespace, body,
+                                conflict_ok=True)
+        if created is None:
+            self._request(core.replace_namespaced_config_map, name, namespace, body)
+
     # ---------------------------------------------------------------- v1 Pods
 
     def list_pods(self, namespace: str, label_selector: str, *,
@@ -180,8 +192,10 @@ class KubeClient:
     # ---------------------------------------------------------------- plumbing
 
     def _request(self, method: Callable[..., Any], *args: Any, job: str | None = None,
-                 missing_ok: bool = False, **kwargs: Any) -> bytes | None:
-        """Call ``method`` with the timeout; the raw body, None for a 404 when ``missing_ok``."""
+                 missing_ok: bool = False, conflict_ok: bool = False, **kwargs: Any
+                 ) -> bytes | None:
+        """Call ``method`` with the timeout; the raw body, None for a 404 when ``missing_ok``
+        (a 409 when ``conflict_ok``)."""
         from kubernetes.client.exceptions import ApiException
         from urllib3.exceptions import HTTPError
 
@@ -190,7 +204,7 @@ class KubeClient:
                           _request_timeout=self.factory.request_timeout_s, **kwargs)
             data: bytes = resp.data
         except ApiException as e:
-            if missing_ok and e.status == 404:
+            if (missing_ok and e.status == 404) or (conflict_ok and e.status == 409):
                 return None
             raise api_error(e, server=self.factory.server, job=job, sweep=self.sweep) from e
         except (HTTPError, OSError) as e:

@@ -1,6 +1,9 @@
 """The fake node: "runs" each Pod by starting its containers' command + args as local
 processes, with the environment the manifest declares (downward API, Secrets, ConfigMaps),
-and reports their state in the Pod status the way a kubelet does.
+and reports their state in the Pod status the way a kubelet does. Volumes are local
+directories: emptyDir, Secret, ConfigMap and downward API per pod; a PVC per claim and an NFS
+volume per server and export, shared by every pod (paths in env and argv that start with a
+mount path are rewritten to the directory).
 
 Not simulated: images (argv[0] `python`/`python3` becomes this interpreter; a container
 without `command` uses `image_entrypoints[image]` or else its `args` as argv), resource
@@ -624,6 +627,12 @@ class Kubelet:
             if "persistentVolumeClaim" in vol:
                 claim = vol["persistentVolumeClaim"].get("claimName", name)
                 d = self.root / "pvc" / ns / claim
+                d.mkdir(parents=True, exist_ok=True)
+                out[name] = d
+                continue
+            if "nfs" in vol:  # one directory per export, shared by every pod (as NFS is)
+                nfs = vol["nfs"]
+                d = self.root / "nfs" / nfs.get("server", "") / nfs.get("path", "").lstrip("/")
                 d.mkdir(parents=True, exist_ok=True)
                 out[name] = d
                 continue

@@ -1,0 +1,51 @@
+"""The ``data:`` section: the dataset every trial reads (``ctx.data_dir``), a directory or an
+``s3://bucket/prefix`` (endpoint, region and credentials as for artifacts, defaulting to
+theirs)."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from sweeper.spec._primitives import BUCKET_RE
+from sweeper.spec._yaml import Path_
+from sweeper.spec.model import ArtifactsSpec, DataSpec
+
+_DATA_KEYS = ("path", "s3", "endpoint_url", "region", "credentials_secret")
+_S3_URL_RE = re.compile(r"^s3://([^/]+)(?:/(.*))?$")
+
+
+def data_section(v: Any, value: Any, path: Path_, artifacts: ArtifactsSpec) -> DataSpec:
+    """``v`` is the spec validator (its ``s3`` checks the bucket, endpoint and secret)."""
+    if value is None or value == {}:  # {}: the normalised form of "no data"
+        return DataSpec()
+    v.no_credentials(value, path, "data.credentials_secret")
+    m = v.mapping(value, path, _DATA_KEYS)
+    sources = [k for k in ("path", "s3") if m.get(k) is not None]
+    if len(sources) != 1:
+        raise v.err(path, "data needs exactly one of path (a directory) or s3 (s3://bucket/"
+                          "prefix)" + (f", got {' and '.join(sources)}" if sources else ""))
+    if sources == ["path"]:
+        for key in m:
+            if key != "path":
+                raise v.err((*path, key), f"{key!r} applies to data.s3 only")
+        return DataSpec(path=v.string(m["path"], (*path, "path")).rstrip("/") or "/")
+    url = v.string(m["s3"], (*path, "s3"))
+    match = _S3_URL_RE.match(url)
+    if not match:
+        raise v.err((*path, "s3"), f"expected s3://bucket/prefix, got {url!r}")
+    if not BUCKET_RE.match(match.group(1)) or ".." in match.group(1):
+        raise v.err((*path, "s3"), f"{match.group(1)!r} is not a valid bucket name (3-63 "
+                                   "lowercase letters, digits, '.' and '-')")
+    inherit = artifacts if artifacts.store == "s3" else ArtifactsSpec()
+    s3 = v.s3({"bucket": match.group(1), "prefix": match.group(2) or None,
+               "endpoint_url": m.get("endpoint_url", inherit.endpoint_url),
+               "region": m.get("region", inherit.region),
+               "credentials_secret": m.get("credentials_secret", inherit.credentials_secret)},
+              path)
+    if artifacts.credentials_secret and s3.credentials_secret != artifacts.credentials_secret:
+        raise v.err((*path, "credentials_secret"), "data and artifacts must use the same "
+                    f"credentials Secret ({artifacts.credentials_secret!r}): the S3 client "
+                    "reads one AWS_ACCESS_KEY_ID")
+    return DataSpec(bucket=s3.bucket, prefix=s3.prefix, endpoint_url=s3.endpoint_url,
+                    region=s3.region, credentials_secret=s3.credentials_secret)

@@ -1,0 +1,52 @@
+"""moto's S3 in server mode on a free local port, for tests whose S3 clients live in other
+processes (trial runners, fake pods): they reach it at ``endpoint`` with ``credentials``."""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+CREDENTIALS = {"AWS_ACCESS_KEY_ID": "test-key-id", "AWS_SECRET_ACCESS_KEY": "test-secret"}
+REGION = "us-east-1"
+
+
+@dataclass(frozen=True)
+class S3Server:
+    endpoint: str
+
+    def client(self) -> Any:
+        import boto3
+
+        return boto3.client("s3", endpoint_url=self.endpoint, region_name=REGION,
+                            aws_access_key_id=CREDENTIALS["AWS_ACCESS_KEY_ID"],
+                            aws_secret_access_key=CREDENTIALS["AWS_SECRET_ACCESS_KEY"])
+
+    def env(self) -> dict[str, str]:
+        """What a process needs to use it: credentials, region, no proxy for 127.0.0.1."""
+        return {**CREDENTIALS, "AWS_DEFAULT_REGION": REGION,
+                "NO_PROXY": "127.0.0.1,localhost", "no_proxy": "127.0.0.1,localhost"}
+
+
+@contextmanager
+def moto_s3() -> Iterator[S3Server]:
+    from moto.server import ThreadedMotoServer
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = int(s.getsockname()[1])
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    try:
+        yield S3Server(f"http://127.0.0.1:{port}")
+    finally:
+        server.stop()
+
+
+def clean_aws_env() -> dict[str, str | None]:
+    """Environment overrides that keep a developer's AWS settings out of a test."""
+    return {k: None for k in ("AWS_PROFILE", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3",
+                              "AWS_SESSION_TOKEN") if k in os.environ}

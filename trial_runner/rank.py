@@ -1,0 +1,195 @@
+"""``python -m trial_runner.rank LAUNCH_FILE``: one rank of a ``launcher: torchrun`` trial.
+
+torchrun starts this module on every rank (``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE`` set). The
+runner that claimed the trial wrote ``LAUNCH_FILE``: the spec, the trial, its params. Every
+rank gets the same params and calls the user's ``module:function(ctx)``; the process group is
+initialised here (NCCL on GPUs, gloo on CPUs), and ``ctx.device`` is ``cuda:LOCAL_RANK``.
+Rank 0 alone talks to the study: it writes intermediate values, metrics and checkpoints, and
+its return value (or its exception, or the pruning) goes to the runner through the result
+file. ``ctx.should_prune()`` is a collective: rank 0 asks the pruner and broadcasts the answer,
+so every rank stops at the same step.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import optuna
+
+from sweeper import protocol
+from sweeper.entrypoint import load_entrypoint
+from sweeper.spec import SweepSpec, parse_spec_dict
+from trial_runner.checkpoints import CheckpointMirror, write_atomically
+from trial_runner.context import TrialContext
+from trial_runner.data import data_dir
+
+logger = logging.getLogger("trial_runner.rank")
+
+
+class _NoTrial:
+    """What ranks other than 0 have instead of an Optuna trial: they never write."""
+
+    def report(self, value: float, step: int) -> None:
+        pass
+
+    def should_prune(self) -> bool:
+        return False
+
+    def set_user_attr(self, key: str, value: Any) -> None:
+        pass
+
+
+@dataclass
+class RankContext(TrialContext):
+    """The TrialContext of one rank: writes only on rank 0, prunes in step on every rank."""
+
+    rank: int = 0
+    local_rank: int = 0
+    world_size: int = 1
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    def report(self, step: int, **metrics: float) -> None:
+        if self.is_main:
+            super().report(step, **metrics)
+
+    def should_prune(self) -> bool:
+        """The same answer on every rank: rank 0 asks the pruner and broadcasts it. Call it on
+        every rank at the same step (it is a collective)."""
+        import torch
+        import torch.distributed as dist
+
+        decision = super().should_prune() if self.is_main else False
+        flag = torch.tensor([1 if decision else 0], dtype=torch.int32,
+                            device=self.device if self.device.startswith("cuda") else "cpu")
+        dist.broadcast(flag, src=0)
+        return bool(flag.item())
+
+    def set(self, key: str, value: Any) -> None:
+        if self.is_main:
+            super().set(key, value)
+
+    def _set_attr(self, key: str, value: Any) -> None:
+        if self.is_main:
+            super()._set_attr(key, value)
+
+    def save_checkpoint(self, state: Any, step: int) -> Path:
+        """Rank 0 saves (and uploads); the others' states are the same by construction."""
+        if self.is_main:
+            return super().save_checkpoint(state, step)
+        return self.checkpoint_dir / "checkpoint.pt"
+
+    def save_artifact(self, data: str | os.PathLike[str] | bytes, name: str | None = None
+                      ) -> str:
+        return super().save_artifact(data, name) if self.is_main else ""
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    launch = json.loads(Path(argv[0]).read_text())
+    rank, local_rank = int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"])
+    world_size = int(os.environ["WORLD_SIZE"])
+    logging.basicConfig(level=os.environ.get(protocol.ENV_LOG_LEVEL, "INFO"),
+                        format=f"%(asctime)s %(levelname)s [rank {rank}] %(name)s: %(message)s",
+                        stream=sys.stderr)
+    logging.getLogger("sqlalchemy").setLevel(logging.WARNING)
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    spec = parse_spec_dict(launch["spec"], source=launch["source"])
+    result_file = Path(launch["result_file"])
+    _init_process_group(local_rank)
+    try:
+        ctx = _context(spec, launch, rank, local_rank, world_size)
+        assert spec.trial.entrypoint is not None
+        objective = load_entrypoint(spec.trial.entrypoint, source=spec.source)
+        result = objective(ctx)
+    except optuna.TrialPruned:
+        _write(result_file, rank, {"status": "pruned"})
+        return 0
+    except Exception as e:  # noqa: BLE001 - the runner fails the attempt with this line
+        logger.error("the objective raised:\n%s", traceback.format_exc())
+        line = traceback.format_exception_only(type(e), e)[-1].strip()
+        _write(result_file, rank, {"status": "error", "error": line})
+        return protocol.EXIT_RETRY
+    finally:
+        _destroy_process_group()
+    _write(result_file, rank, {"status": "ok", "result": _plain(result)})
+    return 0
+
+
+def _context(spec: SweepSpec, launch: dict[str, Any], rank: int, local_rank: int,
+             world_size: int) -> RankContext:
+    trial: Any = _NoTrial()
+    mirror = None
+    factory = None
+    if rank == 0:  # the only rank with a database connection
+        from sweeper.artifacts import cached_artifact_store
+        from sweeper.spec.registry import make_pruner, make_sampler
+        from sweeper.study import load_sweep, open_storage
+
+        storage = open_storage(os.environ.get(protocol.ENV_STORAGE, protocol.DEFAULT_STORAGE),
+                               connect_deadline_s=30.0, prepared=True)
+        sweep = load_sweep(storage, spec.name)
+        study = sweep.runner_study(make_sampler(spec, launch["index"]), make_pruner(spec))
+        trial = optuna.Trial(study, launch["trial_id"])
+        mirror = CheckpointMirror.for_index(spec, storage.url, launch["index"])
+        url = storage.url
+        factory = lambda: cached_artifact_store(spec.artifacts, url)  # noqa: E731
+    return RankContext(
+        params=dict(launch["params"]), index=launch["index"], trial_number=launch["trial_number"],
+        attempt=launch["attempt"], checkpoint_dir=Path(launch["checkpoint_dir"]), trial=trial,
+        objective_metrics=tuple(o.metric for o in spec.objectives),
+        artifact_store_factory=factory, checkpoint_mirror=mirror,
+        data_factory=(lambda: data_dir(spec.data)) if spec.data.configured else None,
+        rank=rank, local_rank=local_rank, world_size=world_size)
+
+
+def _init_process_group(local_rank: int) -> None:
+    import torch
+    import torch.distributed as dist
+
+    if torch.cuda.is_available():
+        torch.cuda.set_device(local_rank)
+        dist.init_process_group("nccl")
+    else:
+        dist.init_process_group("gloo")
+
+
+def _destroy_process_group() -> None:
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def _write(path: Path, rank: int, result: dict[str, Any]) -> None:
+    if rank == 0:
+        write_atomically(path, json.dumps(result).encode())
+
+
+def _plain(value: Any) -> Any:
+    """What the objective returned, as JSON the runner reads back (tensors and numpy scalars
+    as numbers; anything else as its repr, which the runner then rejects with a reason)."""
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if value is None or isinstance(value, (bool, str)):
+        return value
+    if isinstance(value, (int, float)):
+        return value  # NaN and inf too: JSON as Python writes it, and the runner refuses them
+    if hasattr(value, "item") and callable(value.item):
+        return _plain(value.item())
+    return repr(value)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
