@@ -4,7 +4,6 @@ download, torch.load), and the S3 store against moto's server."""
 from __future__ import annotations
 
 import json
-import socket
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -24,6 +23,7 @@ from sweeper.errors import ArtifactError, SpecError
 from sweeper.spec import ArtifactsSpec, parse_spec, parse_spec_dict
 from sweeper.study import create_or_resume, load_sweep, open_storage
 from tests.support.compare import invoke, isolate, quadratic_spec, run_sweep
+from tests.support.s3 import clean_aws_env, moto_s3
 
 BASE = """\
 name: art
@@ -202,31 +202,17 @@ def test_dashboard_store_is_the_one_the_sweeps_share(sqlite_url: str) -> None:
 # --------------------------------------------------------------------------- S3 (moto server)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture
 def s3_endpoint(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     """moto's S3 in server mode on a free local port, dummy credentials in the environment
     (inherited by the sweep's worker processes, as a Kubernetes Secret would provide them)."""
-    from moto.server import ThreadedMotoServer
-
-    for key, value in {"AWS_ACCESS_KEY_ID": "test-key-id", "AWS_SECRET_ACCESS_KEY": "test-secret",
-                       "AWS_DEFAULT_REGION": "us-east-1", "NO_PROXY": "127.0.0.1,localhost",
-                       "no_proxy": "127.0.0.1,localhost"}.items():
-        monkeypatch.setenv(key, value)
-    for key in ("AWS_PROFILE", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_SESSION_TOKEN"):
-        monkeypatch.delenv(key, raising=False)
-    port = _free_port()
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    server.start()
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.stop()
+    with moto_s3() as server:
+        for key, value in {**server.env(), **clean_aws_env()}.items():
+            if value is None:
+                monkeypatch.delenv(key, raising=False)
+            else:
+                monkeypatch.setenv(key, value)
+        yield server.endpoint
 
 
 def test_s3_store_upload_list_download(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,

@@ -172,6 +172,12 @@ def _delete_jobs(clients: Any, name: str, ns: str, wait_s: float, *, required: b
     for job in result.jobs:
         click.echo(f"deleted Job {ns}/{job}" + (" (its pods still terminating)"
                                                 if result.unfinished else ""))
+    from sweeper.backends.kubernetes import KubeClient
+    from sweeper.backends.manifests import spec_configmap_name
+
+    configmap = spec_configmap_name(name)
+    if KubeClient(clients, name).delete_configmap(ns, configmap):
+        click.echo(f"deleted ConfigMap {ns}/{configmap}")
 
 
 def _confirm(question: str, yes: bool) -> None:

@@ -103,6 +103,13 @@ def test_rendered_objects_alone_run_the_sweep(cluster: Cluster, method: str) -> 
     logs = cluster.sweeper("logs", name, "--index", "3")
     assert logs.exit_code == 0 and "index 3: trial #" in logs.stdout, logs.output
 
+    deleted = cluster.sweeper("delete", name, "--yes", "--kubernetes")
+    assert deleted.exit_code == 0, deleted.output
+    assert f"deleted ConfigMap {NS}/{m.spec_configmap_name(name)}" in deleted.stdout
+    assert not [c for c in cluster.core().list_namespaced_config_map(NS).items
+                if c.metadata.name == m.spec_configmap_name(name)]
+    assert cluster.jobs(name) == []
+
 
 def test_a_different_sweep_under_the_name_stops_the_job(cluster: Cluster) -> None:
     """The study holds another spec under this name: every runner exits with the

@@ -36,7 +36,7 @@ EXPECTED_RULES = {
     ("batch", "jobs"): {"create", "get", "list", "watch", "delete"},
     ("", "pods"): {"get", "list"},
     ("", "pods/log"): {"get"},
-    ("", "configmaps"): {"create", "update"},
+    ("", "configmaps"): {"create", "update", "delete"},
 }
 CLI_ACCOUNT = "sweeper"
 TRIAL_ACCOUNT = "sweeper-trial"

@@ -40,10 +40,24 @@ def moto_s3() -> Iterator[S3Server]:
         port = int(s.getsockname()[1])
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
     server.start()
+    endpoint = f"http://127.0.0.1:{port}"
+    # moto keeps its buckets in process-wide state that every ThreadedMotoServer shares: start
+    # each test from an empty S3 (another test's objects under the same bucket and prefix
+    # would otherwise show up in this one's listings).
+    _reset(endpoint)
     try:
-        yield S3Server(f"http://127.0.0.1:{port}")
+        yield S3Server(endpoint)
     finally:
+        _reset(endpoint)
         server.stop()
+
+
+def _reset(endpoint: str) -> None:
+    import urllib.request
+
+    request = urllib.request.Request(f"{endpoint}/moto-api/reset", method="POST")
+    with urllib.request.urlopen(request, timeout=10) as response:
+        response.read()
 
 
 def clean_aws_env() -> dict[str, str | None]:

@@ -143,6 +143,12 @@ class KubeClient:
         if created is None:
             self._request(core.replace_namespaced_config_map, name, namespace, body)
 
+    def delete_configmap(self, namespace: str, name: str) -> bool:
+        """Delete the ConfigMap; False when it was already gone."""
+        data = self._request(self.factory.core().delete_namespaced_config_map, name, namespace,
+                             missing_ok=True)
+        return data is not None
+
     # ---------------------------------------------------------------- v1 Pods
 
     def list_pods(self, namespace: str, label_selector: str, *,
