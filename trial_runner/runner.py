@@ -185,7 +185,9 @@ def run_index(sweep: Sweep, index: int, objective: Callable[[TrialContext], Any]
         # Whatever escapes after the claim (a broken pipe to a dead orchestrator, a signal
         # during set-up) must not leave the trial RUNNING until its heartbeat goes stale.
         try:
-            mark_failed(sweep.storage, trial_id, f"runner stopped: {type(e).__name__}: {e}")
+            reason = (f"interrupted by {e}; resumable" if isinstance(e, Interrupted)
+                      else f"runner stopped: {type(e).__name__}: {e}")
+            mark_failed(sweep.storage, trial_id, reason)
         except Exception:  # noqa: BLE001 - the original error matters more; re-raised below
             logger.warning("could not mark trial %d FAIL", trial_id)
         raise

@@ -218,3 +218,23 @@ def test_work_on_a_trial_the_watcher_failed_does_not_count(storage_url: str,
     assert run_index(sweep, 6, ok, settings(tmp_path)).state == "COMPLETE"
     atts = attempts(storage, sweep.study_id, 6)
     assert [a.state for a in atts] == [TrialState.FAIL, TrialState.COMPLETE]
+
+
+def test_a_signal_during_set_up_fails_the_trial_resumably(sqlite_url: str, tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """SIGTERM may land between the claim and the objective (attaching the trial, starting
+    the heartbeat): the trial must still say it was interrupted and can be resumed."""
+    import signal
+
+    from trial_runner import runner
+
+    def interrupted(*_: Any) -> int:
+        raise runner.Interrupted(signal.SIGTERM)
+
+    storage = open_storage(sqlite_url)
+    sweep, _ = create_or_resume(storage, make_spec())
+    monkeypatch.setattr(runner, "attach_trial", interrupted)
+    with pytest.raises(runner.Interrupted):
+        run_index(sweep, 0, ok, settings(tmp_path))
+    (t,) = sweep.study().get_trials(states=(TrialState.FAIL,))
+    assert t.user_attrs["sweeper:fail_reason"] == "interrupted by SIGTERM; resumable"
