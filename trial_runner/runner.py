@@ -164,8 +164,13 @@ def acquire(sweep: Sweep, index: int, settings: RunnerSettings,
 def run_index(sweep: Sweep, index: int, objective: Callable[[TrialContext], Any],
               settings: RunnerSettings, *, trial_hook: Callable[[int, int], None] | None = None
               ) -> Outcome:
-    """Run index ``index`` to exactly one finished trial (or a FAIL that says why)."""
-    got = acquire(sweep, index, settings)
+    """Run index ``index`` to exactly one finished trial (or a FAIL that says why). A database
+    error no retry fixed (:class:`StorageError`: permanent, or an outage past the deadline)
+    ends the index with one line and a retryable exit code, never a traceback."""
+    try:
+        got = acquire(sweep, index, settings)
+    except StorageError as e:
+        return Outcome(index, protocol.EXIT_RETRY, "FAIL", None, f"index {index}: {e}")
     if isinstance(got, Outcome):
         return got
     trial_id, attempt = got
@@ -185,6 +190,8 @@ def run_index(sweep: Sweep, index: int, objective: Callable[[TrialContext], Any]
             mark_failed(sweep.storage, trial_id, f"runner stopped: {type(e).__name__}: {e}")
         except Exception:  # noqa: BLE001 - the original error matters more; re-raised below
             logger.warning("could not mark trial %d FAIL", trial_id)
+        if isinstance(e, StorageError):
+            return Outcome(index, protocol.EXIT_RETRY, "FAIL", None, f"index {index}: {e}")
         raise
 
 

@@ -41,7 +41,8 @@ class RetryingRDBStorage(RDBStoragePrivateRetries):
     retry_deadline_s = 300.0
 
     def _retry(self, name: str, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-        return with_retry(fn, *args, deadline_s=self.retry_deadline_s, what=name, **kwargs)
+        return with_retry(fn, *args, deadline_s=self.retry_deadline_s, what=name, url=self.url,
+                          **kwargs)
 
     # ---- studies
 

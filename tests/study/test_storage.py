@@ -50,7 +50,10 @@ def test_a_transient_error_is_retried_and_a_permanent_one_is_not(
     storage = open_storage(sqlite_url)
     sid = storage.create_new_study([optuna.study.StudyDirection.MINIMIZE], "s")
     monkeypatch.setattr("sweeper.study.retry.time.sleep", lambda s: None)
-    failures = iter([sa.exc.OperationalError("SELECT", {}, Exception("server closed"))])
+    import psycopg2
+
+    lost = psycopg2.OperationalError("server closed the connection unexpectedly")
+    failures = iter([sa.exc.OperationalError("SELECT", {}, lost)])
     real = RDBStorage.get_study_name_from_id
 
     def flaky(self: RDBStorage, study_id: int) -> str:
