@@ -42,7 +42,6 @@ from sweeper.study import (
     mark_failed,
     new_attempt,
     set_trial_user_attrs,
-    with_retry,
 )
 from sweeper.study._optuna_compat import storage_of, tell
 from trial_runner.context import InvalidResult, TrialContext, TrialTimeout, objective_values
@@ -259,20 +258,18 @@ def _finish_pruned(study: optuna.Study, trial_id: int, index: int, number: int) 
 
 def _tell(study: optuna.Study, trial_id: int, state: TrialState,
           values: list[float] | None, *, number: int | None = None) -> bool:
-    """Finish the trial; a retry after a lost commit acknowledgement finds it finished.
-    Optuna's internal tell (what ``study.optimize`` calls) skips the public ``Study.tell``'s
-    re-read and deep copy of the finished trial, which nobody here uses."""
-    def finish() -> bool:
-        n = number if number is not None else storage_of(study).get_trial(trial_id).number
-        try:
-            tell(study, n, values, state)
-        except (optuna.exceptions.UpdateFinishedTrialError, ValueError):
-            # Finished already: by our own commit whose acknowledgement was lost (fine), or
-            # by the watcher, which failed it for a stale heartbeat (the work does not count).
-            return storage_of(study).get_trial(trial_id).state == state
-        return True
-
-    return with_retry(finish, what="tell")
+    """Finish the trial. Every storage call of the tell retries, and a retry after a lost
+    commit acknowledgement finds its own state and values stored (the storage's
+    ``set_trial_state_values``). Optuna's internal tell (what ``study.optimize`` calls) skips
+    the public ``Study.tell``'s re-read and deep copy of the finished trial."""
+    n = number if number is not None else storage_of(study).get_trial(trial_id).number
+    try:
+        tell(study, n, values, state)
+    except (optuna.exceptions.UpdateFinishedTrialError, ValueError):
+        # Finished by someone else: the watcher failed it for a stale heartbeat (the work
+        # does not count).
+        return storage_of(study).get_trial(trial_id).state == state
+    return True
 
 
 def _superseded(index: int, number: int) -> Outcome:
