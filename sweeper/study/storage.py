@@ -190,7 +190,7 @@ def open_storage(url: str, *, connect_deadline_s: float = 0.0, pool_size: int = 
 
     try:
         if connect_deadline_s > 0:
-            return with_retry(connect, deadline_s=connect_deadline_s, what="connect")
+            return with_retry(connect, deadline_s=connect_deadline_s, what="connect", url=url)
         return connect()
     except StorageError:
         raise

@@ -21,6 +21,7 @@ from sweeper.study import (
     mark_failed,
     new_attempt,
     open_storage,
+    trial_id_of,
 )
 from sweeper.study.record import Sweep
 from tests.support.faultproxy import FaultProxy
@@ -81,7 +82,7 @@ def test_optunas_claim_in_ask_finds_its_own_token(storage: RetryingRDBStorage,
     assert trial.suggest_float("x", 0, 2) == 1.0  # the enqueued trial, not a new one
     [stored] = direct.get_all_trials(direct.get_study_id_from_name("ask"))
     assert stored.state == TrialState.RUNNING
-    assert storage.set_trial_state_values(stored._trial_id, TrialState.RUNNING) is False
+    assert storage.set_trial_state_values(trial_id_of(stored), TrialState.RUNNING) is False
 
 
 def test_asks_trial_creation_finds_its_own_token(storage: RetryingRDBStorage,
@@ -147,13 +148,13 @@ def test_tell_finds_its_own_values(storage: RetryingRDBStorage, proxy: FaultProx
     if public:
         study.tell(trial, 1.5)
     else:
-        assert storage.set_trial_state_values(trial._trial_id, TrialState.COMPLETE, [1.5])
+        assert storage.set_trial_state_values(trial_id_of(trial), TrialState.COMPLETE, [1.5])
     _fired(proxy)
-    stored = direct.get_trial(trial._trial_id)
+    stored = direct.get_trial(trial_id_of(trial))
     assert (stored.state, stored.values) == (TrialState.COMPLETE, [1.5])
     # without an interrupted attempt of its own, a finished trial still refuses a tell
     with pytest.raises(optuna.exceptions.UpdateFinishedTrialError):
-        storage.set_trial_state_values(trial._trial_id, TrialState.COMPLETE, [1.5])
+        storage.set_trial_state_values(trial_id_of(trial), TrialState.COMPLETE, [1.5])
 
 
 def test_a_tell_that_finds_another_outcome_is_refused(storage: RetryingRDBStorage,
@@ -164,11 +165,11 @@ def test_a_tell_that_finds_another_outcome_is_refused(storage: RetryingRDBStorag
     study = optuna.create_study(study_name="tell", storage=storage)
     trial = study.ask()
     proxy.arm("cut_request", r"^UPDATE trials SET state='COMPLETE'", step="race",
-              on_fire=lambda: mark_failed(direct, trial._trial_id, "heartbeat stale"))
+              on_fire=lambda: mark_failed(direct, trial_id_of(trial), "heartbeat stale"))
     with pytest.raises(optuna.exceptions.UpdateFinishedTrialError):
-        storage.set_trial_state_values(trial._trial_id, TrialState.COMPLETE, [1.5])
+        storage.set_trial_state_values(trial_id_of(trial), TrialState.COMPLETE, [1.5])
     assert proxy.kinds_fired() == ["cut_request"]
-    stored = direct.get_trial(trial._trial_id)
+    stored = direct.get_trial(trial_id_of(trial))
     assert (stored.state, stored.values) == (TrialState.FAIL, None)
 
 
@@ -191,7 +192,8 @@ def test_unnamed_study_creation_creates_one_study(storage: RetryingRDBStorage,
     sid = storage.create_new_study([StudyDirection.MINIMIZE])
     _fired(proxy)
     [only] = direct.get_all_studies()
-    assert only._study_id == sid and only.study_name.startswith("no-name-")
+    assert direct.get_study_id_from_name(only.study_name) == sid
+    assert only.study_name.startswith("no-name-")
 
 
 def test_delete_study_of_a_study_gone_after_a_lost_ack(storage: RetryingRDBStorage,
@@ -228,9 +230,9 @@ def test_param_intermediate_value_and_attrs_written_once(
     x = trial.suggest_float("x", 0, 1)
     trial.report(0.5, step=3)
     trial.set_user_attr("note", "hi")
-    storage.record_heartbeat(trial._trial_id)
+    storage.record_heartbeat(trial_id_of(trial))
     assert proxy.kinds_fired() == ["cut_reply"] * 4
-    stored = direct.get_trial(trial._trial_id)
+    stored = direct.get_trial(trial_id_of(trial))
     assert stored.params == {"x": x}
     assert stored.intermediate_values == {3: 0.5}
     assert stored.user_attrs == {"note": "hi"}

@@ -50,7 +50,8 @@ class Fault:
     step: str = ""
     count: int = 1
     delay: float = 1.0
-    #: Run when the fault fires, before the client sees anything (another writer's move).
+    #: Run when the fault fires, before the client sees anything (another writer's move;
+    #: for ``cut_request`` after the connection is closed, so the locks it held are free).
     on_fire: Callable[[], None] | None = None
 
 
@@ -67,21 +68,39 @@ class Injection:
 Policy = Callable[[str], "tuple[str, str, float] | None"]
 
 
-def _read_exact(sock: socket.socket, n: int) -> bytes:
-    buf = bytearray()
-    while len(buf) < n:
-        chunk = sock.recv(n - len(buf))
-        if not chunk:
-            raise ConnectionError("closed")
-        buf += chunk
-    return bytes(buf)
+class _Reader:
+    """Buffered reads of one socket: whole messages, and whether more are already here (so
+    the pumps forward a burst of messages in one send, not one small packet each)."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.buf = bytearray()
+
+    def exact(self, n: int) -> bytes:
+        while len(self.buf) < n:
+            chunk = self.sock.recv(65536)
+            if not chunk:
+                raise ConnectionError("closed")
+            self.buf += chunk
+        out = bytes(self.buf[:n])
+        del self.buf[:n]
+        return out
+
+    def message(self) -> tuple[bytes, bytes]:
+        """One typed message: (type byte, whole message bytes)."""
+        head = self.exact(5)
+        (length,) = struct.unpack("!I", head[1:5])
+        return head[:1], head + self.exact(length - 4)
+
+    def has_message(self) -> bool:
+        if len(self.buf) < 5:
+            return False
+        (length,) = struct.unpack("!I", self.buf[1:5])
+        return len(self.buf) >= 1 + length
 
 
-def _read_message(sock: socket.socket) -> tuple[bytes, bytes]:
-    """One typed message: (type byte, whole message bytes)."""
-    head = _read_exact(sock, 5)
-    (length,) = struct.unpack("!I", head[1:5])
-    return head[:1], head + _read_exact(sock, length - 4)
+def _connect_nodelay(sock: socket.socket) -> None:
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
 
 def _statement(kind: bytes, msg: bytes) -> str | None:
@@ -128,11 +147,12 @@ class _Connection:
     def start(self) -> None:
         threading.Thread(target=self._client_side, daemon=True, name="faultproxy-c2s").start()
 
-    def _startup(self) -> bool:
+    def _startup(self, reader: _Reader) -> bool:
         """Relay the untyped startup packets; False when the connection ends here."""
+        _connect_nodelay(self.client)
         while True:
-            (length,) = struct.unpack("!I", _read_exact(self.client, 4))
-            body = _read_exact(self.client, length - 4)
+            (length,) = struct.unpack("!I", reader.exact(4))
+            body = reader.exact(length - 4)
             (code,) = struct.unpack("!I", body[:4])
             if code in (_SSL_REQUEST, _GSSENC_REQUEST):
                 self.client.sendall(b"N")  # no encryption: the proxy must read the stream
@@ -143,6 +163,7 @@ class _Connection:
                 return False
             self.server = socket.create_connection(self.proxy.upstream, timeout=10)
             self.server.settimeout(None)
+            _connect_nodelay(self.server)
             self.server.sendall(struct.pack("!I", length) + body)
             if code == _CANCEL_REQUEST:
                 return False
@@ -151,17 +172,26 @@ class _Connection:
             return True
 
     def _client_side(self) -> None:
+        reader = _Reader(self.client)
         try:
-            if not self._startup():
+            if not self._startup(reader):
                 return
             assert self.server is not None
+            out = bytearray()
             while not self.closed.is_set():
-                kind, msg = _read_message(self.client)
+                kind, msg = reader.message()
                 sql = _statement(kind, msg)
                 fault = self.proxy.decide(sql) if sql is not None else None
-                if fault is not None and not self._inject(fault, sql or ""):
-                    return
-                self.server.sendall(msg)
+                if fault is not None:
+                    if out:
+                        self.server.sendall(out)
+                        out.clear()
+                    if not self._inject(fault, sql or ""):
+                        return
+                out += msg
+                if not reader.has_message():
+                    self.server.sendall(out)
+                    out.clear()
         except (OSError, ConnectionError, struct.error):
             pass
         finally:
@@ -171,6 +201,7 @@ class _Connection:
         """Apply ``fault`` before forwarding ``sql``; False: the connection is gone."""
         proxy = self.proxy
         if fault.kind == "cut_request":
+            self.close()  # first: the server rolls back, releasing the locks it held
             proxy.record(fault, sql)
             return False
         if fault.kind == "cut_reply":
@@ -193,19 +224,24 @@ class _Connection:
 
     def _server_side(self) -> None:
         assert self.server is not None
+        reader = _Reader(self.server)
+        out = bytearray()
         try:
             while not self.closed.is_set():
-                kind, msg = _read_message(self.server)
+                kind, msg = reader.message()
                 if kind == b"K":
                     (self.backend_pid,) = struct.unpack("!I", msg[5:9])
                 elif kind == b"C" and self.reply_fault is not None:
                     tag = msg[5:].rstrip(b"\0")
-                    if tag == b"COMMIT":
+                    if tag == b"COMMIT":  # the commit landed: the client never hears it
                         self.proxy.record(self.reply_fault, "COMMIT (reply dropped)")
                         return
                     if tag == b"ROLLBACK":
                         self.reply_fault = None
-                self.client.sendall(msg)
+                out += msg
+                if not reader.has_message():
+                    self.client.sendall(out)
+                    out.clear()
         except (OSError, ConnectionError, struct.error):
             pass
         finally:
