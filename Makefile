@@ -16,7 +16,7 @@ help:
 	@echo "make test     install test deps, start PostgreSQL (and Chromium), run the whole suite"
 	@echo "make lint     ruff + mypy"
 	@echo "make bench    benchmarks side by side with plain Optuna (PostgreSQL)"
-	@echo "make chaos    the fault-injection sweep at a bigger size"
+	@echo "make chaos    the fault-injection sweep at a bigger size (CHAOS_MODE=kill|database)"
 
 $(VENV)/bin/activate:
 	$(PYTHON) -m venv $(VENV)
@@ -69,8 +69,10 @@ lint: install-test
 bench: install-test postgres
 	$(PY) -m benchmarks.run $(BENCH_ARGS)
 
+# CHAOS_MODE=kill (runners SIGKILLed) or database (faults injected between sweeper and PostgreSQL)
+CHAOS_MODE ?= kill
 chaos: install-test postgres
-	$(PY) -m tests.support.chaos $(CHAOS_ARGS)
+	$(PY) -m tests.support.chaos --mode $(CHAOS_MODE) $(CHAOS_ARGS)
 
 clean:
 	rm -rf $(VENV) .sweeper sweeps.db* *.egg-info .pytest_cache .mypy_cache .ruff_cache

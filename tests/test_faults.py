@@ -15,12 +15,21 @@ from pathlib import Path
 
 import optuna
 import pytest
+import sqlalchemy as sa
 import yaml
 from optuna.trial import TrialState
 
 from sweeper import protocol
 from sweeper.study import open_storage
-from tests.support.chaos import REPO, SWEEPER, chaos_spec, check, run_chaos, runner_pids
+from tests.support.chaos import (
+    REPO,
+    SWEEPER,
+    chaos_spec,
+    check,
+    run_chaos,
+    run_database_chaos,
+    runner_pids,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -64,6 +73,21 @@ def test_killed_runners_lose_nothing_and_run_nothing_twice(pg_url: str, tmp_path
     assert report.kills >= 8
     assert report.problems == []
     assert report.killed_attempts >= 1
+
+
+def test_database_faults_at_random_lose_nothing(pg_url: str, pg_admin: sa.Engine,
+                                               tmp_path: Path) -> None:
+    """The small version of `make chaos CHAOS_MODE=database`: every connection of the sweep
+    (orchestrator and workers) goes through the fault proxy, which hits random protocol
+    statements with random faults; the sweep loses nothing, runs nothing twice, and no fault
+    costs an attempt."""
+    report = run_database_chaos(pg_url, pg_admin, indexes=16, parallelism=4, rate=0.06,
+                                duration=0.5, seed=1, workdir=tmp_path)
+    print(report.summary())
+    assert sum(report.faults.values()) >= 5
+    assert len(report.faults) >= 3  # several kinds, not one
+    assert report.base.problems == []
+    assert (report.duplicates, report.lost, report.wasted) == (0, 0, 0)
 
 
 def test_retry_resumes_the_builtin_example_from_its_checkpoint(pg_url: str,

@@ -42,7 +42,6 @@ from sweeper.study import (
     mark_failed,
     new_attempt,
     set_trial_user_attrs,
-    with_retry,
 )
 from sweeper.study._optuna_compat import storage_of, tell
 from trial_runner.checkpoints import CheckpointMirror
@@ -167,8 +166,13 @@ def run_index(sweep: Sweep, index: int, objective: Callable[[TrialContext], Any]
               settings: RunnerSettings, *,
               trial_hook: Callable[[int, int, int], None] | None = None) -> Outcome:
     """Run index ``index`` to exactly one finished trial (or a FAIL that says why).
-    ``trial_hook(trial_id, number, attempt)`` is called once the attempt is claimed."""
-    got = acquire(sweep, index, settings)
+    ``trial_hook(trial_id, number, attempt)`` is called once the attempt is claimed. A
+    database error no retry fixed (:class:`StorageError`: permanent, or an outage past the
+    deadline) ends the index with one line and a retryable exit code, never a traceback."""
+    try:
+        got = acquire(sweep, index, settings)
+    except StorageError as e:
+        return Outcome(index, protocol.EXIT_RETRY, "FAIL", None, f"index {index}: {e}")
     if isinstance(got, Outcome):
         return got
     trial_id, attempt = got
@@ -190,6 +194,8 @@ def run_index(sweep: Sweep, index: int, objective: Callable[[TrialContext], Any]
             mark_failed(sweep.storage, trial_id, reason)
         except Exception:  # noqa: BLE001 - the original error matters more; re-raised below
             logger.warning("could not mark trial %d FAIL", trial_id)
+        if isinstance(e, StorageError):
+            return Outcome(index, protocol.EXIT_RETRY, "FAIL", None, f"index {index}: {e}")
         raise
 
 
@@ -278,20 +284,18 @@ def _finish_pruned(study: optuna.Study, trial_id: int, index: int, number: int) 
 
 def _tell(study: optuna.Study, trial_id: int, state: TrialState,
           values: list[float] | None, *, number: int | None = None) -> bool:
-    """Finish the trial; a retry after a lost commit acknowledgement finds it finished.
-    Optuna's internal tell (what ``study.optimize`` calls) skips the public ``Study.tell``'s
-    re-read and deep copy of the finished trial, which nobody here uses."""
-    def finish() -> bool:
-        n = number if number is not None else storage_of(study).get_trial(trial_id).number
-        try:
-            tell(study, n, values, state)
-        except (optuna.exceptions.UpdateFinishedTrialError, ValueError):
-            # Finished already: by our own commit whose acknowledgement was lost (fine), or
-            # by the watcher, which failed it for a stale heartbeat (the work does not count).
-            return storage_of(study).get_trial(trial_id).state == state
-        return True
-
-    return with_retry(finish, what="tell")
+    """Finish the trial. Every storage call of the tell retries, and a retry after a lost
+    commit acknowledgement finds its own state and values stored (the storage's
+    ``set_trial_state_values``). Optuna's internal tell (what ``study.optimize`` calls) skips
+    the public ``Study.tell``'s re-read and deep copy of the finished trial."""
+    n = number if number is not None else storage_of(study).get_trial(trial_id).number
+    try:
+        tell(study, n, values, state)
+    except (optuna.exceptions.UpdateFinishedTrialError, ValueError):
+        # Finished by someone else: the watcher failed it for a stale heartbeat (the work
+        # does not count).
+        return storage_of(study).get_trial(trial_id).state == state
+    return True
 
 
 def _superseded(index: int, number: int) -> Outcome:

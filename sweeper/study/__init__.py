@@ -3,8 +3,9 @@ and read-side summaries. Shared by the orchestrator and the trial runner, so it 
 neither click nor kubernetes.
 
 - :mod:`.urls`: which storage, its driver, printing it without the password;
-- :mod:`.retry`: transient database errors and the backoff that retries them;
+- :mod:`.retry`: transient vs permanent database errors, the backoff, the one-line failure;
 - :mod:`.storage`: the retrying RDBStorage sweeper hands to Optuna, and ``open_storage``;
+- :mod:`.writes`: what "already done" looks like for writes a retry must recognise (tokens);
 - :mod:`.record`: the sweep record (create, resume, load);
 - :mod:`._bulk`: the locked bulk insert that enqueues plans and creates attempts;
 - :mod:`.index`: an index's attempts, claiming one, the next attempt, failing stale ones;

@@ -13,8 +13,10 @@ No other module of ``sweeper`` or ``trial_runner`` touches an ``_underscored`` O
 
 from __future__ import annotations
 
+import copy
 import functools
-from collections.abc import Callable, Mapping, Sequence
+import uuid
+from collections.abc import Callable, Container, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -22,15 +24,19 @@ import optuna
 import sqlalchemy as sa
 from optuna.distributions import BaseDistribution
 from optuna.storages import BaseStorage, RDBStorage
+from optuna.study import StudyDirection
 from optuna.study._frozen import FrozenStudy
 from optuna.trial import FrozenTrial, TrialState
 
 from sweeper.errors import SweeperError
+from sweeper.study import writes
+from sweeper.study.retry import NOT_DONE
 
 if TYPE_CHECKING:
     from optuna.artifacts._protocol import ArtifactStore
 
 __all__ = [
+    "PRIVATE_TRIAL_PATH",
     "SUPPORTED_SERIES",
     "ArtifactStore",
     "FrozenStudy",
@@ -199,13 +205,126 @@ def rdb_tables() -> RDBTables:
                      trial_heartbeats=table(models.TrialHeartbeatModel))
 
 
-class RDBStoragePrivateRetries(RDBStorage):
-    """The private RDBStorage method that sweeper's storage retries: Optuna's own
-    ``fail_stale_trials`` and ``study.optimize``'s heartbeat call it. Subclasses say how
-    to retry in ``_retry``; this class calls straight through."""
+#: The private RDBStorage methods Optuna itself calls on a trial's path (its trial cache,
+#: ``_CachedStorage``, routes these through its backend; ``fail_stale_trials`` and the heartbeat
+#: ask the last). :class:`RDBStoragePrivateRetries` overrides each with the same signature; the
+#: contract tests check both the signatures and that Optuna still calls them.
+PRIVATE_TRIAL_PATH = ("_create_new_trial", "_set_trial_param", "_get_trials",
+                      "_get_best_trial_id", "_get_stale_trial_ids")
 
-    def _retry(self, name: str, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+
+class RDBStoragePrivateRetries(RDBStorage):
+    """The retry layer for Optuna's own private storage calls (:data:`PRIVATE_TRIAL_PATH`) and
+    the two creations whose retry must recognise its own landed commit (a study, a trial):
+    each stores a token with itself (:mod:`sweeper.study.writes`). Subclasses say how to
+    retry in ``_retry``; this class calls straight through."""
+
+    def _retry(self, name: str, fn: Callable[..., T], *args: Any,
+               landed: Callable[[], Any] | None = None, **kwargs: Any) -> T:
         return fn(*args, **kwargs)
+
+    # ---- creations that carry a token
+
+    def create_new_study(self, directions: Sequence[StudyDirection],
+                         study_name: str | None = None) -> int:
+        """RDBStorage.create_new_study, plus the token. An unnamed study gets its name here,
+        once, so a retry cannot create a second one."""
+        from optuna.storages._base import DEFAULT_STUDY_NAME_PREFIX
+        from optuna.storages._rdb import models
+        from optuna.storages._rdb.storage import _create_scoped_session
+
+        name = study_name if study_name is not None else \
+            DEFAULT_STUDY_NAME_PREFIX + str(uuid.uuid4())
+        writes.ensure_table(self.engine)
+        token = writes.new_token()
+
+        def create() -> int:
+            try:
+                with _create_scoped_session(self.scoped_session) as session:
+                    study = models.StudyModel(study_name=name, directions=[
+                        models.StudyDirectionModel(objective=k, direction=d)
+                        for k, d in enumerate(directions)])
+                    session.add(study)
+                    session.flush()
+                    study_id = int(study.study_id)
+                    session.execute(writes.record(token, study_id=study_id))
+            except sa.exc.IntegrityError:
+                raise optuna.exceptions.DuplicatedStudyError(
+                    f"Another study with name '{name}' already exists.") from None
+            _rdb_logger.info(f"A new study created in RDB with name: {name}")
+            return study_id
+
+        def landed() -> Any:
+            with self.engine.connect() as conn:
+                found = writes.find(conn, token)
+            return found[0] if found is not None else NOT_DONE
+
+        return self._retry("create_new_study", create, landed=landed)
+
+    def _create_new_trial(self, study_id: int,
+                          template_trial: FrozenTrial | None = None) -> FrozenTrial:
+        """One attempt of RDBStorage._create_new_trial (whose own loop would retry a lost
+        commit into a second trial), plus the token."""
+        from optuna.storages._rdb import models
+        from optuna.storages._rdb.storage import _create_scoped_session
+
+        writes.ensure_table(self.engine)
+        token = writes.new_token()
+
+        def create() -> FrozenTrial:
+            with _create_scoped_session(self.scoped_session) as session:
+                # The study row lock numbers trials safely (as RDBStorage does).
+                models.StudyModel.find_or_raise_by_id(study_id, session, for_update=True)
+                trial = self._get_prepared_new_trial(study_id, template_trial, session)
+                frozen = _new_frozen_trial(trial, template_trial)
+                session.execute(writes.record(token, study_id=study_id,
+                                              trial_id=frozen._trial_id))
+            return frozen
+
+        def landed() -> Any:
+            with self.engine.connect() as conn:
+                found = writes.find(conn, token)
+            if found is None or found[1] is None:
+                return NOT_DONE
+            return RDBStorage.get_trial(self, found[1])
+
+        return self._retry("_create_new_trial", create, landed=landed)
+
+    # ---- reads and idempotent writes: retried as they are
+
+    def _set_trial_param(self, trial_id: int, param_name: str, param_value_internal: float,
+                         distribution: BaseDistribution,
+                         previous_distribution: BaseDistribution | None) -> None:
+        # Idempotent: a repeated insert of the same (trial, param) is ignored by RDBStorage.
+        return self._retry("_set_trial_param", super()._set_trial_param, trial_id, param_name,
+                           param_value_internal, distribution, previous_distribution)
+
+    def _get_trials(self, study_id: int, states: Container[TrialState] | None,
+                    included_trial_ids: set[int],
+                    trial_id_greater_than: int) -> list[FrozenTrial]:
+        return self._retry("_get_trials", super()._get_trials, study_id, states,
+                           included_trial_ids, trial_id_greater_than)
+
+    def _get_best_trial_id(self, study_id: int, direction: StudyDirection) -> int:
+        return self._retry("_get_best_trial_id", super()._get_best_trial_id, study_id,
+                           direction)
 
     def _get_stale_trial_ids(self, study_id: int) -> list[int]:
         return self._retry("_get_stale_trial_ids", super()._get_stale_trial_ids, study_id)
+
+
+_rdb_logger = optuna.logging.get_logger("optuna.storages._rdb.storage")
+
+
+def _new_frozen_trial(trial: Any, template_trial: FrozenTrial | None) -> FrozenTrial:
+    """What RDBStorage._create_new_trial returns for a just-created trial model."""
+    if template_trial is not None:
+        frozen = copy.deepcopy(template_trial)
+        frozen.number = trial.number
+        frozen.datetime_start = trial.datetime_start
+        frozen._trial_id = trial.trial_id
+        return frozen
+    return FrozenTrial(number=trial.number, state=trial.state, value=None, values=None,
+                       datetime_start=trial.datetime_start, datetime_complete=None, params={},
+                       distributions={}, user_attrs={}, system_attrs={},
+                       intermediate_values={}, trial_id=trial.trial_id)

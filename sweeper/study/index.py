@@ -2,7 +2,9 @@
 
 A runner only ever touches the trials of its own index, found by a query on the indexed
 ``sweeper:index`` tag, never by a scan of the study. Claiming a WAITING trial is a conditional
-UPDATE; creating the next attempt of an index holds the study lock (:mod:`._bulk`)."""
+UPDATE; creating the next attempt of an index holds the study lock (:mod:`._bulk`). Each of
+the three writes (claim, next attempt, FAIL) stores its call's token in the same transaction,
+so a retry after a lost acknowledgement knows its own write (:mod:`.writes`)."""
 
 from __future__ import annotations
 
@@ -12,14 +14,13 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-import optuna
 import sqlalchemy as sa
 from optuna.storages import RDBStorage
 from optuna.trial import TrialState
 
-from sweeper.protocol import FAIL_REASON_ATTR, INDEX_ATTR
+from sweeper.protocol import INDEX_ATTR
+from sweeper.study import writes
 from sweeper.study._bulk import TrialRow, exclusive, insert_trials, utcnow
-from sweeper.study._optuna_compat import rdb_tables
 from sweeper.study.retry import with_retry
 
 logger = logging.getLogger(__name__)
@@ -85,54 +86,63 @@ def attempts(storage: RDBStorage, study_id: int, index: int) -> list[Attempt]:
         with storage.engine.connect() as conn:
             return _attempts(conn, study_id, index)
 
-    return with_retry(query, what="find index")
+    return with_retry(query, what="find index", url=storage.url)
 
 
 def claim(storage: RDBStorage, trial_id: int) -> bool:
     """WAITING -> RUNNING for exactly one caller: a conditional UPDATE, atomic on PostgreSQL
     and SQLite alike (Optuna's read-then-write claim is not, on SQLite). Records the first
-    heartbeat in the same transaction."""
+    heartbeat and the claim's token in the same transaction: a retry whose first attempt won
+    (the acknowledgement lost) finds the token and reports the win."""
+    writes.ensure_table(storage.engine)
+    token = writes.new_token()
+
     def update() -> bool:
         with storage.engine.begin() as conn:
-            won = conn.execute(sa.text(
-                "UPDATE trials SET state = 'RUNNING', datetime_start = :now "
-                "WHERE trial_id = :t AND state = 'WAITING'"),
-                {"t": trial_id, "now": utcnow()}).rowcount == 1
-            if won:
-                conn.execute(rdb_tables().trial_heartbeats.insert(), [{"trial_id": trial_id}])
-            return won
+            return writes.claim_waiting(conn, trial_id, token, start=utcnow(), heartbeat=True)
 
-    return with_retry(update, what="claim")
+    return with_retry(update, what="claim", url=storage.url)
 
 
 def new_attempt(storage: RDBStorage, study_id: int, index: int, *, after: Attempt | None,
                 params: dict[str, Any] | None) -> int | None:
     """Create the next attempt of ``index`` as RUNNING (owned by the caller), linked to
     ``after``. Returns its trial id, or None when another runner got there first (the latest
-    attempt is no longer ``after``): the caller looks again."""
+    attempt is no longer ``after``): the caller looks again. The new trial and the call's
+    token are one transaction: a retry that finds the token returns the trial it created."""
+    writes.ensure_table(storage.engine)
+    token = writes.new_token()
+
     def create() -> int | None:
         with exclusive(storage.engine, study_id) as conn:
             current = _attempts(conn, study_id, index)
             latest = current[-1] if current else None
-            if (latest.trial_id if latest else None) != (after.trial_id if after else None):
-                return None
-            if latest is not None and not latest.state.is_finished():
-                return None
+            if (latest.trial_id if latest else None) != (after.trial_id if after else None) \
+                    or (latest is not None and not latest.state.is_finished()):
+                mine = writes.find(conn, token)
+                return mine[1] if mine is not None else None
             row = TrialRow(index=index, params=params, state=TrialState.RUNNING,
                            attempt=len(current),
                            retry_of=after.number if after is not None else None)
-            return insert_trials(conn, study_id, [row])[0]
+            tid = insert_trials(conn, study_id, [row])[0]
+            conn.execute(writes.record(token, study_id=study_id, trial_id=tid))
+            return tid
 
-    return with_retry(create, what="create attempt")
+    return with_retry(create, what="create attempt", url=storage.url)
 
 
 def mark_failed(storage: RDBStorage, trial_id: int, reason: str) -> bool:
-    """RUNNING -> FAIL with the reason stored on the trial. False if it had already finished."""
-    try:
-        storage.set_trial_user_attr(trial_id, FAIL_REASON_ATTR, reason[:2000])
-        return storage.set_trial_state_values(trial_id, TrialState.FAIL)
-    except optuna.exceptions.UpdateFinishedTrialError:
-        return False
+    """RUNNING -> FAIL with the reason stored on the trial, in one transaction with the call's
+    token. True if this call failed it (also when a retry finds its own landed FAIL); False if
+    the trial had already finished (completed, or failed by someone else)."""
+    writes.ensure_table(storage.engine)
+    token = writes.new_token()
+
+    def fail() -> bool:
+        with storage.engine.begin() as conn:
+            return writes.fail_unfinished(conn, trial_id, token, reason[:2000])
+
+    return with_retry(fail, what="mark failed", url=storage.url)
 
 
 def fail_stale_trials(storage: RDBStorage, study_id: int, grace_s: float) -> list[int]:
@@ -149,7 +159,7 @@ def fail_stale_trials(storage: RDBStorage, study_id: int, grace_s: float) -> lis
                 if (now - _as_datetime(hb)).total_seconds() > grace_s]
 
     failed = []
-    for tid, number in with_retry(stale, what="find stale trials"):
+    for tid, number in with_retry(stale, what="find stale trials", url=storage.url):
         if mark_failed(storage, tid, f"heartbeat older than {grace_s:.0f}s: runner presumed dead"):
             logger.warning("trial #%d: heartbeat stale for %.0fs; marked FAIL", number, grace_s)
             failed.append(tid)

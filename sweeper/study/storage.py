@@ -3,26 +3,29 @@ per database, and the schema additions the index protocol needs."""
 
 from __future__ import annotations
 
+import logging
 import os
 import random
 import time
-from collections.abc import Callable, Container, Sequence
+from collections.abc import Callable, Sequence
+from datetime import datetime
 from typing import Any, TypeVar
 
 import optuna
 import sqlalchemy as sa
-from optuna.distributions import BaseDistribution
 from optuna.storages import RDBStorage
 from optuna.study import StudyDirection
 from optuna.trial import FrozenTrial, TrialState
 
 from sweeper.errors import StorageError, StorageMissingError
 from sweeper.protocol import INDEX_ATTR
+from sweeper.study import writes
 from sweeper.study._optuna_compat import FrozenStudy, RDBStoragePrivateRetries
-from sweeper.study.retry import with_retry
+from sweeper.study.retry import NOT_DONE, with_retry
 from sweeper.study.urls import driver_url, redact, scrub
 
 T = TypeVar("T")
+logger = logging.getLogger(__name__)
 
 #: What opening a storage raises, each turned into one line without the password: database
 #: and driver errors (SQLAlchemy wraps the driver's), a driver that is not installed, Optuna's
@@ -32,26 +35,33 @@ OPEN_ERRORS = (sa.exc.SQLAlchemyError, optuna.exceptions.OptunaError, ImportErro
 
 
 class RetryingRDBStorage(RDBStoragePrivateRetries):
-    """RDBStorage whose methods survive a database restart (pool_pre_ping reconnects; this
-    retries the call that was in flight). A write whose commit raced the failure can show up
-    as already done on retry; the callers treat that as success.
+    """RDBStorage whose every database call survives a database restart (pool_pre_ping
+    reconnects; :meth:`_retry` retries the call that was in flight), and whose writes know
+    what "already done" looks like when the acknowledgement of a commit was lost.
 
-    Every method below is RDBStorage's own, called through :meth:`_retry`; the signatures are
-    Optuna 5.0's (a contract test compares them with the installed RDBStorage)."""
+    The public methods below and the private ones of :class:`RDBStoragePrivateRetries` are
+    every RDBStorage method that talks to the database; the rest only call these
+    (``create_new_trial``, ``set_trial_param``, ``get_all_trials``, ``get_best_trial``,
+    ``get_n_trials``). The signatures are Optuna 5.0's (contract tests compare them)."""
 
     retry_deadline_s = 300.0
 
-    def _retry(self, name: str, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-        return with_retry(fn, *args, deadline_s=self.retry_deadline_s, what=name, **kwargs)
+    def _retry(self, name: str, fn: Callable[..., T], *args: Any,
+               landed: Callable[[], Any] | None = None, **kwargs: Any) -> T:
+        return with_retry(fn, *args, deadline_s=self.retry_deadline_s, what=name, url=self.url,
+                          landed=landed, **kwargs)
 
-    # ---- studies
-
-    def create_new_study(self, directions: Sequence[StudyDirection],
-                         study_name: str | None = None) -> int:
-        return self._retry("create_new_study", super().create_new_study, directions, study_name)
+    # ---- studies (create_new_study: RDBStoragePrivateRetries, with its token)
 
     def delete_study(self, study_id: int) -> None:
-        return self._retry("delete_study", super().delete_study, study_id)
+        def landed() -> Any:  # gone: the interrupted delete went through
+            try:
+                RDBStorage.get_study_name_from_id(self, study_id)
+            except KeyError:
+                return None
+            return NOT_DONE
+
+        return self._retry("delete_study", super().delete_study, study_id, landed=landed)
 
     def set_study_user_attr(self, study_id: int, key: str, value: Any) -> None:
         return self._retry("set_study_user_attr", super().set_study_user_attr, study_id, key,
@@ -80,16 +90,7 @@ class RetryingRDBStorage(RDBStoragePrivateRetries):
     def get_all_studies(self) -> list[FrozenStudy]:
         return self._retry("get_all_studies", super().get_all_studies)
 
-    # ---- trials
-
-    def create_new_trial(self, study_id: int, template_trial: FrozenTrial | None = None) -> int:
-        return self._retry("create_new_trial", super().create_new_trial, study_id,
-                           template_trial)
-
-    def set_trial_param(self, trial_id: int, param_name: str, param_value_internal: float,
-                        distribution: BaseDistribution) -> None:
-        return self._retry("set_trial_param", super().set_trial_param, trial_id, param_name,
-                           param_value_internal, distribution)
+    # ---- trials (creation, params, lists, best: RDBStoragePrivateRetries)
 
     def get_trial_id_from_study_id_trial_number(self, study_id: int, trial_number: int) -> int:
         return self._retry("get_trial_id_from_study_id_trial_number",
@@ -101,8 +102,43 @@ class RetryingRDBStorage(RDBStoragePrivateRetries):
 
     def set_trial_state_values(self, trial_id: int, state: TrialState,
                                values: Sequence[float] | None = None) -> bool:
-        return self._retry("set_trial_state_values", super().set_trial_state_values, trial_id,
-                           state, values)
+        """RDBStorage's, except that a retry finds its own landed commit: a claim
+        (WAITING -> RUNNING) by its token, a finish by the state and values it wrote."""
+        if state == TrialState.RUNNING and values is None:
+            return self._claim(trial_id)
+        if not state.is_finished():
+            return self._retry("set_trial_state_values", super().set_trial_state_values,
+                               trial_id, state, values)
+        wanted = None if values is None else [float(v) for v in values]
+
+        def landed() -> Any:
+            trial = RDBStorage.get_trial(self, trial_id)
+            same = trial.state == state and (wanted is None or trial.values == wanted)
+            return True if same else NOT_DONE
+
+        return self._retry("set_trial_state_values", super().set_trial_state_values,
+                           trial_id, state, values, landed=landed)
+
+    def _claim(self, trial_id: int) -> bool:
+        """Optuna's claim (``study.ask`` taking a WAITING trial) with a token: True exactly
+        once, also when the acknowledgement of the winning commit was lost."""
+        writes.ensure_table(self.engine)
+        token = writes.new_token()
+
+        def claim() -> bool:
+            with self.engine.begin() as conn:
+                if writes.claim_waiting(conn, trial_id, token, start=datetime.now(),
+                                        heartbeat=False):
+                    return True
+                state = writes.trial_state(conn, trial_id)
+            if state is None:
+                raise KeyError(f"No trial with trial id {trial_id} exists.")
+            if TrialState[state].is_finished():
+                raise optuna.exceptions.UpdateFinishedTrialError(
+                    f"Trial#{trial_id} has already finished and can not be updated.")
+            return False
+
+        return self._retry("set_trial_state_values", claim)
 
     def set_trial_intermediate_value(self, trial_id: int, step: int,
                                      intermediate_value: float) -> None:
@@ -121,16 +157,12 @@ class RetryingRDBStorage(RDBStoragePrivateRetries):
     def get_trial(self, trial_id: int) -> FrozenTrial:
         return self._retry("get_trial", super().get_trial, trial_id)
 
-    def get_all_trials(self, study_id: int, deepcopy: bool = True,
-                       states: Container[TrialState] | None = None) -> list[FrozenTrial]:
-        return self._retry("get_all_trials", super().get_all_trials, study_id, deepcopy, states)
+    def get_trial_user_attrs(self, trial_id: int) -> dict[str, Any]:
+        return self._retry("get_trial_user_attrs", super().get_trial_user_attrs, trial_id)
 
-    def get_n_trials(self, study_id: int,
-                     state: tuple[TrialState, ...] | TrialState | None = None) -> int:
-        return self._retry("get_n_trials", super().get_n_trials, study_id, state)
-
-    def get_best_trial(self, study_id: int) -> FrozenTrial:
-        return self._retry("get_best_trial", super().get_best_trial, study_id)
+    def get_trial_system_attrs(self, trial_id: int) -> dict[str, Any]:
+        return self._retry("get_trial_system_attrs", super().get_trial_system_attrs,
+                           trial_id)
 
     def record_heartbeat(self, trial_id: int) -> None:
         return self._retry("record_heartbeat", super().record_heartbeat, trial_id)
@@ -165,7 +197,7 @@ def open_storage(url: str, *, connect_deadline_s: float = 0.0, pool_size: int = 
 
     try:
         if connect_deadline_s > 0:
-            return with_retry(connect, deadline_s=connect_deadline_s, what="connect")
+            return with_retry(connect, deadline_s=connect_deadline_s, what="connect", url=url)
         return connect()
     except StorageError:
         raise
@@ -246,7 +278,8 @@ def _open_and_prepare(real: str, engine_kwargs: dict[str, Any]) -> RetryingRDBSt
 
 def _prepare(storage: RDBStorage) -> None:
     """SQLite: WAL so readers never block the writer. Both: a partial index that makes
-    'trials of index i' a lookup instead of a scan (only rows tagged sweeper:index enter it)."""
+    'trials of index i' a lookup instead of a scan (only rows tagged sweeper:index enter it),
+    and the table of write tokens (:mod:`sweeper.study.writes`), pruned of old ones."""
     engine = storage.engine
     with engine.begin() as conn:
         if engine.dialect.name == "sqlite":
@@ -254,3 +287,12 @@ def _prepare(storage: RDBStorage) -> None:
         conn.exec_driver_sql(
             "CREATE INDEX IF NOT EXISTS ix_sweeper_index ON trial_user_attributes "
             f"(value_json, trial_id) WHERE key = '{INDEX_ATTR}'")
+    try:
+        writes.ensure_table(engine)
+        with engine.begin() as conn:
+            writes.prune(conn)
+    except sa.exc.OperationalError as e:
+        # A read-only database still serves status, best and export; its writes fail then.
+        if "readonly" not in str(e).lower():
+            raise
+        logger.debug("read-only database: sweeper_writes left as it is")

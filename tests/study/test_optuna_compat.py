@@ -60,7 +60,8 @@ def test_no_other_module_imports_optuna_private_modules_or_touches_wrapped_names
     private attributes it wraps (so they are not used again elsewhere by accident)."""
     wrapped = {"_storage", "_study_id", "_trial_id", "_thread_local", "_cached_frozen_trial",
                "_backend", "_studies", "_add_trials_to_cache", "_tell_with_warning",
-               "_get_stale_trial_ids"}
+               "_get_stale_trial_ids", "_create_new_trial", "_set_trial_param", "_get_trials",
+               "_get_best_trial_id", "_get_prepared_new_trial", "_create_scoped_session"}
     offenders = []
     for path in [*(REPO / "sweeper").rglob("*.py"), *(REPO / "trial_runner").rglob("*.py")]:
         if path.name == "_optuna_compat.py":
@@ -278,3 +279,75 @@ def test_get_stale_trial_ids_is_overridden_with_the_same_signature_and_used_by_o
     assert storage._get_stale_trial_ids(compat.study_id_of(study)) == []
     assert calls == ["_get_stale_trial_ids"]
 
+
+
+# --------------------------------------------------------------------------- the retry layer
+
+
+@pytest.mark.parametrize("name", compat.PRIVATE_TRIAL_PATH)
+def test_private_trial_path_methods_exist_as_wrapped_and_optuna_calls_them(name: str) -> None:
+    """Each private RDBStorage method the retry layer overrides: same signature as Optuna's,
+    and still called by Optuna on a trial's path (its trial cache, or fail_stale_trials)."""
+    from optuna.storages import _cached_storage, _heartbeat
+
+    def shape(fn: object) -> list[tuple[str, object, object]]:
+        return [(p.name, p.kind, p.default)
+                for p in inspect.signature(fn).parameters.values()]  # type: ignore[arg-type]
+
+    assert shape(getattr(compat.RDBStoragePrivateRetries, name)) == \
+        shape(getattr(RDBStorage, name))
+    callers = inspect.getsource(_cached_storage) + inspect.getsource(_heartbeat)
+    assert f"._backend.{name}(" in callers or f"storage.{name}(" in callers
+
+
+def test_create_new_trial_is_one_attempt_of_optunas(storage: RetryingRDBStorage,
+                                                    study: optuna.Study) -> None:
+    """RDBStorage._create_new_trial's loop body: lock the study row, _get_prepared_new_trial
+    (study_id, template_trial, session); the FrozenTrial it returns is what ours returns."""
+    src = inspect.getsource(RDBStorage._create_new_trial)
+    assert "find_or_raise_by_id(study_id, session, for_update=True)" in src
+    assert "self._get_prepared_new_trial(study_id, template_trial, session)" in src
+    assert list(inspect.signature(RDBStorage._get_prepared_new_trial).parameters) == \
+        ["self", "study_id", "template_trial", "session"]
+    sid = compat.study_id_of(study)
+    template = FrozenTrial(number=0, state=TrialState.WAITING, value=None, datetime_start=None,
+                           datetime_complete=None, params={"x": 0.5},
+                           distributions={"x": FloatDistribution(0, 1)}, user_attrs={"u": 1},
+                           system_attrs={"s": 2}, intermediate_values={}, trial_id=0)
+    for tmpl in (None, template):
+        theirs = RDBStorage._create_new_trial(storage, sid, tmpl)
+        mine = storage._create_new_trial(sid, tmpl)
+        assert mine.number == theirs.number + 1
+        for attr in ("state", "params", "distributions", "user_attrs", "system_attrs",
+                     "values", "intermediate_values"):
+            assert getattr(mine, attr) == getattr(theirs, attr), attr
+
+
+def test_create_new_study_uses_optunas_models_and_session() -> None:
+    """_create_scoped_session(scoped_session, ignore_integrity_error=False); StudyModel
+    (study_name, directions) and StudyDirectionModel (objective, direction); unnamed studies
+    are named DEFAULT_STUDY_NAME_PREFIX + uuid4, as RDBStorage names them."""
+    from optuna.storages._base import DEFAULT_STUDY_NAME_PREFIX
+    from optuna.storages._rdb import models
+    from optuna.storages._rdb.storage import _create_scoped_session
+
+    assert list(inspect.signature(_create_scoped_session).parameters) == \
+        ["scoped_session", "ignore_integrity_error"]
+    assert {"study_name", "directions"} <= set(vars(models.StudyModel))
+    assert {"objective", "direction"} <= set(vars(models.StudyDirectionModel))
+    assert "DEFAULT_STUDY_NAME_PREFIX + study_uuid" in \
+        inspect.getsource(RDBStorage._create_unique_study_name)
+    assert DEFAULT_STUDY_NAME_PREFIX == "no-name-"
+
+
+def test_create_new_study_behaves_as_optunas(storage: RetryingRDBStorage) -> None:
+    from optuna.study import StudyDirection
+
+    sid = storage.create_new_study([StudyDirection.MAXIMIZE, StudyDirection.MINIMIZE], "two")
+    assert storage.get_study_id_from_name("two") == sid
+    assert storage.get_study_directions(sid) == [StudyDirection.MAXIMIZE,
+                                                 StudyDirection.MINIMIZE]
+    with pytest.raises(optuna.exceptions.DuplicatedStudyError):
+        storage.create_new_study([StudyDirection.MINIMIZE], "two")
+    unnamed = storage.create_new_study([StudyDirection.MINIMIZE])
+    assert storage.get_study_name_from_id(unnamed).startswith("no-name-")

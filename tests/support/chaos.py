@@ -1,9 +1,16 @@
-"""Chaos harness: a real sweep (PostgreSQL, local backend) while runner processes are
-SIGKILLed at random; then check that nothing was lost or run twice.
+"""Chaos harness: a real sweep (PostgreSQL, local backend) under faults; then check that
+nothing was lost or run twice.
 
-    python -m tests.support.chaos [--indexes 200] [--parallelism 8] [--kills 40] [--duration 1.5]
+    python -m tests.support.chaos [--mode kill] [--indexes 200] [--parallelism 8] [--kills 40]
+    python -m tests.support.chaos --mode database [--indexes 200] [--rate 0.03]
 
-`make chaos` runs the big version; tests/test_faults.py runs a small one in `make test`.
+``kill``: runner processes are SIGKILLed at random. ``database``: every database connection
+of the sweep (orchestrator and runners) goes through tests/support/faultproxy.py, which hits
+random protocol statements with random faults (connection cut before the statement or after
+its COMMIT landed, a stall, ``pg_terminate_backend``, a simulated server restart) for the whole
+run; the report counts faults injected, attempts wasted, duplicates and lost values.
+
+`make chaos` runs the big versions; tests/test_faults.py runs small ones in `make test`.
 """
 
 from __future__ import annotations
@@ -79,6 +86,12 @@ class ChaosReport:
         return "\n".join(lines)
 
 
+def _env(pg_url: str, workdir: Path, markers: Path, **extra: str) -> dict[str, str]:
+    return dict(os.environ, SWEEPER_STORAGE=pg_url, SWEEPER_TEST_MARKERS=str(markers),
+                PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
+                SWEEPER_CHECKPOINT_DIR=str(workdir / "ckpt"), **extra)
+
+
 def run_chaos(pg_url: str, *, indexes: int = 40, parallelism: int = 6, kills: int = 8,
               interval: float = 1.5, duration: float = 1.5, seed: int = 0,
               workdir: Path | None = None) -> ChaosReport:
@@ -90,9 +103,7 @@ def run_chaos(pg_url: str, *, indexes: int = 40, parallelism: int = 6, kills: in
     spec_path = workdir / "chaos.yaml"
     spec_path.write_text(yaml.safe_dump(chaos_spec(name, indexes, parallelism, duration,
                                                    retries=kills + 2)))
-    env = dict(os.environ, SWEEPER_STORAGE=pg_url, SWEEPER_TEST_MARKERS=str(markers),
-               PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
-               SWEEPER_CHECKPOINT_DIR=str(workdir / "ckpt"))
+    env = _env(pg_url, workdir, markers)
     start = time.monotonic()
     with open(workdir / "run.err", "w") as err:
         proc = subprocess.Popen([str(SWEEPER), "run", str(spec_path), "--log-dir",
@@ -112,6 +123,110 @@ def run_chaos(pg_url: str, *, indexes: int = 40, parallelism: int = 6, kills: in
             proc.kill()
     wall = time.monotonic() - start
     return check(pg_url, name, indexes, markers, done_kills, code, wall)
+
+
+#: The protocol's statements (psycopg2 inlines parameters, so the text names the step): what
+#: the database chaos run hits at random.
+PROTOCOL_STATEMENTS = {
+    "create sweep": r"^INSERT INTO studies",
+    "bulk enqueue": r"'sweeper:enqueued'",
+    "claim": r"^UPDATE trials SET state = 'RUNNING'",
+    "new attempt": r"^INSERT INTO trials",
+    "suggest": r"^INSERT INTO trial_params",
+    "report": r"^INSERT INTO trial_intermediate_values",
+    "metrics": r"^INSERT INTO trial_user_attributes",
+    "heartbeat": r"^UPDATE trial_heartbeats",
+    "tell": r"^UPDATE trials SET state='COMPLETE'",
+    "mark failed": r"^UPDATE trials SET state = 'FAIL'",
+    "find index": r"FROM trial_user_attributes ua",
+    "watch": r"^SELECT t\.trial_id, t\.number, hb\.heartbeat",
+}
+
+
+@dataclass
+class DatabaseChaosReport:
+    """What a database chaos run did and found."""
+
+    indexes: int
+    faults: Counter[str]
+    by_step: Counter[str]
+    wasted: int
+    duplicates: int
+    lost: int
+    base: ChaosReport
+
+    def summary(self) -> str:
+        ok = not self.base.problems and self.duplicates == 0 and self.lost == 0
+        kinds = ", ".join(f"{k} {n}" for k, n in sorted(self.faults.items()))
+        steps = ", ".join(f"{k} {n}" for k, n in sorted(self.by_step.items()))
+        lines = [f"database chaos {'OK' if ok else 'FAILED'}: {self.indexes} indexes, "
+                 f"{self.base.trials} trials, sweep exit {self.base.exit_code}, "
+                 f"{self.base.wall_s:.1f}s",
+                 f"faults injected: {sum(self.faults.values())} ({kinds})",
+                 f"  by protocol step: {steps}",
+                 f"attempts wasted: {self.wasted}",
+                 f"duplicates: {self.duplicates}",
+                 f"lost values: {self.lost}"]
+        lines += [f"  problem: {p}" for p in self.base.problems]
+        return "\n".join(lines)
+
+
+def run_database_chaos(pg_url: str, admin: sa.Engine, *, indexes: int = 40,
+                       parallelism: int = 6, rate: float = 0.03, duration: float = 0.6,
+                       seed: int = 0, workdir: Path | None = None) -> DatabaseChaosReport:
+    """A sweep whose every database connection meets random faults for the whole run."""
+    from tests.support.faultproxy import FaultProxy, random_policy
+
+    workdir = workdir or Path(tempfile.mkdtemp(prefix="sweeper-dbchaos-"))
+    markers = workdir / "markers"
+    markers.mkdir(parents=True, exist_ok=True)
+    name = f"dbchaos-{uuid.uuid4().hex[:8]}"
+    spec_path = workdir / "chaos.yaml"
+    spec_path.write_text(yaml.safe_dump(chaos_spec(name, indexes, parallelism, duration,
+                                                   retries=3)))
+    with FaultProxy.for_url(pg_url, admin) as proxy:
+        proxy.policy = random_policy(PROTOCOL_STATEMENTS, rate=rate, seed=seed, delay=0.5)
+        env = _env(proxy.url(pg_url), workdir, markers, SWEEPER_HEARTBEAT_INTERVAL="0.3")
+        start = time.monotonic()
+        with open(workdir / "run.err", "w") as err:
+            code = subprocess.run([str(SWEEPER), "run", str(spec_path), "--log-dir",
+                                   str(workdir / "logs")], cwd=workdir, env=env,
+                                  stdout=subprocess.DEVNULL, stderr=err, timeout=1800
+                                  ).returncode
+        wall = time.monotonic() - start
+        proxy.policy = None
+        injected = list(proxy.injected)
+    base = check(pg_url, name, indexes, markers, 0, code, wall)
+    wasted, duplicates, lost = _tally(pg_url, name, markers)
+    return DatabaseChaosReport(indexes, Counter(i.kind for i in injected),
+                               Counter(i.step for i in injected), wasted, duplicates, lost,
+                               base)
+
+
+def _tally(pg_url: str, name: str, markers: Path) -> tuple[int, int, int]:
+    """(attempts wasted, duplicates, lost values). The chaos objective never fails, so every
+    FAIL trial is an attempt a fault cost; a duplicate is a second finished trial of an index
+    or a trial executed twice; a lost value is a finished trial whose value, parameters or
+    intermediate values are not what its objective produced."""
+    from sweeper.study import open_storage
+
+    trials = optuna.load_study(study_name=name, storage=open_storage(pg_url)).get_trials()
+    finished = Counter(t.user_attrs["sweeper:index"] for t in trials
+                       if t.state == TrialState.COMPLETE)
+    executed = Counter(p.name for p in markers.iterdir())
+    duplicates = sum(n - 1 for n in finished.values() if n > 1) + \
+        sum(n - 1 for n in executed.values() if n > 1)
+    wasted = sum(1 for t in trials if t.state == TrialState.FAIL)
+    lost = 0
+    for t in trials:
+        if t.state != TrialState.COMPLETE:
+            continue
+        x = t.params.get("x")
+        start = int(t.user_attrs.get("start_step", 0))
+        expected = {s: x * x + (10 - s) for s in range(start, 10)} if x is not None else None
+        if x is None or t.value != x * x or t.intermediate_values != expected:
+            lost += 1
+    return wasted, duplicates, lost
 
 
 def check(pg_url: str, name: str, indexes: int, markers: Path, kills: int, code: int,
@@ -146,6 +261,9 @@ def check(pg_url: str, name: str, indexes: int, markers: Path, kills: int, code:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--mode", choices=["kill", "database"], default="kill")
+    parser.add_argument("--rate", type=float, default=0.03,
+                        help="database mode: chance that a protocol statement meets a fault")
     parser.add_argument("--indexes", type=int, default=200)
     parser.add_argument("--parallelism", type=int, default=8)
     parser.add_argument("--kills", type=int, default=40)
@@ -159,15 +277,24 @@ def main() -> int:
                              isolation_level="AUTOCOMMIT")
     with admin.connect() as conn:
         conn.execute(sa.text(f'CREATE DATABASE "{db}"'))
+    url = f"{args.admin_url.rsplit('/', 1)[0]}/{db}"
     try:
-        report = run_chaos(f"{args.admin_url.rsplit('/', 1)[0]}/{db}", indexes=args.indexes,
-                           parallelism=args.parallelism, kills=args.kills,
-                           interval=args.interval, duration=args.duration)
+        report: ChaosReport | DatabaseChaosReport
+        if args.mode == "database":
+            report = run_database_chaos(url, admin, indexes=args.indexes,
+                                        parallelism=args.parallelism, rate=args.rate,
+                                        duration=args.duration)
+            failed = bool(report.base.problems or report.duplicates or report.lost)
+        else:
+            report = run_chaos(url, indexes=args.indexes, parallelism=args.parallelism,
+                               kills=args.kills, interval=args.interval,
+                               duration=args.duration)
+            failed = bool(report.problems)
     finally:
         with admin.connect() as conn:
             conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)'))
     print(report.summary())
-    return 0 if not report.problems else 1
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":
