@@ -129,13 +129,21 @@ def _sample(p: Parameter, rng: random.Random) -> Any:
 
 
 def planned_sets(spec: SweepSpec) -> Iterator[tuple[int, dict[str, Any]]]:
-    """(index, params) for every index of a grid or random sweep; nothing for adaptive ones."""
+    """(index, params) for every index of a grid, random or qmc sweep; nothing for adaptive
+    ones."""
     if spec.method == "grid":
         for i in range(spec.trials):
             yield i, grid_point(spec, i)
     elif spec.method == "random":
         for i in range(spec.trials):
             yield i, random_point(spec, i)
+    elif spec.method == "qmc":
+        from sweeper.qmc import qmc_sets
+
+        chunk = 4096  # one engine per chunk: bulk, without holding a huge plan twice
+        for start in range(0, spec.trials, chunk):
+            for k, params in enumerate(qmc_sets(spec, start, min(chunk, spec.trials - start))):
+                yield start + k, params
 
 
 def contains(spec: SweepSpec, params: dict[str, Any]) -> bool:

@@ -19,6 +19,8 @@ from sweeper.cli._group import cli
 def validate(spec_file: str, no_import: bool) -> None:
     """Check a spec file: schema, ranges, grid size, entrypoint importable."""
     spec = _load(spec_file, check_entrypoint=not no_import)
+    for warning in spec.warnings:
+        click.echo(f"warning: {warning}", err=True)
     what = spec.trial.entrypoint or "command " + " ".join(spec.trial.command)
     what = what.splitlines()[0][:60] + ("..." if len(what) > 60 or "\n" in what else "")
     click.echo(f"ok: {spec.name}: {spec.method}, {spec.trials} indexes, "

@@ -10,7 +10,6 @@ from __future__ import annotations
 import difflib
 import re
 import string
-import warnings
 from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
@@ -33,6 +32,7 @@ from sweeper.spec._primitives import (
     name_problem,
     option_ok,
 )
+from sweeper.spec._sampler import method_fits, sampler_options, sampler_warnings
 from sweeper.spec._yaml import Path_, _Doc, _load_yaml
 from sweeper.spec.model import (
     ARTIFACT_STORES,
@@ -106,7 +106,10 @@ class _Validator(Checks):
         trials = self.trials(m, method, params)
         parallelism = self.integer(m.get("parallelism", 1), ("parallelism",), 1)
         seed = self.integer(m.get("seed", 0), ("seed",), 0)
-        sampler = self.sampler(m.get("sampler"), ("sampler",), method)
+        method_fits(self, method, objectives)
+        sampler = sampler_options(self, m.get("sampler"), ("sampler",), method,
+                                  any(p.when for p in params))
+        warned = tuple(sampler_warnings(self, method, sampler, params, trials))
         pruner = self.pruner(m.get("pruner"), ("pruner",))
         if pruner.type != "none" and len(objectives) > 1:
             raise self.err(("pruner",), "pruning is not supported for multi-objective sweeps")
@@ -122,7 +125,7 @@ class _Validator(Checks):
             name=name, method=method, objectives=objectives,  # type: ignore[arg-type]
             trials=trials, parameters=params, trial=trial, parallelism=parallelism, seed=seed,
             sampler=sampler, pruner=pruner, storage=storage, description=description,
-            kubernetes=kube, artifacts=artifacts, source=self.doc.source)
+            kubernetes=kube, artifacts=artifacts, source=self.doc.source, warnings=warned)
 
     def name(self, value: Any, path: Path_) -> str:
         name = self.string(value, path)
@@ -269,30 +272,7 @@ class _Validator(Checks):
             raise self.err(path, f"expected a positive quantity like 2, 500m or 4Gi, got {text!r}")
         return text
 
-    # ---- sampler and pruner: checked by building them, through the runner's registry
-
-    def sampler(self, value: Any, path: Path_, method: str) -> dict[str, Any]:
-        if value is None:
-            return {}
-        m = self.plain(self.mapping(value, path), path)
-        if m and method != "tpe":
-            raise self.err(path, f"sampler options apply to method tpe only; {method} sets are "
-                                 "fixed by (seed, index)")
-        if m:
-            cls = registry.sampler_class("tpe")
-            allowed = registry.keyword_names(cls) - registry.TPE_RESERVED
-            self.mapping(m, path, sorted(allowed))
-            self.options(m, path, cls)
-            if m.get("n_ei_candidates", 1) < 1:
-                raise self.err((*path, "n_ei_candidates"), f"must be >= 1, got "
-                                                           f"{m['n_ei_candidates']}")
-            try:
-                with warnings.catch_warnings():
-                    warnings.simplefilter("ignore")
-                    registry.build_sampler("tpe", m, seed=None)
-            except (TypeError, ValueError) as e:
-                raise self.err(path, f"invalid tpe sampler options: {e}") from None
-        return m
+    # ---- pruner: checked by building it, through the runner's registry (sampler: _sampler)
 
     def pruner(self, value: Any, path: Path_) -> Pruner:
         if value is None:

@@ -12,7 +12,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
-METHODS = ("grid", "random", "tpe")
+METHODS = ("grid", "random", "tpe", "gp", "cmaes", "qmc", "nsga2", "nsga3")
+#: Methods whose sets are a pure function of (spec, index), enqueued up front; the others are
+#: adaptive: each runner asks the sampler when it starts.
+PLANNED_METHODS = ("grid", "random", "qmc")
+Method = Literal["grid", "random", "tpe", "gp", "cmaes", "qmc", "nsga2", "nsga3"]
 DIRECTIONS = ("minimize", "maximize")
 STORAGE_SCHEMES = ("sqlite", "postgresql", "postgres", "postgresql+psycopg2")
 ARTIFACT_STORES = ("filesystem", "s3")
@@ -47,6 +51,9 @@ class Parameter:
     log: bool = False
     choices: tuple[Scalar, ...] | None = None
     values: tuple[Scalar, ...] | None = None
+    #: ``when:``: (other parameter, the values it must take) pairs, all of which must hold
+    #: (and each other parameter be active itself) for this one to exist in a trial.
+    when: tuple[tuple[str, tuple[Scalar, ...]], ...] = ()
 
     @property
     def is_finite(self) -> bool:
@@ -120,7 +127,7 @@ class ArtifactsSpec:
 @dataclass(frozen=True)
 class SweepSpec:
     name: str
-    method: Literal["grid", "random", "tpe"]
+    method: Method
     objectives: tuple[Objective, ...]
     trials: int
     parameters: tuple[Parameter, ...]
@@ -135,11 +142,19 @@ class SweepSpec:
     artifacts: ArtifactsSpec = field(default_factory=ArtifactsSpec)
     #: Where the spec came from (a path or "<study NAME>"), for messages; not part of the sweep.
     source: str = field(default="<spec>", compare=False)
+    #: What the validator warns about (``file:line: field: message``, one line each): the spec
+    #: is valid, but Optuna would quietly do less than the method promises. Not part of the sweep.
+    warnings: tuple[str, ...] = field(default=(), compare=False)
 
     @property
     def is_adaptive(self) -> bool:
         """Adaptive methods ask the sampler at runner start; nothing is enqueued."""
-        return self.method == "tpe"
+        return self.method not in PLANNED_METHODS
+
+    @property
+    def is_conditional(self) -> bool:
+        """Some parameter exists only when a ``when:`` condition holds."""
+        return any(p.when for p in self.parameters)
 
     @property
     def is_multi_objective(self) -> bool:

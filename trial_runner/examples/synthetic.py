@@ -38,6 +38,15 @@ def styblinski_tang(ctx: TrialContext) -> float:
     return sum(x**4 - 16 * x**2 + 5 * x for x in _xs(ctx)) / 2
 
 
+def zdt1(ctx: TrialContext) -> dict[str, float]:
+    """Two objectives to minimise over x_i in [0, 1] (Zitzler, Deb and Thiele's ZDT1): the
+    Pareto front is f2 = 1 - sqrt(f1), reached when every x_i but the first is 0."""
+    xs = _xs(ctx)
+    f1 = xs[0]
+    g = 1 + 9 * sum(xs[1:]) / max(1, len(xs) - 1)
+    return {"f1": f1, "f2": g * (1 - math.sqrt(f1 / g))}
+
+
 OPTIMA = {"sphere": 0.0, "rosenbrock": 0.0, "rastrigin": 0.0,
           "styblinski_tang": -39.16616570377142}
 
