@@ -36,7 +36,7 @@ def load_objective(spec: SweepSpec) -> Callable[[TrialContext], Any]:
     if spec.trial.command is not None:
         from trial_runner.command import command_objective
 
-        return command_objective(spec.trial.command, spec.trial.timeout)
+        return command_objective(spec.trial.command, spec.trial.timeout, spec.trial.metrics)
     assert spec.trial.entrypoint is not None
     return load_entrypoint(spec.trial.entrypoint, source=spec.source)
 

@@ -18,6 +18,7 @@ from typing import Any
 from sweeper.errors import SpecError
 from sweeper.protocol import RESERVED_ENV
 from sweeper.spec import registry
+from sweeper.spec._metrics import metric_name, metrics_spec
 from sweeper.spec._parameters import parameters
 from sweeper.spec._primitives import (
     ENTRYPOINT_RE,
@@ -53,7 +54,7 @@ from sweeper.spec.model import (
 
 _TOP_KEYS = ("name", "description", "method", "objective", "trials", "parallelism", "seed",
              "sampler", "pruner", "storage", "trial", "parameters", "kubernetes", "artifacts")
-_TRIAL_KEYS = ("entrypoint", "command", "fixed", "retries", "timeout", "resources")
+_TRIAL_KEYS = ("entrypoint", "command", "fixed", "retries", "timeout", "resources", "metrics")
 _RESOURCE_KEYS = ("gpu", "cpu", "memory")
 _K8S_KEYS = ("image", "image_pull_policy", "namespace", "storage_secret", "storage_secret_key",
              "service_account", "node_selector", "tolerations", "image_pull_secrets", "env",
@@ -169,10 +170,7 @@ class _Validator(Checks):
         for i, item in enumerate(items):
             p = (*path, i) if isinstance(value, list) else path
             om = self.mapping(item, p, ("metric", "direction"))
-            metric = self.string(self.require(om, "metric", p), (*p, "metric"))
-            if not PARAM_RE.match(metric):
-                raise self.err((*p, "metric"), f"metric name {metric!r} must be an identifier "
-                                               "(letters, digits, _)")
+            metric = metric_name(self, self.require(om, "metric", p), (*p, "metric"))
             direction = self.choice(self.require(om, "direction", p), (*p, "direction"),
                                     DIRECTIONS)
             out.append(Objective(metric, direction))  # type: ignore[arg-type]
@@ -212,8 +210,11 @@ class _Validator(Checks):
         timeout = m.get("timeout")
         timeout_s = self.duration(timeout, (*path, "timeout")) if timeout is not None else None
         resources = self.resources(m.get("resources"), (*path, "resources"))
+        known = names | set(fixed) | {"index", "trial_number"}
+        metrics = metrics_spec(self, m.get("metrics"), (*path, "metrics"), cmd is not None,
+                               lambda text, p: self.placeholders(text, p, known))
         return TrialSpec(entrypoint=entrypoint, command=cmd, fixed=fixed, retries=retries,
-                         timeout=timeout_s, resources=resources)
+                         timeout=timeout_s, resources=resources, metrics=metrics)
 
     def command(self, command: Any, path: Path_, known: set[str]) -> tuple[str, ...]:
         if not isinstance(command, list) or not command:

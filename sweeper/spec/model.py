@@ -79,6 +79,17 @@ class Resources:
 
 
 @dataclass(frozen=True)
+class MetricsSpec:
+    """How a ``trial.command`` program's metrics are read. Default (both None): ``name=value``
+    and ``name: value`` pairs on its stdout. ``format``: a regex with named groups ``name`` and
+    ``value``, matched against each stdout line instead. ``file``: JSON lines the program
+    appends to (``{"step": 3, "val/loss": 0.4}``), instead of stdout."""
+
+    format: str | None = None
+    file: str | None = None
+
+
+@dataclass(frozen=True)
 class TrialSpec:
     entrypoint: str | None = None
     command: tuple[str, ...] | None = None
@@ -86,6 +97,7 @@ class TrialSpec:
     retries: int = 1
     timeout: float | None = None
     resources: Resources = field(default_factory=Resources)
+    metrics: MetricsSpec = field(default_factory=MetricsSpec)
 
 
 @dataclass(frozen=True)
@@ -207,7 +219,9 @@ def _spec_to_dict(s: SweepSpec) -> dict[str, Any]:
                              "command": list(t.command) if t.command else None,
                              "fixed": dict(t.fixed), "retries": t.retries, "timeout": t.timeout,
                              "resources": {"gpu": t.resources.gpu, "cpu": t.resources.cpu,
-                                           "memory": t.resources.memory}}
+                                           "memory": t.resources.memory},
+                             "metrics": {"format": t.metrics.format, "file": t.metrics.file}
+                             if t.metrics != MetricsSpec() else None}
     k = s.kubernetes
     kube = {"image": k.image, "image_pull_policy": k.image_pull_policy, "namespace": k.namespace,
             "storage_secret": k.storage_secret, "storage_secret_key": k.storage_secret_key,
