@@ -144,9 +144,9 @@ def serve(sweep: Sweep, objective: Callable[[TrialContext], Any],
             _log_outcome(outcome)
             sys.stdout.flush()
             sys.stderr.flush()
-            send(protocol.Done(index, outcome.exit_code, outcome.state, outcome.trial_number))
-            if outcome.exit_code == protocol.EXIT_CONFIG:
+            if outcome.exit_code == protocol.EXIT_CONFIG:  # first: it says why, Done does not
                 send(protocol.Error(outcome.message))
+            send(protocol.Done(index, outcome.exit_code, outcome.state, outcome.trial_number))
     except Interrupted as e:
         return protocol.EXIT_SIGNAL_BASE + e.signum
     return protocol.EXIT_OK

@@ -17,7 +17,7 @@ import signal
 import threading
 import time
 import traceback
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,6 +32,7 @@ from sweeper.errors import SpecError, StorageError
 from sweeper.protocol import CODE_VERSION_ATTR, FIXED_PARAMS_ATTR, SPEC_HASH_ATTR
 from sweeper.space import distribution
 from sweeper.spec import Parameter
+from sweeper.spec.conditions import dependency_order, is_active
 from sweeper.spec.registry import make_pruner, make_sampler  # the validator's registry too
 from sweeper.study import (
     FINISHED,
@@ -45,7 +46,13 @@ from sweeper.study import (
     with_retry,
 )
 from sweeper.study._optuna_compat import storage_of, tell
-from trial_runner.context import InvalidResult, TrialContext, TrialTimeout, objective_values
+from trial_runner.context import (
+    InvalidResult,
+    SuggestNotAllowed,
+    TrialContext,
+    TrialTimeout,
+    objective_values,
+)
 from trial_runner.provenance import process_code_version
 
 logger = logging.getLogger(__name__)
@@ -85,6 +92,17 @@ class Interrupted(BaseException):
     def __init__(self, signum: int) -> None:
         super().__init__(signal.Signals(signum).name)
         self.signum = signum
+
+
+def suggest_active(trial: optuna.Trial, params: Sequence[Parameter]) -> dict[str, Any]:
+    """Suggest the parameters a trial has, parents before the parameters whose ``when:``
+    names them, so Optuna's samplers see a define-by-run space (TPE's ``group`` learns which
+    parameters occur together). Planned trials get their enqueued values back."""
+    values: dict[str, Any] = {}
+    for p in dependency_order(params):
+        if is_active(p, values):
+            values[p.name] = suggest(trial, p)
+    return values
 
 
 def suggest(trial: optuna.Trial, p: Parameter) -> Any:
@@ -200,10 +218,11 @@ def _run_trial(sweep: Sweep, study: optuna.Study, index: int, trial_id: int, num
         # Provenance for comparing trials: one transaction, code version computed once.
         set_trial_user_attrs(trial, {SPEC_HASH_ATTR: spec.spec_hash,
                                      CODE_VERSION_ATTR: process_code_version()})
-        params = {p.name: suggest(trial, p) for p in spec.parameters}
+        params = suggest_active(trial, spec.parameters)
         ctx = TrialContext(
             params={**params, **spec.trial.fixed}, index=index, trial_number=number,
             attempt=attempt, trial=trial, objective_metrics=metrics,
+            planned_method=None if spec.is_adaptive else spec.method,
             checkpoint_dir=settings.checkpoint_root / spec.name / f"index-{index}",
             artifact_store_factory=lambda: cached_artifact_store(spec.artifacts, storage.url))
         logger.info("index %d: trial #%d attempt %d %s", index, number, attempt, params)
@@ -213,6 +232,8 @@ def _run_trial(sweep: Sweep, study: optuna.Study, index: int, trial_id: int, num
             return _finish_pruned(study, trial_id, index, number)
         except TrialTimeout as e:
             return _fail(storage, index, trial_id, number, str(e), protocol.EXIT_NO_RETRY)
+        except SuggestNotAllowed as e:  # every index would fail the same way: stop the sweep
+            return _fail(storage, index, trial_id, number, str(e), protocol.EXIT_CONFIG)
         if result is None and ctx.should_prune():
             return _finish_pruned(study, trial_id, index, number)
         try:

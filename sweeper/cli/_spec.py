@@ -63,7 +63,11 @@ def plan(spec_file: str, fmt: str, limit: int | None) -> None:
         return
     from sweeper.report import format_table
 
-    click.echo(format_table(["JOB_ID", *names], [[i, *(p[n] for n in names)] for i, p in sets]))
+    # A parameter whose when: condition does not hold in a set is not part of it: an empty
+    # cell ("-" would read as a value).
+    table = format_table(["JOB_ID", *names], [[i, *(p.get(n, "") for n in names)]
+                                              for i, p in sets])
+    click.echo("\n".join(line.rstrip() for line in table.splitlines()))
     if limit is not None and limit < spec.trials:
         click.echo(f"... {spec.trials - limit} more")
 
@@ -74,11 +78,15 @@ def _ranges(spec: Any) -> str:
     rows = []
     for p in spec.parameters:
         if p.values is not None or p.choices is not None:
-            rows.append([p.name, p.type, ", ".join(map(str, p.values or p.choices)), "", ""])
+            row = [p.name, p.type, ", ".join(map(str, p.values or p.choices)), "", ""]
         else:
-            rows.append([p.name, p.type, f"[{p.low}, {p.high}]", p.step or "", "yes" if p.log
-                         else ""])
-    return format_table(["parameter", "type", "range", "step", "log"], rows)
+            row = [p.name, p.type, f"[{p.low}, {p.high}]", p.step or "", "yes" if p.log else ""]
+        if spec.is_conditional:
+            row.append(" and ".join(f"{parent} in {list(allowed)}" if len(allowed) > 1
+                                    else f"{parent} = {allowed[0]}" for parent, allowed in p.when))
+        rows.append(row)
+    headers = ["parameter", "type", "range", "step", "log"]
+    return format_table(headers + (["when"] if spec.is_conditional else []), rows)
 
 
 @cli.command()

@@ -148,9 +148,11 @@ class _Validator(Checks):
         if method == "grid":
             from sweeper.space import grid_size_of  # lazy: sweeper.space imports this package
 
-            size = grid_size_of(params)
+            size = grid_size_of(params, cap=MAX_INDEXES)
             if size > MAX_INDEXES:
-                raise self.err(("parameters",), f"the grid has {size:,} points; the limit is "
+                many = f"{size:,}" if not any(p.when for p in params) else \
+                    f"more than {MAX_INDEXES:,} valid"
+                raise self.err(("parameters",), f"the grid has {many} points; the limit is "
                                                 f"{MAX_INDEXES:,} (use method: random or tpe)")
             trials = self.integer(m.get("trials", size), ("trials",), 1)
             if trials > size:

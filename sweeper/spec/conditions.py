@@ -97,7 +97,7 @@ def check_conditions(v: Checks, params: Iterable[Parameter], path: Path_) -> Non
             can = _possible_values(other)
             if can is None:
                 raise v.err(where, f"a condition needs a categorical or int parameter (or one "
-                                   f"with values:); {parent!r} is a continuous float")
+                                   f"with values:); {parent!r} is a float range")
             for x in allowed:
                 if not any(x == c and type(x) is type(c) for c in can):
                     raise v.err(where, f"{parent!r} never takes {clip(x)} "

@@ -214,6 +214,13 @@ def _spec_to_dict(s: SweepSpec) -> dict[str, Any]:
             d["step"] = p.step
         return d
 
+    def param_when(p: Parameter) -> dict[str, Any]:
+        # Only when set: an unconditional spec keeps the record (and hash) it always had.
+        d = param(p)
+        if p.when:
+            d["when"] = {parent: list(allowed) for parent, allowed in p.when}
+        return d
+
     t = s.trial
     trial: dict[str, Any] = {"entrypoint": t.entrypoint,
                              "command": list(t.command) if t.command else None,
@@ -239,7 +246,7 @@ def _spec_to_dict(s: SweepSpec) -> dict[str, Any]:
         "pruner": {"type": s.pruner.type, **dict(s.pruner.options)},
         # fixed is user data: a null in it is a value to pass on, not a default to drop.
         "storage": None, "trial": {**_drop_none(trial), "fixed": dict(t.fixed)},
-        "parameters": {p.name: param(p) for p in s.parameters},
+        "parameters": {p.name: param_when(p) for p in s.parameters},
         "kubernetes": _drop_none(kube),
         "artifacts": _artifacts_to_dict(s.artifacts),
     }
