@@ -1,12 +1,15 @@
 """The index protocol, runner side: turn index i into exactly one finished trial.
 
-Runner i looks up the trials tagged i (one indexed query), then:
+Runner i first reads the sweep's stop state (only when the spec has stop: rules): stopped ->
+start nothing, create no trial, exit 0. Then it looks up the trials tagged i (one indexed
+query):
   COMPLETE/PRUNED      -> nothing to do;
   WAITING              -> claim it atomically (RUNNING), or look again if another runner won;
   RUNNING, heartbeat fresh -> another runner owns it: wait until it finishes or goes stale;
   RUNNING, stale       -> that attempt died: mark it FAIL and look again;
   FAIL                 -> create the next attempt with the same params, linked to it;
   nothing (adaptive)   -> create attempt 0 and ask the sampler.
+After its trial finishes it evaluates the stop rules; the first to fire is recorded.
 """
 
 from __future__ import annotations
@@ -29,7 +32,12 @@ from optuna.trial import TrialState
 from sweeper import protocol
 from sweeper.artifacts import cached_artifact_store
 from sweeper.errors import SpecError, StorageError
-from sweeper.protocol import CODE_VERSION_ATTR, FIXED_PARAMS_ATTR, SPEC_HASH_ATTR
+from sweeper.protocol import (
+    CODE_VERSION_ATTR,
+    FAILED_FOR_GOOD_ATTR,
+    FIXED_PARAMS_ATTR,
+    SPEC_HASH_ATTR,
+)
 from sweeper.space import distribution
 from sweeper.spec import Parameter
 from sweeper.spec.conditions import dependency_order, is_active
@@ -43,6 +51,7 @@ from sweeper.study import (
     mark_failed,
     new_attempt,
     set_trial_user_attrs,
+    stop,
     with_retry,
 )
 from sweeper.study._optuna_compat import storage_of, tell
@@ -182,7 +191,12 @@ def acquire(sweep: Sweep, index: int, settings: RunnerSettings,
 def run_index(sweep: Sweep, index: int, objective: Callable[[TrialContext], Any],
               settings: RunnerSettings, *, trial_hook: Callable[[int, int], None] | None = None
               ) -> Outcome:
-    """Run index ``index`` to exactly one finished trial (or a FAIL that says why)."""
+    """Run index ``index`` to exactly one finished trial (or a FAIL that says why); nothing
+    once the sweep's stop rules have stopped it."""
+    stopped = stop.before_start(sweep.storage, sweep.study_id, sweep.spec)
+    if stopped is not None:
+        return Outcome(index, protocol.EXIT_OK, protocol.STOPPED, None,
+                       f"index {index} not started: the sweep is stopped ({stopped.describe()})")
     got = acquire(sweep, index, settings)
     if isinstance(got, Outcome):
         return got
@@ -194,8 +208,8 @@ def run_index(sweep: Sweep, index: int, objective: Callable[[TrialContext], Any]
         if trial_hook is not None:
             trial_hook(trial_id, number)
         with _Heartbeat(sweep, trial_id, settings.heartbeat_interval_s):
-            return _run_trial(sweep, study, index, trial_id, number, attempt, objective,
-                              settings)
+            outcome = _run_trial(sweep, study, index, trial_id, number, attempt, objective,
+                                 settings)
     except BaseException as e:
         # Whatever escapes after the claim (a broken pipe to a dead orchestrator, a signal
         # during set-up) must not leave the trial RUNNING until its heartbeat goes stale.
@@ -204,6 +218,17 @@ def run_index(sweep: Sweep, index: int, objective: Callable[[TrialContext], Any]
         except Exception:  # noqa: BLE001 - the original error matters more; re-raised below
             logger.warning("could not mark trial %d FAIL", trial_id)
         raise
+    _after_trial(sweep)
+    return outcome
+
+
+def _after_trial(sweep: Sweep) -> None:
+    """Evaluate the stop rules now that a trial finished. A failure here must not undo the
+    trial, which is finished already: the next runner evaluates them again."""
+    try:
+        stop.after_trial(sweep.storage, sweep.study_id, sweep.spec)
+    except Exception as e:  # noqa: BLE001 - the trial's outcome stands; say why, carry on
+        logger.warning("could not evaluate the stop rules: %s", e)
 
 
 def _run_trial(sweep: Sweep, study: optuna.Study, index: int, trial_id: int, number: int,
@@ -213,6 +238,14 @@ def _run_trial(sweep: Sweep, study: optuna.Study, index: int, trial_id: int, num
     storage = sweep.storage
     metrics = tuple(o.metric for o in spec.objectives)
     timer = _start_timeout(sweep, trial_id, index, number, spec.trial.timeout)
+
+    def fail(reason: str, code: int) -> Outcome:
+        final = code == protocol.EXIT_NO_RETRY or \
+            (code == protocol.EXIT_RETRY and attempt >= spec.trial.retries)
+        if final and spec.stop.max_failed_trials is not None:
+            storage.set_trial_user_attr(trial_id, FAILED_FOR_GOOD_ATTR, True)
+        return _fail(storage, index, trial_id, number, reason, code)
+
     try:
         trial = optuna.Trial(study, trial_id)  # calls sampler.before_trial (Optuna >= 5)
         # Provenance for comparing trials: one transaction, code version computed once.
@@ -231,15 +264,15 @@ def _run_trial(sweep: Sweep, study: optuna.Study, index: int, trial_id: int, num
         except optuna.TrialPruned:
             return _finish_pruned(study, trial_id, index, number)
         except TrialTimeout as e:
-            return _fail(storage, index, trial_id, number, str(e), protocol.EXIT_NO_RETRY)
+            return fail(str(e), protocol.EXIT_NO_RETRY)
         except SuggestNotAllowed as e:  # every index would fail the same way: stop the sweep
-            return _fail(storage, index, trial_id, number, str(e), protocol.EXIT_CONFIG)
+            return fail(str(e), protocol.EXIT_CONFIG)
         if result is None and ctx.should_prune():
             return _finish_pruned(study, trial_id, index, number)
         try:
             values, extra = objective_values(result, metrics)
         except InvalidResult as e:
-            return _fail(storage, index, trial_id, number, str(e), protocol.EXIT_NO_RETRY)
+            return fail(str(e), protocol.EXIT_NO_RETRY)
         for k, v in extra.items():
             if _jsonable(v):
                 trial.set_user_attr(k, v)
@@ -257,8 +290,7 @@ def _run_trial(sweep: Sweep, study: optuna.Study, index: int, trial_id: int, num
     except Exception as e:  # noqa: BLE001 - whatever the user's code raised fails this attempt
         tb = traceback.format_exception_only(type(e), e)[-1].strip()
         logger.error("index %d: trial #%d raised:\n%s", index, number, traceback.format_exc())
-        return _fail(storage, index, trial_id, number, f"objective raised {tb}",
-                     protocol.EXIT_RETRY)
+        return fail(f"objective raised {tb}", protocol.EXIT_RETRY)
     finally:
         if timer is not None:
             timer.cancel()
@@ -322,7 +354,10 @@ def _start_timeout(sweep: Sweep, trial_id: int, index: int, number: int,
     def expire() -> None:
         reason = f"timed out after {timeout_s:g}s (trial.timeout)"
         try:
+            if sweep.spec.stop.max_failed_trials is not None:  # no retry follows a timeout
+                sweep.storage.set_trial_user_attr(trial_id, FAILED_FOR_GOOD_ATTR, True)
             mark_failed(sweep.storage, trial_id, reason)
+            _after_trial(sweep)
         finally:
             logger.error("index %d: trial #%d %s", index, number, reason)
             logging.shutdown()

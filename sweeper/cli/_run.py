@@ -21,6 +21,7 @@ from sweeper.cli._common import (
     storage_option,
 )
 from sweeper.cli._group import cli
+from sweeper.cli._stop import ignore_stop_option, may_launch, report_stop
 from sweeper.errors import SweepFailedError
 
 if TYPE_CHECKING:
@@ -42,10 +43,11 @@ EXIT_INTERRUPTED = 130
 @_cluster_options
 @click.option("--detach", is_flag=True,
               help="Kubernetes: create the Job and return without watching it.")
+@ignore_stop_option
 @_errors
 def run(spec_file: str, storage: str | None, parallelism: int | None, backend: str,
         log_dir: str, image: str | None, namespace: str | None, storage_secret: str | None,
-        kubeconfig: str | None, context: str | None, detach: bool) -> None:
+        kubeconfig: str | None, context: str | None, detach: bool, ignore_stop: bool) -> None:
     """Create (or resume) the sweep and run every index that has no finished trial."""
     from sweeper.backends.manifests import with_kubernetes
     from sweeper.study import resolve_storage_url
@@ -54,7 +56,8 @@ def run(spec_file: str, storage: str | None, parallelism: int | None, backend: s
     spec = spec.with_overrides(parallelism=parallelism)
     spec = with_kubernetes(spec, image=image, namespace=namespace, storage_secret=storage_secret)
     url = resolve_storage_url(storage, spec)
-    _launch(spec, url, _backend(backend, spec, log_dir, kubeconfig, context, detach))
+    _launch(spec, url, _backend(backend, spec, log_dir, kubeconfig, context, detach),
+            ignore_stop)
 
 
 @cli.command()
@@ -70,10 +73,11 @@ def run(spec_file: str, storage: str | None, parallelism: int | None, backend: s
 @_cluster_options
 @click.option("--detach", is_flag=True,
               help="Kubernetes: create the Job and return without watching it.")
+@ignore_stop_option
 @_errors
 def resume(name: str, storage: str | None, backend: str | None, parallelism: int | None,
            log_dir: str, image: str | None, namespace: str | None, storage_secret: str | None,
-           kubeconfig: str | None, context: str | None, detach: bool) -> None:
+           kubeconfig: str | None, context: str | None, detach: bool, ignore_stop: bool) -> None:
     """Run only the indexes of a stored sweep that have no finished trial (its spec comes from
     the study; on Kubernetes a new, sparse Job NAME-r<N>)."""
     from sweeper.backends.manifests import with_kubernetes
@@ -84,7 +88,8 @@ def resume(name: str, storage: str | None, backend: str | None, parallelism: int
     if backend is None:
         launched = sweep.storage.get_study_user_attrs(sweep.study_id).get(protocol.LAUNCHES_ATTR)
         backend = "kubernetes" if launched else "local"
-    _launch(spec, url, _backend(backend, spec, log_dir, kubeconfig, context, detach))
+    _launch(spec, url, _backend(backend, spec, log_dir, kubeconfig, context, detach),
+            ignore_stop)
 
 
 def _backend(kind: str, spec: Any, log_dir: str, kubeconfig: str | None, context: str | None,
@@ -114,7 +119,7 @@ def _terminate_as_interrupt(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt
 
 
-def _launch(spec: Any, url: str, backend: Backend) -> None:
+def _launch(spec: Any, url: str, backend: Backend, ignore_stop: bool = False) -> None:
     """Create or resume the sweep of ``spec`` (its parallelism included: the backend reads it
     from ``sweep.spec``), run what is unfinished, and exit as the outcome says."""
     from sweeper.report import Progress
@@ -128,6 +133,8 @@ def _launch(spec: Any, url: str, backend: Backend) -> None:
 
     storage = open_storage(url)
     sweep, created = create_or_resume(storage, spec)
+    if not may_launch(sweep, ignore_stop):
+        return
     todo = unfinished_indexes(index_table(storage, spec, sweep.study_id))
     # SIGTERM (a CI job cancelled, `kill`) stops the sweep the same orderly way as Ctrl-C.
     signal.signal(signal.SIGTERM, _terminate_as_interrupt)
@@ -147,6 +154,8 @@ def _launch(spec: Any, url: str, backend: Backend) -> None:
     if result is not None and not _report_launch(result, len(todo)):
         return  # detached: the Job runs on, the study is not final yet
     missing = unfinished_indexes(index_table(storage, spec, sweep.study_id))
+    if report_stop(sweep, missing, bool(result is not None and result.failed)):
+        return
     if missing:
         raise SweepFailedError(_missing_message(spec.name, backend.name, missing, result))
 

@@ -28,6 +28,7 @@ from sweeper.spec.model import (
     Pruner,
     Resources,
     Scalar,
+    StopSpec,
     SweepSpec,
     TrialSpec,
 )
@@ -50,6 +51,7 @@ __all__ = [
     "Pruner",
     "Resources",
     "Scalar",
+    "StopSpec",
     "SweepSpec",
     "TrialSpec",
     "command_placeholders",

@@ -34,6 +34,7 @@ from sweeper.spec._primitives import (
     option_ok,
 )
 from sweeper.spec._sampler import method_fits, sampler_options, sampler_warnings
+from sweeper.spec._stop import stop_spec
 from sweeper.spec._yaml import Path_, _Doc, _load_yaml
 from sweeper.spec.model import (
     ARTIFACT_STORES,
@@ -53,7 +54,8 @@ from sweeper.spec.model import (
 )
 
 _TOP_KEYS = ("name", "description", "method", "objective", "trials", "parallelism", "seed",
-             "sampler", "pruner", "storage", "trial", "parameters", "kubernetes", "artifacts")
+             "sampler", "pruner", "storage", "trial", "parameters", "kubernetes", "artifacts",
+             "stop")
 _TRIAL_KEYS = ("entrypoint", "command", "fixed", "retries", "timeout", "resources", "metrics")
 _RESOURCE_KEYS = ("gpu", "cpu", "memory")
 _K8S_KEYS = ("image", "image_pull_policy", "namespace", "storage_secret", "storage_secret_key",
@@ -122,11 +124,13 @@ class _Validator(Checks):
             description = self.string(description, ("description",))
         kube = self.kubernetes(m.get("kubernetes"), ("kubernetes",))
         artifacts = self.artifacts(m.get("artifacts"), ("artifacts",))
+        stop = stop_spec(self, m.get("stop"), ("stop",), objectives)
         return SweepSpec(
             name=name, method=method, objectives=objectives,  # type: ignore[arg-type]
             trials=trials, parameters=params, trial=trial, parallelism=parallelism, seed=seed,
             sampler=sampler, pruner=pruner, storage=storage, description=description,
-            kubernetes=kube, artifacts=artifacts, source=self.doc.source, warnings=warned)
+            kubernetes=kube, artifacts=artifacts, source=self.doc.source, warnings=warned,
+            stop=stop)
 
     def name(self, value: Any, path: Path_) -> str:
         name = self.string(value, path)

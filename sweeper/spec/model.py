@@ -66,6 +66,26 @@ class Parameter:
 
 
 @dataclass(frozen=True)
+class StopSpec:
+    """When the sweep starts no new index (any subset; the first rule to fire stops it).
+
+    ``value``: a complete trial reached it (single objective, in its direction); ``patience``:
+    that many trials finished since the best one without beating it; ``max_failed_trials``:
+    that many indexes failed for good; ``max_duration``: seconds since the sweep's first
+    launch. Not part of the spec hash: a sweep may be given other rules when it is run again.
+    """
+
+    value: float | None = None
+    patience: int | None = None
+    max_failed_trials: int | None = None
+    max_duration: float | None = None
+
+    @property
+    def any(self) -> bool:
+        return self != StopSpec()
+
+
+@dataclass(frozen=True)
 class Pruner:
     type: str = "none"
     options: Mapping[str, Any] = field(default_factory=dict)
@@ -152,6 +172,7 @@ class SweepSpec:
     description: str | None = None
     kubernetes: KubernetesSpec = field(default_factory=KubernetesSpec)
     artifacts: ArtifactsSpec = field(default_factory=ArtifactsSpec)
+    stop: StopSpec = field(default_factory=StopSpec)
     #: Where the spec came from (a path or "<study NAME>"), for messages; not part of the sweep.
     source: str = field(default="<spec>", compare=False)
     #: What the validator warns about (``file:line: field: message``, one line each): the spec
@@ -249,6 +270,9 @@ def _spec_to_dict(s: SweepSpec) -> dict[str, Any]:
         "parameters": {p.name: param_when(p) for p in s.parameters},
         "kubernetes": _drop_none(kube),
         "artifacts": _artifacts_to_dict(s.artifacts),
+        "stop": _drop_none({"value": s.stop.value, "patience": s.stop.patience,
+                            "max_failed_trials": s.stop.max_failed_trials,
+                            "max_duration": s.stop.max_duration}),
     }
 
 

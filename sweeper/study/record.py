@@ -13,7 +13,13 @@ import sqlalchemy as sa
 from optuna.trial import TrialState
 
 from sweeper.errors import SpecError, StudyNotFoundError
-from sweeper.protocol import ENQUEUED_ATTR, HASH_ATTR, METRIC_NAMES_ATTR, SPEC_ATTR
+from sweeper.protocol import (
+    ENQUEUED_ATTR,
+    HASH_ATTR,
+    METRIC_NAMES_ATTR,
+    SPEC_ATTR,
+    STARTED_ATTR,
+)
 from sweeper.spec import SweepSpec, parse_spec_dict
 from sweeper.study._bulk import TrialRow, exclusive, insert_trials
 from sweeper.study._optuna_compat import reset_trials_cache
@@ -119,6 +125,10 @@ def _record_and_enqueue(conn: sa.Connection, study_id: int, spec: SweepSpec,
                             field="name")
     _set_study_attr(conn, study_id, SPEC_ATTR, record)
     _set_study_attr(conn, study_id, HASH_ATTR, spec.spec_hash)
+    if STARTED_ATTR not in attrs:  # the first launch: stop.max_duration counts from here
+        from sweeper.study.stop import now_iso
+
+        _set_study_attr(conn, study_id, STARTED_ATTR, now_iso())
     if not attrs.get(ENQUEUED_ATTR):
         insert_trials(conn, study_id, [
             TrialRow(index=i, params=params, state=TrialState.WAITING)
