@@ -109,8 +109,9 @@ def run_command(ctx: TrialContext, template: Sequence[str], timeout_s: float | N
     values = {**ctx.params, "index": ctx.index, "trial_number": ctx.trial_number}
     argv = render_argv(template, values)
     seen = Metrics(lambda step, m: _report(ctx, step, m))
-    tail = JsonLinesTail(Path(how.file.format_map(values)), seen, lambda: _terminate(proc)) \
-        if how.file is not None else None
+    fmt = re.compile(how.format) if how.format is not None else None
+    tail = JsonLinesTail(Path(how.file.format_map(values)), seen, lambda: _terminate(proc),
+                         fmt) if how.file is not None else None
     workdir = Path(tempfile.mkdtemp(prefix=f"sweeper-trial-{ctx.trial_number}-"))
     params_file = workdir / "params.json"
     params_file.write_text(json.dumps(ctx.params))
@@ -133,7 +134,6 @@ def run_command(ctx: TrialContext, template: Sequence[str], timeout_s: float | N
     stderr = _StderrTee(proc.stderr)
     if tail is not None:
         tail.start()
-    fmt = re.compile(how.format) if how.format is not None else None
 
     timed_out = threading.Event()
     timer = None

@@ -41,9 +41,14 @@ def parse_metric_line(line: str, fmt: re.Pattern[str] | None = None) -> dict[str
 
 
 def numeric_items(record: dict[str, Any]) -> dict[str, float]:
-    """The numbers of one JSON record (booleans, strings and nested values are not metrics)."""
-    return {str(k): float(v) for k, v in record.items()
-            if isinstance(v, (int, float)) and not isinstance(v, bool)}
+    """The numbers of one JSON record, numeric strings included (Katib's hypertune writes
+    ``"loss": "0.23"``); booleans, other strings and nested values are not metrics."""
+    def numeric(v: Any) -> bool:
+        if isinstance(v, str):
+            return re.fullmatch(_NUMBER, v.strip(), re.IGNORECASE) is not None
+        return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+    return {str(k): float(v) for k, v in record.items() if numeric(v)}
 
 
 class Metrics:
@@ -70,14 +75,17 @@ class Metrics:
 
 
 class JsonLinesTail:
-    """Follows a JSON-lines file the program appends to. Only what is written after the trial
-    started counts (a retry does not re-read the killed attempt's lines); a file the program
-    truncates or replaces is read again from its start."""
+    """Follows a metrics file the program appends to: JSON lines, or text lines read with the
+    ``fmt`` regex. Only what is written after the trial started counts (a retry does not
+    re-read the killed attempt's lines); a file the program truncates or replaces is read
+    again from its start."""
 
-    def __init__(self, path: Path, sink: Metrics, on_prune: Callable[[], None]) -> None:
+    def __init__(self, path: Path, sink: Metrics, on_prune: Callable[[], None],
+                 fmt: re.Pattern[str] | None = None) -> None:
         self.path = path
         self.sink = sink
         self.on_prune = on_prune
+        self.fmt = fmt
         self._offset = path.stat().st_size if path.exists() else 0
         self._buffer = b""
         self._warned = False
@@ -122,6 +130,10 @@ class JsonLinesTail:
 
     def _line(self, raw: bytes) -> None:
         if not raw.strip():
+            return
+        if self.fmt is not None:
+            if self.sink.add(parse_metric_line(raw.decode(errors="replace"), self.fmt)):
+                self.on_prune()
             return
         try:
             record = json.loads(raw)

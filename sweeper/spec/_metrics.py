@@ -29,24 +29,24 @@ def metric_name(v: Checks, value: Any, path: Path_) -> str:
 
 def metrics_spec(v: Checks, value: Any, path: Path_, command: bool,
                  check_placeholders: Any) -> MetricsSpec:
-    """``trial.metrics: {format: REGEX}`` or ``{file: PATH}``; ``check_placeholders(text,
-    path)`` checks ``{name}`` placeholders in the path as in the command's argv."""
+    """``trial.metrics: {format: REGEX}`` (stdout lines), ``{file: PATH}`` (JSON lines) or both
+    (a text file, each line read with the regex: Katib's File collector); ``check_placeholders
+    (text, path)`` checks ``{name}`` placeholders in the path as in the command's argv."""
     if value is None:
         return MetricsSpec()
     m = v.mapping(value, path, _METRICS_KEYS)
     if not command:
         raise v.err(path, "trial.metrics applies to trial.command programs (an entrypoint "
                           "returns and reports its metrics itself)")
-    if "format" in m and "file" in m:
-        raise v.err((*path, "file"), "give format (a regex for stdout lines) or file (JSON "
-                                     "lines the program writes), not both")
     if not m:
-        raise v.err(path, "expected format: REGEX or file: PATH")
-    if "format" in m:
-        return MetricsSpec(format=metrics_format(v, m["format"], (*path, "format")))
-    file = v.string(m["file"], (*path, "file"))
-    check_placeholders(file, (*path, "file"))
-    return MetricsSpec(file=file)
+        raise v.err(path, "expected format: REGEX (stdout lines), file: PATH (JSON lines the "
+                          "program writes) or both (a text file read with the regex)")
+    fmt = metrics_format(v, m["format"], (*path, "format")) if "format" in m else None
+    file = None
+    if "file" in m:
+        file = v.string(m["file"], (*path, "file"))
+        check_placeholders(file, (*path, "file"))
+    return MetricsSpec(format=fmt, file=file)
 
 
 def metrics_format(v: Checks, value: Any, path: Path_) -> str:

@@ -103,7 +103,8 @@ class MetricsSpec:
     """How a ``trial.command`` program's metrics are read. Default (both None): ``name=value``
     and ``name: value`` pairs on its stdout. ``format``: a regex with named groups ``name`` and
     ``value``, matched against each stdout line instead. ``file``: JSON lines the program
-    appends to (``{"step": 3, "val/loss": 0.4}``), instead of stdout."""
+    appends to (``{"step": 3, "val/loss": 0.4}``), instead of stdout; with ``format`` too, a
+    text file whose lines are read with the regex."""
 
     format: str | None = None
     file: str | None = None

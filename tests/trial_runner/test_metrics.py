@@ -110,3 +110,26 @@ def test_command_metrics_from_a_json_lines_file(sqlite_url: str, tmp_path: Path,
     history = t.user_attrs["sweeper:history"]["val/loss"]
     assert [step for step, _ in history] == [0, 1, 2]
     assert json.loads((tmp_path / "metrics-0.jsonl").read_text().splitlines()[0])["step"] == 0
+
+
+def test_command_metrics_from_a_text_file_read_with_the_format(sqlite_url: str, tmp_path: Path,
+                                                              monkeypatch: pytest.MonkeyPatch
+                                                              ) -> None:
+    """Katib's File collector: a text log read with a regex (here Katib's own mnist format)."""
+    monkeypatch.chdir(tmp_path)
+    script = ("import sys\nx = float(sys.argv[1])\n"
+              "with open('mnist.log', 'a') as f:\n"
+              "    f.write('{metricName: accuracy, metricValue: 0.9};'\n"
+              "            f'{{metricName: loss, metricValue: {x * x:.6f}}}\\n')\n")
+    t = _run(tmp_path, sqlite_url, script, "loss", file="mnist.log",
+             format=r"{metricName: (?P<name>[\w|-]+), metricValue: (?P<value>-?\d+(\.\d+)?)}")
+    assert t.value == pytest.approx(t.params["x"] ** 2, abs=1e-6)
+    assert t.user_attrs["accuracy"] == 0.9
+
+
+def test_numeric_strings_in_json_lines_are_numbers() -> None:
+    from trial_runner.metrics import numeric_items
+
+    assert numeric_items({"loss": "0.23", "global_step": "1", "trial": "0", "note": "x1",
+                          "ok": True, "t": 1.5}) == {"loss": 0.23, "global_step": 1.0,
+                                                     "trial": 0.0, "t": 1.5}
