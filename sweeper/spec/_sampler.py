@@ -105,6 +105,26 @@ def sampler_warnings(v: Checks, method: str, options: dict[str, Any],
     return out
 
 
+def grid_warnings(v: Checks, params: tuple[Parameter, ...], trials: int) -> list[str]:
+    """A grid cut short by ``trials`` runs its first points in order, the last parameter
+    fastest: the first parameters never take most of their values. Say which."""
+    from sweeper.space import grid_size_of, grid_values  # lazy: space imports this package
+
+    size = grid_size_of(params)
+    if trials >= size or any(p.when for p in params):
+        return []
+    short, stride = [], 1
+    for p in reversed(params):
+        n = len(grid_values(p))
+        taken = min(n, -(-trials // stride))
+        if taken < n:
+            short.append(f"{p.name} takes {taken} of its {n} values")
+        stride *= n
+    return [_warn(v, ("trials",), f"{trials} trials < the grid's {size} points: the grid runs "
+                  f"its first {trials} points in order (last parameter fastest), so "
+                  f"{'; '.join(reversed(short))}; use method random or qmc to sample it")]
+
+
 def _names(names: list[str]) -> str:
     return ", ".join(names)
 

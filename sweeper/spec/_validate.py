@@ -33,7 +33,12 @@ from sweeper.spec._primitives import (
     name_problem,
     option_ok,
 )
-from sweeper.spec._sampler import method_fits, sampler_options, sampler_warnings
+from sweeper.spec._sampler import (
+    grid_warnings,
+    method_fits,
+    sampler_options,
+    sampler_warnings,
+)
 from sweeper.spec._stop import stop_spec
 from sweeper.spec._yaml import Path_, _Doc, _load_yaml
 from sweeper.spec.model import (
@@ -112,7 +117,8 @@ class _Validator(Checks):
         method_fits(self, method, objectives)
         sampler = sampler_options(self, m.get("sampler"), ("sampler",), method,
                                   any(p.when for p in params))
-        warned = tuple(sampler_warnings(self, method, sampler, params, trials))
+        warned = tuple(sampler_warnings(self, method, sampler, params, trials)
+                       + (grid_warnings(self, params, trials) if method == "grid" else []))
         pruner = self.pruner(m.get("pruner"), ("pruner",))
         if pruner.type != "none" and len(objectives) > 1:
             raise self.err(("pruner",), "pruning is not supported for multi-objective sweeps")

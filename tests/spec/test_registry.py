@@ -247,3 +247,13 @@ def test_validate_prints_each_warning_as_one_line_on_stderr(tmp_path: Any) -> No
     lines = result.stderr.splitlines()
     assert len(lines) == 1
     assert lines[0].startswith(f"warning: {path}:2: method: cmaes samples opt independently")
+
+
+def test_a_grid_cut_short_by_trials_says_which_parameters_it_starves() -> None:
+    full = make_spec()  # a: 5 values, b: 2 -> 10 points
+    assert not full.warnings
+    short = make_spec(trials=4)
+    assert len(short.warnings) == 1
+    assert "4 trials < the grid's 10 points: the grid runs its first 4 points in order (last " \
+           "parameter fastest), so a takes 2 of its 5 values; use method random or qmc" \
+           in short.warnings[0]
