@@ -4,6 +4,7 @@ set has, and the conditional grid (only valid points, each once)."""
 from __future__ import annotations
 
 import itertools
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -34,6 +35,7 @@ SPACE: dict[str, Any] = {
 # sgd: momentum 0.0 | 0.9 x nesterov 2 = 3; adam, rmsprop: 1 each -> 5 optimizer branches;
 # layers 1 | 2 x width2 2 | 3 x width2 2 x width3 2 = 7 -> 35 valid points (product: 288).
 VALID = 35
+REPO = Path(__file__).resolve().parents[2]
 
 
 def grid(**over: Any) -> Any:
@@ -175,3 +177,19 @@ def test_the_grid_points_of_an_unconditional_spec_do_not_move() -> None:
     spec = make_spec()
     assert list(itertools.islice((p for _, p in planned_sets(spec)), 3)) == [
         grid_point(spec, i) for i in range(3)]
+
+
+def test_the_readme_example_is_a_valid_conditional_space() -> None:
+    import re
+
+    import yaml
+
+    readme = (REPO / "README.md").read_text()
+    section = readme.split("### Conditional parameters", 1)[1]
+    block = re.search(r"```yaml\n(.*?)```", section, re.S)
+    assert block is not None
+    space = yaml.safe_load(block.group(1))["parameters"]
+    spec = make_spec(method="random", parameters=space, trials=50)
+    sets = [p for _, p in planned_sets(spec)]
+    assert spec.is_conditional and all(contains(spec, p) for p in sets)
+    assert any("nesterov" in p for p in sets) and any("width3" in p for p in sets)
