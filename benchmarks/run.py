@@ -158,6 +158,41 @@ def markdown(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _block_markers(section: str) -> tuple[str, str]:
+    return f"<!-- section {section}: generated -->", f"<!-- end section {section} -->"
+
+
+def section_block(result: dict[str, Any], section: str) -> str:
+    """One section's rows with the facts of the run that measured them, between markers, so
+    a run of some sections (``--only``) replaces just their block in the markdown."""
+    start, end = _block_markers(section)
+    m, v = result["machine"], result["versions"]
+    rows = result["sections"][section]["rows"]
+    lines = [start, f"## Section `{section}`", "",
+             f"From `{result['command']}` (size `{result['size']}`), {result['generated_at']}; "
+             f"{m['nproc']} cores ({m['cpu_model']}), load average at start {_load(m)}; optuna "
+             f"{v['optuna']}; this section took {result['sections'][section]['wall_s']:.0f} s.",
+             "", "| item | measured | target | result |", "|---|---|---|---|"]
+    lines += [f"| {_md_cell(r['item'])} | {_md_cell(r['measured'])} | {_md_cell(r['target'])} "
+              f"| {r['status']} |" for r in rows]
+    return "\n".join([*lines, end])
+
+
+def merge_sections(previous: str, result: dict[str, Any]) -> str:
+    """``previous`` (a generated results.md) with the blocks of the sections in ``result``
+    replaced, or appended when it has none yet; everything else is kept as it was."""
+    text = previous.rstrip("\n")
+    for section in result["sections"]:
+        start, end = _block_markers(section)
+        block = section_block(result, section)
+        if start in text and end in text:
+            head, rest = text.split(start, 1)
+            text = head + block + rest.split(end, 1)[1]
+        else:
+            text += "\n\n" + block
+    return text + "\n"
+
+
 def _load(m: dict[str, Any]) -> str:
     load = m.get("load_average_at_start")
     return " / ".join(f"{x:.2f}" for x in load) if load else "n/a"
@@ -214,7 +249,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="JSON output (default: benchmarks/results/latest.json)")
     parser.add_argument("--markdown", help="markdown copy of the table (default: "
                         "benchmarks/results.md for the default and --full sizes, none for "
-                        "--quick; '-' for none)")
+                        "--quick; '-' for none); with --only, an existing file keeps its "
+                        "other figures and gets a block per section run")
     parser.add_argument("--only", help=f"comma-separated sections of {', '.join(SECTIONS)}")
     args = parser.parse_args(argv)
 
@@ -279,8 +315,11 @@ def main(argv: list[str] | None = None) -> int:
     if md_path != "-":
         md = Path(md_path)
         md.parent.mkdir(parents=True, exist_ok=True)
-        md.write_text(markdown(result))
-        print(f"markdown: {md}")
+        # A run of some sections replaces only their blocks in an existing results file.
+        partial = args.only is not None and md.exists()
+        md.write_text(merge_sections(md.read_text(), result) if partial else markdown(result))
+        print(f"markdown: {md}" + (" (sections " + ", ".join(only) + " replaced)"
+                                   if partial else ""))
     return 1 if result["errors"] else 0
 
 
