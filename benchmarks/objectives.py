@@ -35,3 +35,13 @@ def rastrigin(ctx: TrialContext) -> float:
 def styblinski_tang(ctx: TrialContext) -> float:
     _delay(ctx)
     return synthetic.styblinski_tang(ctx)
+
+
+def zdt1(ctx: TrialContext) -> dict[str, float]:
+    _delay(ctx)
+    return synthetic.zdt1(ctx)
+
+
+def family(ctx: TrialContext) -> float:
+    _delay(ctx)
+    return synthetic.family(ctx)

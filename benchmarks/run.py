@@ -38,6 +38,9 @@ SIZES: dict[str, dict[str, Any]] = {
         "conn_w": 4, "conn_n": 8, "conn_t": 0.2,
         "dup_side": 4, "dup_w": 4, "dup_t": 0.02,
         "q_dims": 2, "q_trials": 12, "q_seeds": 1, "q_w": 2, "q_delay": 0.0,
+        "m_dims": 2, "m_trials": 10, "m_seeds": 1, "m_w": 2, "m_delay": 0.0,
+        "m_functions": ("sphere",), "mo_dims": 3, "mo_trials": 10, "mo_population": 4,
+        "mo_seeds": 1, "c_trials": 10, "c_seeds": 1,
     },
     "quick": {
         "n": [200], "t": 0.5, "w": 8, "repeats": 1,
@@ -46,6 +49,9 @@ SIZES: dict[str, dict[str, Any]] = {
         "conn_w": 32, "conn_n": 64, "conn_t": 1.0,
         "dup_side": 8, "dup_w": 8, "dup_t": 0.1,
         "q_dims": 5, "q_trials": 100, "q_seeds": 1, "q_w": 8, "q_delay": 0.2,
+        "m_dims": 5, "m_trials": 60, "m_seeds": 1, "m_w": 8, "m_delay": 0.2,
+        "mo_dims": 5, "mo_trials": 80, "mo_population": 16, "mo_seeds": 1,
+        "c_trials": 60, "c_seeds": 1,
     },
     "default": {
         "n": [200, 600], "t": 0.5, "w": 8, "repeats": 1,
@@ -54,6 +60,9 @@ SIZES: dict[str, dict[str, Any]] = {
         "conn_w": 32, "conn_n": 64, "conn_t": 1.0,
         "dup_side": 8, "dup_w": 8, "dup_t": 0.1,
         "q_dims": 5, "q_trials": 100, "q_seeds": 5, "q_w": 8, "q_delay": 0.2,
+        "m_dims": 5, "m_trials": 60, "m_seeds": 2, "m_w": 8, "m_delay": 0.2,
+        "mo_dims": 5, "mo_trials": 120, "mo_population": 20, "mo_seeds": 2,
+        "c_trials": 100, "c_seeds": 3,
     },
     "full": {
         "n": [200, 2_000], "t": 0.5, "w": 8, "repeats": 2,
@@ -63,10 +72,14 @@ SIZES: dict[str, dict[str, Any]] = {
         "dup_side": 8, "dup_w": 8, "dup_t": 0.1,
         "q_dims": 5, "q_trials": 100, "q_seeds": 10, "q_w": 8, "q_delay": 0.2,
         "q_plain_parallel": True,
+        "m_dims": 5, "m_trials": 100, "m_seeds": 3, "m_w": 8, "m_delay": 0.2,
+        "mo_dims": 5, "mo_trials": 200, "mo_population": 20, "mo_seeds": 5,
+        "c_trials": 100, "c_seeds": 10,
     },
 }
 
-SECTIONS = ("startup", "scaling", "duplicates", "connections", "overhead", "quality")
+SECTIONS = ("startup", "scaling", "duplicates", "connections", "overhead", "quality",
+            "methods")
 
 
 def _section(name: str) -> Callable[[dict[str, Any], Callable[[str], None]],
@@ -145,6 +158,41 @@ def markdown(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _block_markers(section: str) -> tuple[str, str]:
+    return f"<!-- section {section}: generated -->", f"<!-- end section {section} -->"
+
+
+def section_block(result: dict[str, Any], section: str) -> str:
+    """One section's rows with the facts of the run that measured them, between markers, so
+    a run of some sections (``--only``) replaces just their block in the markdown."""
+    start, end = _block_markers(section)
+    m, v = result["machine"], result["versions"]
+    rows = result["sections"][section]["rows"]
+    lines = [start, f"## Section `{section}`", "",
+             f"From `{result['command']}` (size `{result['size']}`), {result['generated_at']}; "
+             f"{m['nproc']} cores ({m['cpu_model']}), load average at start {_load(m)}; optuna "
+             f"{v['optuna']}; this section took {result['sections'][section]['wall_s']:.0f} s.",
+             "", "| item | measured | target | result |", "|---|---|---|---|"]
+    lines += [f"| {_md_cell(r['item'])} | {_md_cell(r['measured'])} | {_md_cell(r['target'])} "
+              f"| {r['status']} |" for r in rows]
+    return "\n".join([*lines, end])
+
+
+def merge_sections(previous: str, result: dict[str, Any]) -> str:
+    """``previous`` (a generated results.md) with the blocks of the sections in ``result``
+    replaced, or appended when it has none yet; everything else is kept as it was."""
+    text = previous.rstrip("\n")
+    for section in result["sections"]:
+        start, end = _block_markers(section)
+        block = section_block(result, section)
+        if start in text and end in text:
+            head, rest = text.split(start, 1)
+            text = head + block + rest.split(end, 1)[1]
+        else:
+            text += "\n\n" + block
+    return text + "\n"
+
+
 def _load(m: dict[str, Any]) -> str:
     load = m.get("load_average_at_start")
     return " / ".join(f"{x:.2f}" for x in load) if load else "n/a"
@@ -201,7 +249,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="JSON output (default: benchmarks/results/latest.json)")
     parser.add_argument("--markdown", help="markdown copy of the table (default: "
                         "benchmarks/results.md for the default and --full sizes, none for "
-                        "--quick; '-' for none)")
+                        "--quick; '-' for none); with --only, an existing file keeps its "
+                        "other figures and gets a block per section run")
     parser.add_argument("--only", help=f"comma-separated sections of {', '.join(SECTIONS)}")
     args = parser.parse_args(argv)
 
@@ -266,8 +315,11 @@ def main(argv: list[str] | None = None) -> int:
     if md_path != "-":
         md = Path(md_path)
         md.parent.mkdir(parents=True, exist_ok=True)
-        md.write_text(markdown(result))
-        print(f"markdown: {md}")
+        # A run of some sections replaces only their blocks in an existing results file.
+        partial = args.only is not None and md.exists()
+        md.write_text(merge_sections(md.read_text(), result) if partial else markdown(result))
+        print(f"markdown: {md}" + (" (sections " + ", ".join(only) + " replaced)"
+                                   if partial else ""))
     return 1 if result["errors"] else 0
 
 

@@ -48,6 +48,18 @@ ENQUEUED_ATTR = "sweeper:enqueued"
 #: Study user attr: the absolute directory of the spec file the sweep was last launched from
 #: (relative paths in the spec resolve against it; ``resume NAME`` has no file to ask).
 SPEC_DIR_ATTR = "sweeper:spec_dir"
+#: Study user attr: the sweep's stop state, written once when a ``stop:`` rule fires:
+#: ``{"state": "stopped", "rule", "reason", "at", "trial"}``; ``"state": "ignored"`` after
+#: ``sweeper resume --ignore-stop`` (the rules are then off for this sweep). Runners read it
+#: before claiming an index and start nothing once it says stopped.
+STOP_ATTR = "sweeper:stop"
+#: Study user attr: when the sweep was first launched (ISO 8601, UTC), for ``max_duration``.
+STARTED_ATTR = "sweeper:started_at"
+#: Trial user attr: True on a FAIL attempt after which its index gets no other (retries used
+#: up, or a failure no retry fixes); ``stop.max_failed_trials`` counts these indexes.
+FAILED_FOR_GOOD_ATTR = "sweeper:failed_for_good"
+#: Outcome state of a runner that found the sweep stopped: it created no trial.
+STOPPED = "STOPPED"
 #: Study user attr: how many Kubernetes Jobs this sweep has launched (the next resume's N).
 LAUNCHES_ATTR = "sweeper:k8s_launches"
 #: Study user attr: the backend of the latest launch (``local`` or ``kubernetes``), so that

@@ -17,7 +17,8 @@ from tests.conftest import PG_ADMIN_URL, REPO
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 
-SECTIONS = {"startup", "scaling", "duplicates", "connections", "overhead", "quality"}
+SECTIONS = {"startup", "scaling", "duplicates", "connections", "overhead", "quality",
+            "methods"}
 
 
 def test_tiny_run_writes_every_item(pg_admin: sa.Engine, tmp_path: Path) -> None:
@@ -56,6 +57,15 @@ def test_tiny_run_writes_every_item(pg_admin: sa.Engine, tmp_path: Path) -> None
     assert raw["duplicates"]["sweeper"]["distinct"] == raw["duplicates"]["points"]
     assert set(raw["quality"]["normalised_regret"]) == {
         "sphere", "rosenbrock", "rastrigin", "styblinski_tang"}
+    # every method ran through sweeper and plain Optuna; nsga2/3 and the conditional space too
+    methods = raw["methods"]
+    assert set(methods["single"]["normalised_regret"]["sphere"]) == {
+        "random", "qmc", "tpe", "gp", "cmaes"}
+    assert all(len(v["sweeper"]) == len(v["sequential"]) == 1
+               for v in methods["single"]["best_values"]["sphere"].values())
+    assert set(methods["multi"]["hypervolume"]) == {"nsga2", "nsga3", "random"}
+    assert len(methods["conditional"]["best_values"]["sweeper_tpe"]) == 1
+    assert len([r for r in rows if r["item"].startswith("methods")]) == 8
 
     text = md.read_text()
     assert "| item | measured | target | result |" in text

@@ -2,8 +2,10 @@
 
 The argv gets ``{param}`` placeholders filled in (never through a shell); the params are also
 in the environment (``SWEEPER_PARAMS`` JSON, ``SWEEPER_PARAMS_FILE``). Metrics come from the
-program's stdout as ``name=value`` lines (Katib's StdOut format; a line with ``step=N`` is an
-intermediate report) and/or a JSON object written to ``$SWEEPER_METRICS_FILE``.
+program's stdout as ``name=value`` / ``name: value`` pairs (Katib's StdOut format; a line with
+``step=N`` is an intermediate report), or the spec's ``trial.metrics`` (a regex for stdout
+lines, or a JSON-lines file; see :mod:`trial_runner.metrics`), and/or a JSON object written to
+``$SWEEPER_METRICS_FILE``.
 """
 
 from __future__ import annotations
@@ -26,12 +28,10 @@ from typing import IO, Any
 import optuna
 
 from sweeper import protocol
+from sweeper.spec import MetricsSpec
 from trial_runner.context import TrialContext, TrialTimeout
+from trial_runner.metrics import JsonLinesTail, Metrics, parse_metric_line
 
-_PAIR_RE = re.compile(
-    r"(?<![\w.-])([A-Za-z_][\w.-]*)\s*=\s*"
-    r"([-+]?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|\.\d+(?:[eE][-+]?\d+)?|nan|inf|infinity))(?![\w.])",
-    re.IGNORECASE)
 #: Environment variables never passed on to the user's program (the storage URL has a password).
 _SECRET_ENV = protocol.SECRET_ENV
 
@@ -78,11 +78,6 @@ class _StderrTee:
         return last_error_line(list(self.tail))
 
 
-def parse_metric_line(line: str) -> dict[str, float]:
-    """``epoch=3 val_loss=0.41, val_accuracy=0.93`` -> {epoch: 3.0, val_loss: 0.41, ...}."""
-    return {k: float(v) for k, v in _PAIR_RE.findall(line)}
-
-
 def render_argv(template: Sequence[str], values: dict[str, Any]) -> list[str]:
     """Fill ``{name}`` placeholders in each argv element; the result is passed to exec as is."""
     return [arg.format_map(values) for arg in template]
@@ -100,23 +95,30 @@ def _die_with_parent() -> None:  # pragma: no cover - runs in the child before e
 
 
 def command_objective(template: Sequence[str], timeout_s: float | None,
-                      ranks: int | None = None) -> Callable[[TrialContext], dict[str, float]]:
+                      metrics: MetricsSpec | None = None, ranks: int | None = None
+                      ) -> Callable[[TrialContext], dict[str, float]]:
     """``ranks``: run the program under ``torchrun --nproc_per_node RANKS`` (rank 0's stdout
     carries the metrics)."""
     def objective(ctx: TrialContext) -> dict[str, float]:
-        return run_command(ctx, template, timeout_s, ranks)
+        return run_command(ctx, template, timeout_s, metrics or MetricsSpec(), ranks)
 
     return objective
 
 
 def run_command(ctx: TrialContext, template: Sequence[str], timeout_s: float | None,
-                ranks: int | None = None) -> dict[str, float]:
+                metrics: MetricsSpec | None = None, ranks: int | None = None
+                ) -> dict[str, float]:
+    how = metrics or MetricsSpec()
     values = {**ctx.params, "index": ctx.index, "trial_number": ctx.trial_number}
     argv = render_argv(template, values)
     if ranks is not None:
         from trial_runner.launcher import torchrun_argv
 
         argv = torchrun_argv(ranks, "--no-python", *argv, rank0_output=True)
+    seen = Metrics(lambda step, m: _report(ctx, step, m))
+    fmt = re.compile(how.format) if how.format is not None else None
+    tail = JsonLinesTail(Path(how.file.format_map(values)), seen, lambda: _terminate(proc),
+                         fmt) if how.file is not None else None
     workdir = Path(tempfile.mkdtemp(prefix=f"sweeper-trial-{ctx.trial_number}-"))
     params_file = workdir / "params.json"
     params_file.write_text(json.dumps(ctx.params))
@@ -140,8 +142,9 @@ def run_command(ctx: TrialContext, template: Sequence[str], timeout_s: float | N
         raise RuntimeError(f"cannot start {argv[0]!r}: {e.strerror}") from None
     assert proc.stderr is not None
     stderr = _StderrTee(proc.stderr)
+    if tail is not None:
+        tail.start()
 
-    final: dict[str, float] = {}
     timed_out = threading.Event()
     timer = None
     if timeout_s is not None:
@@ -153,7 +156,7 @@ def run_command(ctx: TrialContext, template: Sequence[str], timeout_s: float | N
         timer.daemon = True
         timer.start()
     try:
-        pruned = _follow(proc, ctx, final)
+        _follow(proc, None if tail is not None else seen, fmt)
         code = proc.wait()
     except BaseException:
         _terminate(proc)
@@ -161,35 +164,36 @@ def run_command(ctx: TrialContext, template: Sequence[str], timeout_s: float | N
     finally:
         if timer is not None:
             timer.cancel()
+        if tail is not None:
+            tail.finish()
     sys.stdout.flush()
     if timed_out.is_set():
         raise TrialTimeout(f"timed out after {timeout_s:g}s (trial.timeout)")
-    if pruned:
+    if seen.pruned:
         raise optuna.TrialPruned()
     if code != 0:
         why = stderr.reason()
         raise RuntimeError(f"command exited with code {code}" + (f": {why}" if why else ""))
-    final.update(_metrics_file(metrics_file))
+    final = {**seen.final, **_metrics_file(metrics_file)}
     return {k: v for k, v in final.items() if not (isinstance(v, float) and math.isnan(v))
             or k in ctx.objective_metrics}
 
 
-def _follow(proc: subprocess.Popen[str], ctx: TrialContext, final: dict[str, float]) -> bool:
-    """Echo the program's stdout, report ``step=`` lines, keep the last value of every metric
-    in ``final``; stop the program when the pruner says so. Returns whether it was pruned."""
+def _follow(proc: subprocess.Popen[str], seen: Metrics | None,
+            fmt: re.Pattern[str] | None) -> None:
+    """Echo the program's stdout; unless its metrics come from a file, read them from each line
+    (``seen`` reports steps and stops the program when the pruner says so)."""
     assert proc.stdout is not None
-    pruned = False
     for line in proc.stdout:
         sys.stdout.write(line)
-        pairs = parse_metric_line(line)
-        metrics = {k: v for k, v in pairs.items() if k != "step"}
-        final.update(metrics)
-        if "step" in pairs and metrics and not pruned:
-            ctx.report(int(pairs["step"]), **metrics)
-            if ctx.should_prune():
-                pruned = True
-                _terminate(proc)
-    return pruned
+        if seen is not None and seen.add(parse_metric_line(line, fmt)):
+            _terminate(proc)
+
+
+def _report(ctx: TrialContext, step: int, metrics: dict[str, float]) -> bool:
+    """One intermediate report; True when the pruner says the trial should stop."""
+    ctx.report(step, **metrics)
+    return ctx.should_prune()
 
 
 def _metrics_file(path: Path) -> dict[str, Any]:

@@ -9,7 +9,7 @@ import math
 import os
 import pickle
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -63,6 +63,9 @@ class TrialContext:
     checkpoint_mirror: CheckpointMirror | None = None
     #: Returns the dataset's directory (syncing it on first use); None: no ``data:``.
     data_factory: Callable[[], Path | None] | None = None
+    #: The method's name when its sets are planned up front (grid, random, qmc): then
+    #: ``suggest_*`` cannot add parameters. None for adaptive methods.
+    planned_method: str | None = None
 
     # ---- data
 
@@ -71,6 +74,39 @@ class TrialContext:
         """The sweep's dataset (spec ``data:``): a mounted directory, or an S3 prefix synced
         once per pod (once per machine locally). None when the spec has no ``data:``."""
         return self.data_factory() if self.data_factory is not None else None
+
+    # ---- define-by-run: parameters the code asks for, after the YAML's
+
+    def suggest_float(self, name: str, low: float, high: float, *, step: float | None = None,
+                      log: bool = False) -> float:
+        """Like ``optuna.Trial.suggest_float``: an Optuna objective ports by replacing ``trial``
+        with ``ctx``. Adaptive methods only (the value is also put in ``ctx.params``)."""
+        self._may_suggest(name)
+        value = self.trial.suggest_float(name, low, high, step=step, log=log)
+        self.params[name] = value
+        return value
+
+    def suggest_int(self, name: str, low: int, high: int, *, step: int = 1,
+                    log: bool = False) -> int:
+        """Like ``optuna.Trial.suggest_int`` (adaptive methods only)."""
+        self._may_suggest(name)
+        value = self.trial.suggest_int(name, low, high, step=step, log=log)
+        self.params[name] = value
+        return value
+
+    def suggest_categorical(self, name: str, choices: Sequence[Any]) -> Any:
+        """Like ``optuna.Trial.suggest_categorical`` (adaptive methods only)."""
+        self._may_suggest(name)
+        value = self.trial.suggest_categorical(name, list(choices))
+        self.params[name] = value
+        return value
+
+    def _may_suggest(self, name: str) -> None:
+        if self.planned_method is not None:
+            raise SuggestNotAllowed(
+                f"ctx.suggest_*({name!r}) needs an adaptive method (tpe, gp, cmaes, nsga2, "
+                f"nsga3): {self.planned_method} sets are planned up front from the spec's "
+                f"parameters, so declare {name!r} under parameters: instead")
 
     # ---- hardware
 
@@ -274,3 +310,7 @@ class InvalidResult(Exception):
 
 class TrialTimeout(Exception):
     """The trial ran past ``trial.timeout``."""
+
+
+class SuggestNotAllowed(Exception):
+    """``ctx.suggest_*`` in a sweep whose sets are planned up front (grid, random, qmc)."""

@@ -45,7 +45,8 @@ def load_objective(spec: SweepSpec) -> Callable[[TrialContext], Any]:
         from trial_runner.command import command_objective
 
         return command_objective(resolve_command(spec.trial.command, base_dir),
-                                 spec.trial.timeout, spec.trial.ranks if torchrun else None)
+                                 spec.trial.timeout, spec.trial.metrics,
+                                 spec.trial.ranks if torchrun else None)
     assert spec.trial.entrypoint is not None
     objective = load_entrypoint(spec.trial.entrypoint, source=spec.source, base_dir=base_dir)
     if not torchrun:

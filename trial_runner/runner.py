@@ -1,12 +1,15 @@
 """The index protocol, runner side: turn index i into exactly one finished trial.
 
-Runner i looks up the trials tagged i (one indexed query), then:
+Runner i first reads the sweep's stop state (only when the spec has stop: rules): stopped ->
+start nothing, create no trial, exit 0. Then it looks up the trials tagged i (one indexed
+query):
   COMPLETE/PRUNED      -> nothing to do;
   WAITING              -> claim it atomically (RUNNING), or look again if another runner won;
   RUNNING, heartbeat fresh -> another runner owns it: wait until it finishes or goes stale;
   RUNNING, stale       -> that attempt died: mark it FAIL and look again;
   FAIL                 -> create the next attempt with the same params, linked to it;
   nothing (adaptive)   -> create attempt 0 and ask the sampler.
+After its trial finishes it evaluates the stop rules; the first to fire is recorded.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ import signal
 import threading
 import time
 import traceback
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,9 +32,15 @@ from optuna.trial import TrialState
 from sweeper import protocol
 from sweeper.artifacts import cached_artifact_store
 from sweeper.errors import ArtifactError, SpecError, StorageError
-from sweeper.protocol import CODE_VERSION_ATTR, FIXED_PARAMS_ATTR, SPEC_HASH_ATTR
+from sweeper.protocol import (
+    CODE_VERSION_ATTR,
+    FAILED_FOR_GOOD_ATTR,
+    FIXED_PARAMS_ATTR,
+    SPEC_HASH_ATTR,
+)
 from sweeper.space import distribution
 from sweeper.spec import Parameter
+from sweeper.spec.conditions import dependency_order, is_active
 from sweeper.spec.registry import make_pruner, make_sampler  # the validator's registry too
 from sweeper.study import (
     FINISHED,
@@ -42,10 +51,17 @@ from sweeper.study import (
     mark_failed,
     new_attempt,
     set_trial_user_attrs,
+    stop,
 )
 from sweeper.study._optuna_compat import storage_of, tell
 from trial_runner.checkpoints import CheckpointMirror
-from trial_runner.context import InvalidResult, TrialContext, TrialTimeout, objective_values
+from trial_runner.context import (
+    InvalidResult,
+    SuggestNotAllowed,
+    TrialContext,
+    TrialTimeout,
+    objective_values,
+)
 from trial_runner.data import DataError, data_dir
 from trial_runner.provenance import process_code_version
 
@@ -86,6 +102,17 @@ class Interrupted(BaseException):
     def __init__(self, signum: int) -> None:
         super().__init__(signal.Signals(signum).name)
         self.signum = signum
+
+
+def suggest_active(trial: optuna.Trial, params: Sequence[Parameter]) -> dict[str, Any]:
+    """Suggest the parameters a trial has, parents before the parameters whose ``when:``
+    names them, so Optuna's samplers see a define-by-run space (TPE's ``group`` learns which
+    parameters occur together). Planned trials get their enqueued values back."""
+    values: dict[str, Any] = {}
+    for p in dependency_order(params):
+        if is_active(p, values):
+            values[p.name] = suggest(trial, p)
+    return values
 
 
 def suggest(trial: optuna.Trial, p: Parameter) -> Any:
@@ -165,11 +192,17 @@ def acquire(sweep: Sweep, index: int, settings: RunnerSettings,
 def run_index(sweep: Sweep, index: int, objective: Callable[[TrialContext], Any],
               settings: RunnerSettings, *,
               trial_hook: Callable[[int, int, int], None] | None = None) -> Outcome:
-    """Run index ``index`` to exactly one finished trial (or a FAIL that says why).
-    ``trial_hook(trial_id, number, attempt)`` is called once the attempt is claimed. A
-    database error no retry fixed (:class:`StorageError`: permanent, or an outage past the
-    deadline) ends the index with one line and a retryable exit code, never a traceback."""
+    """Run index ``index`` to exactly one finished trial (or a FAIL that says why); nothing
+    once the sweep's stop rules have stopped it. ``trial_hook(trial_id, number, attempt)``
+    is called once the attempt is claimed. A database error no retry fixed
+    (:class:`StorageError`: permanent, or an outage past the deadline) ends the index with
+    one line and a retryable exit code, never a traceback."""
     try:
+        stopped = stop.before_start(sweep.storage, sweep.study_id, sweep.spec)
+        if stopped is not None:
+            return Outcome(index, protocol.EXIT_OK, protocol.STOPPED, None,
+                           f"index {index} not started: the sweep is stopped "
+                           f"({stopped.describe()})")
         got = acquire(sweep, index, settings)
     except StorageError as e:
         return Outcome(index, protocol.EXIT_RETRY, "FAIL", None, f"index {index}: {e}")
@@ -183,8 +216,8 @@ def run_index(sweep: Sweep, index: int, objective: Callable[[TrialContext], Any]
         if trial_hook is not None:
             trial_hook(trial_id, number, attempt)
         with _Heartbeat(sweep, trial_id, settings.heartbeat_interval_s):
-            return _run_trial(sweep, study, index, trial_id, number, attempt, objective,
-                              settings)
+            outcome = _run_trial(sweep, study, index, trial_id, number, attempt, objective,
+                                 settings)
     except BaseException as e:
         # Whatever escapes after the claim (a broken pipe to a dead orchestrator, a signal
         # during set-up) must not leave the trial RUNNING until its heartbeat goes stale.
@@ -197,6 +230,17 @@ def run_index(sweep: Sweep, index: int, objective: Callable[[TrialContext], Any]
         if isinstance(e, StorageError):
             return Outcome(index, protocol.EXIT_RETRY, "FAIL", None, f"index {index}: {e}")
         raise
+    _after_trial(sweep)
+    return outcome
+
+
+def _after_trial(sweep: Sweep) -> None:
+    """Evaluate the stop rules now that a trial finished. A failure here must not undo the
+    trial, which is finished already: the next runner evaluates them again."""
+    try:
+        stop.after_trial(sweep.storage, sweep.study_id, sweep.spec)
+    except Exception as e:  # noqa: BLE001 - the trial's outcome stands; say why, carry on
+        logger.warning("could not evaluate the stop rules: %s", e)
 
 
 def _run_trial(sweep: Sweep, study: optuna.Study, index: int, trial_id: int, number: int,
@@ -206,42 +250,43 @@ def _run_trial(sweep: Sweep, study: optuna.Study, index: int, trial_id: int, num
     storage = sweep.storage
     metrics = tuple(o.metric for o in spec.objectives)
     timer = _start_timeout(sweep, trial_id, index, number, spec.trial.timeout)
+
+    def fail(reason: str, code: int) -> Outcome:
+        if spec.stop.max_failed_trials is not None and _final(code, attempt, spec.trial.retries):
+            storage.set_trial_user_attr(trial_id, FAILED_FOR_GOOD_ATTR, True)
+        return _fail(storage, index, trial_id, number, reason, code)
+
     try:
         trial = optuna.Trial(study, trial_id)  # calls sampler.before_trial (Optuna >= 5)
         # Provenance for comparing trials: one transaction, code version computed once.
         set_trial_user_attrs(trial, {SPEC_HASH_ATTR: spec.spec_hash,
                                      CODE_VERSION_ATTR: process_code_version()})
-        params = {p.name: suggest(trial, p) for p in spec.parameters}
+        params = suggest_active(trial, spec.parameters)
         mirror = CheckpointMirror.for_index(spec, storage.url, index)
         ctx = TrialContext(
             params={**params, **spec.trial.fixed}, index=index, trial_number=number,
             attempt=attempt, trial=trial, objective_metrics=metrics,
+            planned_method=None if spec.is_adaptive else spec.method,
             checkpoint_dir=settings.checkpoint_root / spec.name / f"index-{index}",
             artifact_store_factory=lambda: cached_artifact_store(spec.artifacts, storage.url),
             checkpoint_mirror=mirror,
             data_factory=(lambda: data_dir(spec.data)) if spec.data.configured else None)
         logger.info("index %d: trial #%d attempt %d %s", index, number, attempt, params)
-        if mirror is not None and attempt > 0:
-            try:
-                _restore(mirror, ctx)
-            except ArtifactError as e:
-                return _fail(storage, index, trial_id, number, f"cannot restore the "
-                             f"checkpoint: {e}", protocol.EXIT_RETRY)
+        why = _restore(mirror, ctx)
+        if why is not None:
+            return fail(why, protocol.EXIT_RETRY)
         try:
             result = objective(ctx)
         except optuna.TrialPruned:
             return _finish_pruned(study, trial_id, index, number)
-        except TrialTimeout as e:
-            return _fail(storage, index, trial_id, number, str(e), protocol.EXIT_NO_RETRY)
-        except DataError as e:  # a missing bucket fails every trial: stop, say why
-            return _fail(storage, index, trial_id, number, str(e),
-                         protocol.EXIT_RETRY if e.retryable else protocol.EXIT_CONFIG)
+        except (TrialTimeout, DataError, SuggestNotAllowed) as e:
+            return fail(str(e), _exit_code_of(e))
         if result is None and ctx.should_prune():
             return _finish_pruned(study, trial_id, index, number)
         try:
             values, extra = objective_values(result, metrics)
         except InvalidResult as e:
-            return _fail(storage, index, trial_id, number, str(e), protocol.EXIT_NO_RETRY)
+            return fail(str(e), protocol.EXIT_NO_RETRY)
         for k, v in extra.items():
             if _jsonable(v):
                 trial.set_user_attr(k, v)
@@ -259,20 +304,43 @@ def _run_trial(sweep: Sweep, study: optuna.Study, index: int, trial_id: int, num
     except Exception as e:  # noqa: BLE001 - whatever the user's code raised fails this attempt
         tb = traceback.format_exception_only(type(e), e)[-1].strip()
         logger.error("index %d: trial #%d raised:\n%s", index, number, traceback.format_exc())
-        return _fail(storage, index, trial_id, number, f"objective raised {tb}",
-                     protocol.EXIT_RETRY)
+        return fail(f"objective raised {tb}", protocol.EXIT_RETRY)
     finally:
         if timer is not None:
             timer.cancel()
 
 
-def _restore(mirror: CheckpointMirror, ctx: TrialContext) -> None:
-    """The latest checkpoint of the previous attempts into this pod, before user code runs
-    (the user's ``ctx.load_checkpoint()`` then records the step it resumes from)."""
-    meta = mirror.pull(ctx.checkpoint_dir)
+def _final(code: int, attempt: int, retries: int) -> bool:
+    """Whether a failure with exit ``code`` on ``attempt`` leaves its index without another
+    attempt (what ``stop.max_failed_trials`` counts)."""
+    return code == protocol.EXIT_NO_RETRY or (code == protocol.EXIT_RETRY and attempt >= retries)
+
+
+def _exit_code_of(e: TrialTimeout | DataError | SuggestNotAllowed) -> int:
+    """How a failure the runner recognises ends the index: a timeout is not retried; a
+    missing bucket or a ``ctx.suggest_*`` in a planned sweep would fail every index the same
+    way, so the sweep stops and says why; a data source that may come back is retried."""
+    if isinstance(e, TrialTimeout):
+        return protocol.EXIT_NO_RETRY
+    if isinstance(e, DataError) and e.retryable:
+        return protocol.EXIT_RETRY
+    return protocol.EXIT_CONFIG
+
+
+def _restore(mirror: CheckpointMirror | None, ctx: TrialContext) -> str | None:
+    """A retry's first step: the latest checkpoint of the previous attempts into this pod,
+    before user code runs (the user's ``ctx.load_checkpoint()`` then records the step it
+    resumes from). Returns why it could not, or None."""
+    if mirror is None or ctx.attempt == 0:
+        return None
+    try:
+        meta = mirror.pull(ctx.checkpoint_dir)
+    except ArtifactError as e:
+        return f"cannot restore the checkpoint: {e}"
     if meta is not None:
         logger.info("index %d: restored the checkpoint of step %s (trial #%s) from %s",
                     ctx.index, meta.get("step"), meta.get("trial_number"), mirror.where)
+    return None
 
 
 def _finish_pruned(study: optuna.Study, trial_id: int, index: int, number: int) -> Outcome:
@@ -331,7 +399,10 @@ def _start_timeout(sweep: Sweep, trial_id: int, index: int, number: int,
     def expire() -> None:
         reason = f"timed out after {timeout_s:g}s (trial.timeout)"
         try:
+            if sweep.spec.stop.max_failed_trials is not None:  # no retry follows a timeout
+                sweep.storage.set_trial_user_attr(trial_id, FAILED_FOR_GOOD_ATTR, True)
             mark_failed(sweep.storage, trial_id, reason)
+            _after_trial(sweep)
         finally:
             logger.error("index %d: trial #%d %s", index, number, reason)
             logging.shutdown()

@@ -30,6 +30,7 @@ from sweeper.backends.base import LogTail, RunResult, Tick
 from sweeper.errors import BackendError, SpecError
 from sweeper.spec import SweepSpec
 from sweeper.study import Sweep, attempts, fail_stale_trials, mark_failed
+from sweeper.study.stop import before_start
 
 logger = logging.getLogger(__name__)
 #: Workers in a row that die before they are ready before the sweep gives up.
@@ -164,6 +165,8 @@ class LocalBackend:
                     self._kill_frozen(sweep, workers)
                 if now - last_tick >= 1.0:
                     last_tick = now
+                    if pending and before_start(sweep.storage, sweep.study_id, sweep.spec):
+                        pending.clear()  # a stop rule fired: running trials finish, no new one
                     tick()
             tick()
             return RunResult(finished=tuple(sorted(finished)), failed=tuple(sorted(failed)))
@@ -257,6 +260,9 @@ class LocalBackend:
                 w.trial_id = msg.trial_id
             elif isinstance(msg, protocol.Done):
                 w.index = w.trial_id = None
+                if msg.state == protocol.STOPPED:  # the sweep stopped: start no other index
+                    pending.clear()
+                    continue
                 self._settle(msg.index, msg.exit_code, sweep, pending, dispatched, finished,
                              failed)
             elif isinstance(msg, protocol.Error):

@@ -12,7 +12,7 @@ heavy (optuna, kubernetes, sqlalchemy, torch) is imported before a command runs.
 from __future__ import annotations
 
 # Imported for their side effect: each attaches its commands to ``cli``.
-from sweeper.cli import _cluster, _inspect, _manage, _run, _spec  # noqa: F401
+from sweeper.cli import _cluster, _import, _inspect, _manage, _run, _spec  # noqa: F401
 from sweeper.cli._group import cli
 
 __all__ = ["cli", "main"]

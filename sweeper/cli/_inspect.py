@@ -49,10 +49,14 @@ def status(name: str, storage: str | None, fmt: str, kube: bool | None, namespac
     metrics = [o.metric for o in sweep.spec.objectives]
     finished = sum(1 for s in table if s.state in ("COMPLETE", "PRUNED"))
     jobs = _status_jobs(sweep, kube, namespace, kubeconfig, context)
+    from sweeper.study.stop import stop_state
+
+    stopped = stop_state(sweep.storage, sweep.study_id)
     if fmt == "json":
         click.echo(json.dumps({
             "name": sweep.name, "method": sweep.spec.method, "indexes": sweep.spec.trials,
             "finished_indexes": finished, "trials_by_state": counts,
+            "stop": stopped.to_json() if stopped is not None else None,
             **({"kubernetes_jobs": [_job_record(j) for j in jobs]} if jobs is not None else {}),
             "per_index": [{"index": s.index, "state": s.state, "attempts": s.attempts,
                            "trial_number": s.trial_number,
@@ -62,6 +66,9 @@ def status(name: str, storage: str | None, fmt: str, kube: bool | None, namespac
         return
     click.echo(f"{sweep.name}: {finished}/{sweep.spec.trials} indexes finished; trials: "
                + ", ".join(f"{k.lower()} {v}" for k, v in sorted(counts.items())))
+    if stopped is not None:
+        click.echo(("stopped: " if stopped.stopped else "stop ignored (--ignore-stop): ")
+                   + stopped.describe())
     for j in jobs or []:
         click.echo(f"Job {j.namespace}/{j.name}: {j.state}"
                    + (f" ({j.reason})" if j.reason else "")

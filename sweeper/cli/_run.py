@@ -26,6 +26,7 @@ from sweeper.cli._common import (
     storage_option,
 )
 from sweeper.cli._group import cli
+from sweeper.cli._stop import ignore_stop_option, may_launch, report_stop
 from sweeper.errors import SweeperError, SweepFailedError
 
 if TYPE_CHECKING:
@@ -64,11 +65,12 @@ run_format_option = click.option(
 @set_option
 @allow_cpu_option
 @run_format_option
+@ignore_stop_option
 @_errors
 def run(spec_file: str, storage: str | None, parallelism: int | None, backend: str,
         log_dir: str, image: str | None, namespace: str | None, storage_secret: str | None,
         kubeconfig: str | None, context: str | None, detach: bool, overrides: tuple[str, ...],
-        allow_cpu: bool, fmt: str) -> None:
+        allow_cpu: bool, fmt: str, ignore_stop: bool) -> None:
     """Create (or resume) the sweep and run every index that has no finished trial."""
     from sweeper.backends.manifests import with_kubernetes
     from sweeper.study import resolve_storage_url
@@ -78,7 +80,7 @@ def run(spec_file: str, storage: str | None, parallelism: int | None, backend: s
     spec = with_kubernetes(spec, image=image, namespace=namespace, storage_secret=storage_secret)
     url = resolve_storage_url(storage, spec)
     _launch(spec, url, _backend(backend, spec, log_dir, kubeconfig, context, detach,
-                                allow_cpu), fmt)
+                                allow_cpu), fmt, ignore_stop)
 
 
 @cli.command()
@@ -96,11 +98,12 @@ def run(spec_file: str, storage: str | None, parallelism: int | None, backend: s
               help="Kubernetes: create the Job and return without watching it.")
 @allow_cpu_option
 @run_format_option
+@ignore_stop_option
 @_errors
 def resume(name: str, storage: str | None, backend: str | None, parallelism: int | None,
            log_dir: str, image: str | None, namespace: str | None, storage_secret: str | None,
            kubeconfig: str | None, context: str | None, detach: bool, allow_cpu: bool,
-           fmt: str) -> None:
+           fmt: str, ignore_stop: bool) -> None:
     """Run only the indexes of a stored sweep that have no finished trial (its spec comes from
     the study; on Kubernetes a new, sparse Job NAME-r<N>). NAME may be the sweep's spec file
     (name and storage: are read from it; `run` applies a changed file, resume does not)."""
@@ -118,7 +121,7 @@ def resume(name: str, storage: str | None, backend: str | None, parallelism: int
         backend = attrs.get(protocol.BACKEND_ATTR) or (
             "kubernetes" if attrs.get(protocol.LAUNCHES_ATTR) else "local")
     _launch(spec, url, _backend(str(backend), spec, log_dir, kubeconfig, context, detach,
-                                allow_cpu), fmt)
+                                allow_cpu), fmt, ignore_stop)
 
 
 def _backend(kind: str, spec: Any, log_dir: str, kubeconfig: str | None, context: str | None,
@@ -151,7 +154,8 @@ def _terminate_as_interrupt(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt
 
 
-def _launch(spec: Any, url: str, backend: Backend, fmt: str = "text") -> None:
+def _launch(spec: Any, url: str, backend: Backend, fmt: str = "text",
+            ignore_stop: bool = False) -> None:
     """Create or resume the sweep of ``spec`` (its parallelism included: the backend reads it
     from ``sweep.spec``), run what is unfinished, and exit as the outcome says."""
     from sweeper.report import Progress
@@ -165,6 +169,8 @@ def _launch(spec: Any, url: str, backend: Backend, fmt: str = "text") -> None:
 
     storage = open_storage(url)
     sweep, created = create_or_resume(storage, spec)
+    if not may_launch(sweep, ignore_stop):
+        return
     todo = unfinished_indexes(index_table(storage, spec, sweep.study_id))
     # SIGTERM (a CI job cancelled, `kill`) stops the sweep the same orderly way as Ctrl-C.
     signal.signal(signal.SIGTERM, _terminate_as_interrupt)
@@ -193,6 +199,8 @@ def _launch(spec: Any, url: str, backend: Backend, fmt: str = "text") -> None:
     if result is not None and not _report_launch(result, len(todo)):
         return  # detached: the Job runs on, the study is not final yet
     missing = unfinished_indexes(table)
+    if report_stop(sweep, missing, bool(result is not None and result.failed)):
+        return
     if missing:
         reported = set(result.finished) if result is not None else set()
         _report_failures(sweep, url, backend,

@@ -22,6 +22,8 @@ from sweeper.cli._group import cli
 def validate(spec_file: str, no_import: bool, overrides: tuple[str, ...], fmt: str) -> None:
     """Check a spec file: schema, ranges, grid size, entrypoint importable."""
     spec = _load(spec_file, check_entrypoint=not no_import, overrides=overrides)
+    for warning in spec.warnings:
+        click.echo(f"warning: {warning}", err=True)
     if fmt == "json":
         normalised = spec.to_dict()
         click.echo(json.dumps({
@@ -30,7 +32,7 @@ def validate(spec_file: str, no_import: bool, overrides: tuple[str, ...], fmt: s
             "objectives": [{"metric": o.metric, "direction": o.direction}
                            for o in spec.objectives],
             "parameters": normalised["parameters"], "trial": normalised["trial"],
-            "spec_hash": spec.spec_hash}, indent=2))
+            "spec_hash": spec.spec_hash, "warnings": list(spec.warnings)}, indent=2))
         return
     what = spec.trial.entrypoint or "command " + " ".join(spec.trial.command)
     what = what.splitlines()[0][:60] + ("..." if len(what) > 60 or "\n" in what else "")
@@ -75,7 +77,11 @@ def plan(spec_file: str, fmt: str, limit: int | None, overrides: tuple[str, ...]
         return
     from sweeper.report import format_table
 
-    click.echo(format_table(["JOB_ID", *names], [[i, *(p[n] for n in names)] for i, p in sets]))
+    # A parameter whose when: condition does not hold in a set is not part of it: an empty
+    # cell ("-" would read as a value).
+    table = format_table(["JOB_ID", *names], [[i, *(p.get(n, "") for n in names)]
+                                              for i, p in sets])
+    click.echo("\n".join(line.rstrip() for line in table.splitlines()))
     if limit is not None and limit < spec.trials:
         click.echo(f"... {spec.trials - limit} more")
 
@@ -86,11 +92,15 @@ def _ranges(spec: Any) -> str:
     rows = []
     for p in spec.parameters:
         if p.values is not None or p.choices is not None:
-            rows.append([p.name, p.type, ", ".join(map(str, p.values or p.choices)), "", ""])
+            row = [p.name, p.type, ", ".join(map(str, p.values or p.choices)), "", ""]
         else:
-            rows.append([p.name, p.type, f"[{p.low}, {p.high}]", p.step or "", "yes" if p.log
-                         else ""])
-    return format_table(["parameter", "type", "range", "step", "log"], rows)
+            row = [p.name, p.type, f"[{p.low}, {p.high}]", p.step or "", "yes" if p.log else ""]
+        if spec.is_conditional:
+            row.append(" and ".join(f"{parent} in {list(allowed)}" if len(allowed) > 1
+                                    else f"{parent} = {allowed[0]}" for parent, allowed in p.when))
+        rows.append(row)
+    headers = ["parameter", "type", "range", "step", "log"]
+    return format_table(headers + (["when"] if spec.is_conditional else []), rows)
 
 
 @cli.command()

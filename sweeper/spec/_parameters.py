@@ -5,15 +5,17 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import replace
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from sweeper.spec._primitives import PARAM_RE, Checks, clip, kind_of
 from sweeper.spec._yaml import Path_
+from sweeper.spec.conditions import check_conditions, parse_when
 from sweeper.spec.model import Parameter, Scalar
 
 PARAM_KINDS = ("float", "int", "categorical")
-_PARAM_KEYS = ("type", "low", "high", "step", "log", "choices", "values")
+_PARAM_KEYS = ("type", "low", "high", "step", "log", "choices", "values", "when")
 #: Optuna stores every parameter value as a float: ints beyond 2**53 would be rounded.
 _MAX_EXACT_INT = 2**53
 
@@ -33,15 +35,18 @@ def parameters(v: Checks, value: Any, path: Path_, method: str) -> tuple[Paramet
             raise v.err(p, "grid needs a finite parameter: give a float a step or "
                            "explicit values: [...]")
         out.append(param)
+    check_conditions(v, out, path)
     return tuple(out)
 
 
 def parameter(v: Checks, name: str, value: Any, path: Path_) -> Parameter:
     m = v.mapping(value, path, _PARAM_KEYS)
+    when = parse_when(v, m["when"], (*path, "when")) if m.get("when") is not None else ()
+    m = {k: x for k, x in m.items() if k != "when"}
     if m.get("values") is not None:
-        return _values_parameter(v, name, m, path)
+        return replace(_values_parameter(v, name, m, path), when=when)
     ptype = v.choice(v.require(m, "type", path), (*path, "type"), PARAM_KINDS)
-    return _BY_KIND[ptype](v, name, m, path)
+    return replace(_BY_KIND[ptype](v, name, m, path), when=when)
 
 
 def _values_parameter(v: Checks, name: str, m: dict[str, Any], path: Path_) -> Parameter:

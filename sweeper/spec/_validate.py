@@ -10,7 +10,6 @@ from __future__ import annotations
 import difflib
 import re
 import string
-import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -19,6 +18,7 @@ from sweeper.errors import SpecError
 from sweeper.spec import registry
 from sweeper.spec._data import data_section
 from sweeper.spec._kubernetes import kubernetes
+from sweeper.spec._metrics import metric_name, metrics_spec
 from sweeper.spec._parameters import parameters
 from sweeper.spec._primitives import (
     BUCKET_RE,
@@ -33,6 +33,13 @@ from sweeper.spec._primitives import (
     name_problem,
     option_ok,
 )
+from sweeper.spec._sampler import (
+    grid_warnings,
+    method_fits,
+    sampler_options,
+    sampler_warnings,
+)
+from sweeper.spec._stop import stop_spec
 from sweeper.spec._yaml import Path_, _Doc, _load_yaml
 from sweeper.spec.model import (
     ARTIFACT_STORES,
@@ -54,9 +61,9 @@ from sweeper.spec.overrides import apply_overrides, parse_overrides
 
 _TOP_KEYS = ("name", "description", "method", "objective", "trials", "parallelism", "seed",
              "sampler", "pruner", "storage", "trial", "parameters", "kubernetes", "artifacts",
-             "data")
+             "data", "stop")
 _TRIAL_KEYS = ("entrypoint", "command", "fixed", "retries", "timeout", "resources", "launcher",
-               "nproc")
+               "nproc", "metrics")
 _RESOURCE_KEYS = ("gpu", "cpu", "memory")
 _ARTIFACT_KEYS = ("store", "path", "bucket", "prefix", "endpoint_url", "region",
                   "credentials_secret")
@@ -118,7 +125,11 @@ class _Validator(Checks):
         trials = self.trials(m, method, params)
         parallelism = self.integer(m.get("parallelism", 1), ("parallelism",), 1)
         seed = self.integer(m.get("seed", 0), ("seed",), 0)
-        sampler = self.sampler(m.get("sampler"), ("sampler",), method)
+        method_fits(self, method, objectives)
+        sampler = sampler_options(self, m.get("sampler"), ("sampler",), method,
+                                  any(p.when for p in params))
+        warned = tuple(sampler_warnings(self, method, sampler, params, trials)
+                       + (grid_warnings(self, params, trials) if method == "grid" else []))
         pruner = self.pruner(m.get("pruner"), ("pruner",))
         if pruner.type != "none" and len(objectives) > 1:
             raise self.err(("pruner",), "pruning is not supported for multi-objective sweeps")
@@ -131,11 +142,13 @@ class _Validator(Checks):
         kube = kubernetes(self, m.get("kubernetes"), ("kubernetes",), deep=self.deep)
         artifacts = self.artifacts(m.get("artifacts"), ("artifacts",))
         dataset = data_section(self, m.get("data"), ("data",), artifacts)
+        stop = stop_spec(self, m.get("stop"), ("stop",), objectives)
         return SweepSpec(
             name=name, method=method, objectives=objectives,  # type: ignore[arg-type]
             trials=trials, parameters=params, trial=trial, parallelism=parallelism, seed=seed,
             sampler=sampler, pruner=pruner, storage=storage, description=description,
-            kubernetes=kube, artifacts=artifacts, data=dataset, source=self.doc.source)
+            kubernetes=kube, artifacts=artifacts, data=dataset, source=self.doc.source,
+            warnings=warned, stop=stop)
 
     def name(self, value: Any, path: Path_) -> str:
         name = self.string(value, path)
@@ -157,9 +170,11 @@ class _Validator(Checks):
         if method == "grid":
             from sweeper.space import grid_size_of  # lazy: sweeper.space imports this package
 
-            size = grid_size_of(params)
+            size = grid_size_of(params, cap=MAX_INDEXES)
             if size > MAX_INDEXES:
-                raise self.err(("parameters",), f"the grid has {size:,} points; the limit is "
+                many = f"{size:,}" if not any(p.when for p in params) else \
+                    f"more than {MAX_INDEXES:,} valid"
+                raise self.err(("parameters",), f"the grid has {many} points; the limit is "
                                                 f"{MAX_INDEXES:,} (use method: random or tpe)")
             trials = self.integer(m.get("trials", size), ("trials",), 1)
             if trials > size:
@@ -179,10 +194,7 @@ class _Validator(Checks):
         for i, item in enumerate(items):
             p = (*path, i) if isinstance(value, list) else path
             om = self.mapping(item, p, ("metric", "direction"))
-            metric = self.string(self.require(om, "metric", p), (*p, "metric"))
-            if not PARAM_RE.match(metric):
-                raise self.err((*p, "metric"), f"metric name {metric!r} must be an identifier "
-                                               "(letters, digits, _)")
+            metric = metric_name(self, self.require(om, "metric", p), (*p, "metric"))
             direction = self.choice(self.require(om, "direction", p), (*p, "direction"),
                                     DIRECTIONS)
             out.append(Objective(metric, direction))  # type: ignore[arg-type]
@@ -223,9 +235,12 @@ class _Validator(Checks):
         timeout_s = self.duration(timeout, (*path, "timeout")) if timeout is not None else None
         resources = self.resources(m.get("resources"), (*path, "resources"))
         launcher, nproc = self.launcher(m, path, resources)
+        known = names | set(fixed) | {"index", "trial_number"}
+        metrics = metrics_spec(self, m.get("metrics"), (*path, "metrics"), cmd is not None,
+                               lambda text, p: self.placeholders(text, p, known))
         return TrialSpec(entrypoint=entrypoint, command=cmd, fixed=fixed, retries=retries,
                          launcher=launcher, nproc=nproc,  # type: ignore[arg-type]
-                         timeout=timeout_s, resources=resources)
+                         timeout=timeout_s, resources=resources, metrics=metrics)
 
     def command(self, command: Any, path: Path_, known: set[str]) -> tuple[str, ...]:
         if not isinstance(command, list) or not command:
@@ -315,30 +330,7 @@ class _Validator(Checks):
             raise self.err(path, f"expected a positive quantity like 2, 500m or 4Gi, got {text!r}")
         return text
 
-    # ---- sampler and pruner: checked by building them, through the runner's registry
-
-    def sampler(self, value: Any, path: Path_, method: str) -> dict[str, Any]:
-        if value is None:
-            return {}
-        m = self.plain(self.mapping(value, path), path)
-        if m and method != "tpe":
-            raise self.err(path, f"sampler options apply to method tpe only; {method} sets are "
-                                 "fixed by (seed, index)")
-        if m:
-            cls = registry.sampler_class("tpe")
-            allowed = registry.keyword_names(cls) - registry.TPE_RESERVED
-            self.mapping(m, path, sorted(allowed))
-            self.options(m, path, cls)
-            if m.get("n_ei_candidates", 1) < 1:
-                raise self.err((*path, "n_ei_candidates"), f"must be >= 1, got "
-                                                           f"{m['n_ei_candidates']}")
-            try:
-                with warnings.catch_warnings():
-                    warnings.simplefilter("ignore")
-                    registry.build_sampler("tpe", m, seed=None)
-            except (TypeError, ValueError) as e:
-                raise self.err(path, f"invalid tpe sampler options: {e}") from None
-        return m
+    # ---- pruner: checked by building it, through the runner's registry (sampler: _sampler)
 
     def pruner(self, value: Any, path: Path_) -> Pruner:
         if value is None:

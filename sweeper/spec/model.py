@@ -12,7 +12,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
-METHODS = ("grid", "random", "tpe")
+METHODS = ("grid", "random", "tpe", "gp", "cmaes", "qmc", "nsga2", "nsga3")
+#: Methods whose sets are a pure function of (spec, index), enqueued up front; the others are
+#: adaptive: each runner asks the sampler when it starts.
+PLANNED_METHODS = ("grid", "random", "qmc")
+Method = Literal["grid", "random", "tpe", "gp", "cmaes", "qmc", "nsga2", "nsga3"]
 DIRECTIONS = ("minimize", "maximize")
 STORAGE_SCHEMES = ("sqlite", "postgresql", "postgres", "postgresql+psycopg2")
 ARTIFACT_STORES = ("filesystem", "s3")
@@ -47,6 +51,9 @@ class Parameter:
     log: bool = False
     choices: tuple[Scalar, ...] | None = None
     values: tuple[Scalar, ...] | None = None
+    #: ``when:``: (other parameter, the values it must take) pairs, all of which must hold
+    #: (and each other parameter be active itself) for this one to exist in a trial.
+    when: tuple[tuple[str, tuple[Scalar, ...]], ...] = ()
 
     @property
     def is_finite(self) -> bool:
@@ -56,6 +63,26 @@ class Parameter:
             or self.type == "int"
             or self.step is not None
         )
+
+
+@dataclass(frozen=True)
+class StopSpec:
+    """When the sweep starts no new index (any subset; the first rule to fire stops it).
+
+    ``value``: a complete trial reached it (single objective, in its direction); ``patience``:
+    that many trials finished since the best one without beating it; ``max_failed_trials``:
+    that many indexes failed for good; ``max_duration``: seconds since the sweep's first
+    launch. Not part of the spec hash: a sweep may be given other rules when it is run again.
+    """
+
+    value: float | None = None
+    patience: int | None = None
+    max_failed_trials: int | None = None
+    max_duration: float | None = None
+
+    @property
+    def any(self) -> bool:
+        return self != StopSpec()
 
 
 @dataclass(frozen=True)
@@ -77,6 +104,18 @@ class Resources:
 
 
 @dataclass(frozen=True)
+class MetricsSpec:
+    """How a ``trial.command`` program's metrics are read. Default (both None): ``name=value``
+    and ``name: value`` pairs on its stdout. ``format``: a regex with named groups ``name`` and
+    ``value``, matched against each stdout line instead. ``file``: JSON lines the program
+    appends to (``{"step": 3, "val/loss": 0.4}``), instead of stdout; with ``format`` too, a
+    text file whose lines are read with the regex."""
+
+    format: str | None = None
+    file: str | None = None
+
+
+@dataclass(frozen=True)
 class TrialSpec:
     entrypoint: str | None = None
     command: tuple[str, ...] | None = None
@@ -89,6 +128,7 @@ class TrialSpec:
     launcher: Literal["process", "torchrun"] = "process"
     #: Ranks for ``torchrun``: one per GPU (``resources.gpu``) unless given (CPU runs).
     nproc: int | None = None
+    metrics: MetricsSpec = field(default_factory=MetricsSpec)
 
     @property
     def ranks(self) -> int:
@@ -222,7 +262,7 @@ class DataSpec:
 @dataclass(frozen=True)
 class SweepSpec:
     name: str
-    method: Literal["grid", "random", "tpe"]
+    method: Method
     objectives: tuple[Objective, ...]
     trials: int
     parameters: tuple[Parameter, ...]
@@ -236,17 +276,26 @@ class SweepSpec:
     kubernetes: KubernetesSpec = field(default_factory=KubernetesSpec)
     artifacts: ArtifactsSpec = field(default_factory=ArtifactsSpec)
     data: DataSpec = field(default_factory=DataSpec)
+    stop: StopSpec = field(default_factory=StopSpec)
     #: Where the spec came from (a path or "<study NAME>"), for messages; not part of the sweep.
     source: str = field(default="<spec>", compare=False)
     #: The spec file's directory (absolute), against which relative paths in the spec resolve
     #: (see ``sweeper.spec.paths``); None for a spec that is not a file. Not part of the
     #: sweep: where the file lives changes neither the record nor the hash.
     base_dir: str | None = field(default=None, compare=False)
+    #: What the validator warns about (``file:line: field: message``, one line each): the spec
+    #: is valid, but Optuna would quietly do less than the method promises. Not part of the sweep.
+    warnings: tuple[str, ...] = field(default=(), compare=False)
 
     @property
     def is_adaptive(self) -> bool:
         """Adaptive methods ask the sampler at runner start; nothing is enqueued."""
-        return self.method == "tpe"
+        return self.method not in PLANNED_METHODS
+
+    @property
+    def is_conditional(self) -> bool:
+        """Some parameter exists only when a ``when:`` condition holds."""
+        return any(p.when for p in self.parameters)
 
     @property
     def is_multi_objective(self) -> bool:
@@ -294,13 +343,22 @@ def _spec_to_dict(s: SweepSpec) -> dict[str, Any]:
             d["step"] = p.step
         return d
 
+    def param_when(p: Parameter) -> dict[str, Any]:
+        # Only when set: an unconditional spec keeps the record (and hash) it always had.
+        d = param(p)
+        if p.when:
+            d["when"] = {parent: list(allowed) for parent, allowed in p.when}
+        return d
+
     t = s.trial
     trial: dict[str, Any] = {"entrypoint": t.entrypoint,
                              "command": list(t.command) if t.command else None,
                              "fixed": dict(t.fixed), "retries": t.retries, "timeout": t.timeout,
                              "resources": {"gpu": t.resources.gpu, "cpu": t.resources.cpu,
                                            "memory": t.resources.memory},
-                             "launcher": t.launcher, "nproc": t.nproc}
+                             "launcher": t.launcher, "nproc": t.nproc,
+                             "metrics": {"format": t.metrics.format, "file": t.metrics.file}
+                             if t.metrics != MetricsSpec() else None}
     k = s.kubernetes
     kube = {"image": k.image, "image_pull_policy": k.image_pull_policy, "namespace": k.namespace,
             "storage_secret": k.storage_secret, "storage_secret_key": k.storage_secret_key,
@@ -329,12 +387,15 @@ def _spec_to_dict(s: SweepSpec) -> dict[str, Any]:
         "pruner": {"type": s.pruner.type, **dict(s.pruner.options)},
         # fixed is user data: a null in it is a value to pass on, not a default to drop.
         "storage": None, "trial": {**_drop_none(trial), "fixed": dict(t.fixed)},
-        "parameters": {p.name: param(p) for p in s.parameters},
+        "parameters": {p.name: param_when(p) for p in s.parameters},
         "kubernetes": {**_drop_none({k: v for k, v in kube.items()
                                      if k not in ("affinity", "pod_template")}),
                        **{k: kube[k] for k in ("affinity", "pod_template") if k in kube}},
         "artifacts": _artifacts_to_dict(s.artifacts),
         "data": _data_to_dict(s.data),
+        "stop": _drop_none({"value": s.stop.value, "patience": s.stop.patience,
+                            "max_failed_trials": s.stop.max_failed_trials,
+                            "max_duration": s.stop.max_duration}),
     }
 
 

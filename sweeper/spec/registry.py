@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -27,14 +28,57 @@ _PRUNER_CLASSES = {
     "successive_halving": "SuccessiveHalvingPruner",
 }
 PRUNERS = tuple(_PRUNER_CLASSES)
-#: Method -> class name in ``optuna.samplers``. Grid and random sets are enqueued as fixed
-#: params, which any sampler returns; a seeded RandomSampler covers anything left to sample.
-_SAMPLER_CLASSES = {"grid": "RandomSampler", "random": "RandomSampler", "tpe": "TPESampler"}
-#: What sweeper sets for TPE unless the spec says otherwise: ``constant_liar`` explicitly
-#: because its default differs between Optuna 4 (False) and 5 (True), and parallel runners
-#: need it; ``multivariate`` because sweep parameters interact.
-TPE_DEFAULTS: Mapping[str, Any] = {"constant_liar": True, "multivariate": True}
-#: TPE keywords a spec may not set: the seed is per index, the others take callables.
+
+
+@dataclass(frozen=True)
+class MethodInfo:
+    """What a ``method:`` is in Optuna's terms."""
+
+    #: The class in ``optuna.samplers`` whose keyword arguments ``sampler:`` takes (checked
+    #: against its signature), or None when the method takes no options.
+    options_class: str | None
+    #: The class a runner samples with. Planned sets are enqueued as fixed params, which any
+    #: sampler returns; a seeded RandomSampler covers anything left to sample.
+    runner_class: str
+    #: Sets are a pure function of (spec, index), enqueued up front.
+    planned: bool
+    #: "any", "single" (one objective only) or "multi" (two or more objectives).
+    objectives: str = "any"
+    #: What sweeper sets unless the spec says otherwise.
+    defaults: Mapping[str, Any] = field(default_factory=dict)
+    #: For planned methods with options: the only keywords that mean something (sweeper plans
+    #: the sets itself, so the class's other keywords would be silently ignored).
+    only: frozenset[str] | None = None
+
+
+#: Method -> how it samples. The validator checks ``sampler:`` through this map and the runner
+#: builds its sampler from it, so a spec that validates is one the runner can start.
+METHOD_INFO: Mapping[str, MethodInfo] = {
+    "grid": MethodInfo(None, "RandomSampler", planned=True),
+    "random": MethodInfo(None, "RandomSampler", planned=True),
+    # Sobol (or Halton) points computed by sweeper.qmc from (seed, index), enqueued up front.
+    "qmc": MethodInfo("QMCSampler", "RandomSampler", planned=True,
+                      only=frozenset({"qmc_type", "scramble"})),
+    # constant_liar explicitly because its default differs between Optuna 4 (False) and 5
+    # (True), and parallel runners need it; multivariate because sweep parameters interact.
+    "tpe": MethodInfo("TPESampler", "TPESampler", planned=False,
+                      defaults={"constant_liar": True, "multivariate": True}),
+    "gp": MethodInfo("GPSampler", "GPSampler", planned=False),
+    "cmaes": MethodInfo("CmaEsSampler", "CmaEsSampler", planned=False, objectives="single"),
+    "nsga2": MethodInfo("NSGAIISampler", "NSGAIISampler", planned=False, objectives="multi"),
+    "nsga3": MethodInfo("NSGAIIISampler", "NSGAIIISampler", planned=False, objectives="multi"),
+}
+#: TPE's defaults (kept under this name: the tests and the README quote them).
+TPE_DEFAULTS: Mapping[str, Any] = METHOD_INFO["tpe"].defaults
+#: Added for a conditional space: TPE's ``group`` decomposes the search space by which
+#: parameters occur together, so the multivariate model sees each branch of a condition whole
+#: (without it, conditional parameters would be sampled independently).
+TPE_CONDITIONAL_DEFAULTS: Mapping[str, Any] = {"group": True}
+#: Keyword annotations a spec can write in YAML; others (callables, arrays) cannot be options.
+_SCALAR_TYPES = frozenset({"int", "float", "bool", "str", "None"})
+#: Never an option: the seed is derived per index from the spec's ``seed``.
+_RESERVED = frozenset({"seed"})
+#: Kept for existing imports: TPE keywords a spec may not set.
 TPE_RESERVED = frozenset({"seed", "gamma", "weights", "categorical_distance_func",
                           "constraints_func"})
 
@@ -48,21 +92,51 @@ def pruner_class(ptype: str) -> type[BasePruner]:
 
 
 def sampler_class(method: str) -> type[BaseSampler]:
-    """The Optuna class a method samples with (KeyError for an unknown method)."""
+    """The Optuna class a method's runners sample with (KeyError for an unknown method)."""
     import optuna.samplers
 
-    cls: type[BaseSampler] = getattr(optuna.samplers, _SAMPLER_CLASSES[method])
+    cls: type[BaseSampler] = getattr(optuna.samplers, METHOD_INFO[method].runner_class)
     return cls
+
+
+def options_class(method: str) -> type[BaseSampler] | None:
+    """The Optuna class whose keyword arguments the method's ``sampler:`` options are (None:
+    the method takes none)."""
+    import optuna.samplers
+
+    name = METHOD_INFO[method].options_class
+    return None if name is None else getattr(optuna.samplers, name)
+
+
+def option_names(method: str) -> set[str]:
+    """The ``sampler:`` keys a method accepts: its class's keywords that YAML can express."""
+    cls = options_class(method)
+    if cls is None:
+        return set()
+    only = METHOD_INFO[method].only
+    names = {n for n, (types, _) in option_types(cls).items()
+             if types and types <= _SCALAR_TYPES} - _RESERVED
+    return names & only if only is not None else names
 
 
 def build_pruner(ptype: str, options: Mapping[str, Any]) -> BasePruner:
     return pruner_class(ptype)(**dict(options))
 
 
-def build_sampler(method: str, options: Mapping[str, Any], seed: int | None) -> BaseSampler:
-    defaults = TPE_DEFAULTS if method == "tpe" else {}
+def sampler_defaults(method: str, conditional: bool = False) -> dict[str, Any]:
+    """What sweeper passes unless the spec's ``sampler:`` says otherwise."""
+    defaults = dict(METHOD_INFO[method].defaults)
+    if method == "tpe" and conditional:
+        defaults.update(TPE_CONDITIONAL_DEFAULTS)
+    return defaults
+
+
+def build_sampler(method: str, options: Mapping[str, Any], seed: int | None,
+                  conditional: bool = False) -> BaseSampler:
     factory: Callable[..., BaseSampler] = sampler_class(method)  # every one takes a seed
-    return factory(seed=seed, **{**defaults, **options})
+    if METHOD_INFO[method].planned:
+        return factory(seed=seed)  # the options shaped the plan, not the runner's sampler
+    return factory(seed=seed, **{**sampler_defaults(method, conditional), **options})
 
 
 def make_pruner(spec: SweepSpec) -> BasePruner:
@@ -74,7 +148,8 @@ def make_sampler(spec: SweepSpec, index: int) -> BaseSampler:
     identical start points."""
     from sweeper.space import index_seed  # lazy: sweeper.space imports this package
 
-    return build_sampler(spec.method, spec.sampler, index_seed(spec.seed, index))
+    return build_sampler(spec.method, spec.sampler, index_seed(spec.seed, index),
+                         conditional=spec.is_conditional)
 
 
 def keyword_names(cls: type) -> set[str]:

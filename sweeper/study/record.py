@@ -21,6 +21,7 @@ from sweeper.protocol import (
     METRIC_NAMES_ATTR,
     SPEC_ATTR,
     SPEC_DIR_ATTR,
+    STARTED_ATTR,
 )
 from sweeper.spec import SweepSpec, parse_spec_dict
 from sweeper.study._bulk import TrialRow, exclusive, insert_trials
@@ -139,9 +140,13 @@ def _record_and_enqueue(conn: sa.Connection, study_id: int, spec: SweepSpec,
     _set_study_attr(conn, study_id, HASH_ATTR, spec.spec_hash)
     if spec.base_dir is not None and attrs.get(SPEC_DIR_ATTR) != spec.base_dir:
         _set_study_attr(conn, study_id, SPEC_DIR_ATTR, spec.base_dir)
+    if STARTED_ATTR not in attrs:  # the first launch: stop.max_duration counts from here
+        from sweeper.study.stop import now_iso
+
+        _set_study_attr(conn, study_id, STARTED_ATTR, now_iso())
     if not attrs.get(ENQUEUED_ATTR) or grown_from is not None:
-        # Grown: only the new indexes. Set i of a random sweep is a pure function of
-        # (seed, i) and grid point i does not depend on ``trials``, so the old ones stay.
+        # Grown: only the new indexes. Set i of a planned sweep never depends on ``trials``
+        # (see planned_sets), so the old ones stay.
         start = grown_from or 0
         insert_trials(conn, study_id, [
             TrialRow(index=i, params=params, state=TrialState.WAITING)

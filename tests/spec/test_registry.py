@@ -122,3 +122,138 @@ def test_validator_and_runner_share_the_registry(monkeypatch: pytest.MonkeyPatch
     assert info.value.field == "pruner.n_warmup_steps"
     assert runner.make_pruner is registry.make_pruner
     assert runner.make_sampler is registry.make_sampler
+
+
+# --------------------------------------------------------------------------- the new methods
+
+MULTI = [{"metric": "loss", "direction": "minimize"},
+         {"metric": "accuracy", "direction": "maximize"}]
+
+
+@pytest.mark.parametrize(("method", "cls", "objective"), [
+    ("gp", optuna.samplers.GPSampler, None),
+    ("cmaes", optuna.samplers.CmaEsSampler, None),
+    ("qmc", optuna.samplers.RandomSampler, None),  # planned: the sets are enqueued
+    ("nsga2", optuna.samplers.NSGAIISampler, MULTI),
+    ("nsga3", optuna.samplers.NSGAIIISampler, MULTI),
+])
+def test_every_method_builds_its_sampler_seeded_per_index(method: str, cls: type,
+                                                          objective: Any) -> None:
+    over = {"objective": objective} if objective else {}
+    spec = make_spec(method=method, **over)
+    sampler = runner.make_sampler(spec, 3)
+    assert type(sampler) is cls
+    assert spec.is_adaptive is (method != "qmc")
+
+
+@pytest.mark.parametrize(("method", "options", "attr", "value"), [
+    ("gp", {"n_startup_trials": 3}, "_n_startup_trials", 3),
+    ("cmaes", {"popsize": 6, "n_startup_trials": 2}, "_popsize", 6),
+    ("nsga2", {"population_size": 8}, "_population_size", 8),
+    ("nsga3", {"population_size": 8, "dividing_parameter": 4}, "_population_size", 8),
+])
+def test_sampler_options_reach_each_method_s_sampler(method: str, options: dict[str, Any],
+                                                      attr: str, value: Any) -> None:
+    over = {"objective": MULTI} if method.startswith("nsga") else {}
+    sampler = runner.make_sampler(make_spec(method=method, sampler=options, **over), 0)
+    assert getattr(sampler, attr) == value
+
+
+@pytest.mark.parametrize("method", ["gp", "cmaes", "nsga2", "nsga3", "qmc"])
+def test_a_misspelt_option_of_any_method_is_a_spec_error(method: str) -> None:
+    over = {"objective": MULTI} if method.startswith("nsga") else {}
+    with pytest.raises(SpecError) as info:
+        make_spec(method=method, sampler={"sede": 3}, **over)
+    assert info.value.field == "sampler.sede"
+    assert "unknown key 'sede'" in info.value.message
+
+
+def test_only_options_yaml_can_write_are_offered() -> None:
+    """Callables, arrays and samplers cannot come from YAML; the seed is per index."""
+    assert registry.option_names("grid") == registry.option_names("random") == set()
+    assert registry.option_names("qmc") == {"qmc_type", "scramble"}
+    assert "independent_sampler" not in registry.option_names("gp")
+    assert "seed" not in registry.option_names("cmaes")
+    assert "x0" not in registry.option_names("cmaes")
+    assert "constraints_func" not in registry.option_names("nsga2")
+    assert {"population_size", "crossover_prob"} <= registry.option_names("nsga2")
+    assert registry.option_names("tpe") >= {"n_startup_trials", "multivariate", "group"}
+
+
+def test_a_method_that_cannot_serve_the_objectives_is_refused_with_the_reason() -> None:
+    with pytest.raises(SpecError, match="nsga2 is a multi-objective method") as info:
+        make_spec(method="nsga2")
+    assert info.value.field == "method"
+    with pytest.raises(SpecError, match="nsga3 is a multi-objective method"):
+        make_spec(method="nsga3")
+    with pytest.raises(SpecError, match="cmaes optimises one objective only"):
+        make_spec(method="cmaes", objective=MULTI)
+    # Optuna 5's GPSampler serves several objectives, so gp is not refused.
+    assert make_spec(method="gp", objective=MULTI).is_multi_objective
+
+
+def test_gp_runs_a_multi_objective_study_in_optuna() -> None:
+    """The fact the previous test relies on: if Optuna drops it, this fails first."""
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    study = optuna.create_study(directions=["minimize", "maximize"],
+                                sampler=optuna.samplers.GPSampler(seed=0, n_startup_trials=2))
+    study.optimize(lambda t: (t.suggest_float("x", 0, 1), t.suggest_float("y", 0, 1)),
+                   n_trials=4)
+    assert len(study.best_trials) >= 1
+
+
+@pytest.mark.parametrize(("parameters", "expect"), [
+    ({"a": {"type": "float", "low": 0.0, "high": 1.0},
+      "b": {"type": "categorical", "choices": ["x", "y"]}},
+     ["cmaes samples b independently at random", "cmaes needs two or more float/int "
+      "parameters; with only 'a'"]),
+    ({"a": {"type": "float", "low": 0.0, "high": 1.0},
+      "n": {"type": "int", "values": [1, 2, 4]},
+      "c": {"type": "float", "low": 0.0, "high": 1.0}},
+     ["cmaes samples n independently at random"]),
+    ({"a": {"type": "float", "low": 0.0, "high": 1.0},
+      "c": {"type": "int", "low": 0, "high": 3}}, []),
+])
+def test_cmaes_warns_where_optuna_would_fall_back_to_random(parameters: dict[str, Any],
+                                                            expect: list[str]) -> None:
+    spec = make_spec(method="cmaes", parameters=parameters)
+    assert len(spec.warnings) == len(expect)
+    for warning, text in zip(spec.warnings, expect, strict=True):
+        assert text in warning
+        assert warning.startswith("<spec>:") and "\n" not in warning
+
+
+def test_nsga_warns_when_the_trials_do_not_fill_one_generation() -> None:
+    spec = make_spec(method="nsga2", objective=MULTI, trials=20)
+    assert len(spec.warnings) == 1
+    assert "20 trials do not fill one nsga2 generation (population_size 50)" in spec.warnings[0]
+    assert not make_spec(method="nsga2", objective=MULTI, trials=20,
+                         sampler={"population_size": 5}).warnings
+
+
+def test_validate_prints_each_warning_as_one_line_on_stderr(tmp_path: Any) -> None:
+    from click.testing import CliRunner
+
+    from sweeper.cli import cli
+    from tests.support.helpers import write_spec
+
+    path = write_spec(tmp_path, method="cmaes", parameters={
+        "a": {"type": "float", "low": 0.0, "high": 1.0},
+        "b": {"type": "float", "low": 0.0, "high": 1.0},
+        "opt": {"type": "categorical", "choices": ["sgd", "adam"]}})
+    result = CliRunner().invoke(cli, ["validate", str(path)])
+    assert result.exit_code == 0
+    assert result.stdout.startswith("ok: t-sweep: cmaes")
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1
+    assert lines[0].startswith(f"warning: {path}:2: method: cmaes samples opt independently")
+
+
+def test_a_grid_cut_short_by_trials_says_which_parameters_it_starves() -> None:
+    full = make_spec()  # a: 5 values, b: 2 -> 10 points
+    assert not full.warnings
+    short = make_spec(trials=4)
+    assert len(short.warnings) == 1
+    assert "4 trials < the grid's 10 points: the grid runs its first 4 points in order (last " \
+           "parameter fastest), so a takes 2 of its 5 values; use method random or qmc" \
+           in short.warnings[0]

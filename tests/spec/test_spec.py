@@ -369,3 +369,27 @@ def test_kubernetes_defaults_in_the_normalised_form() -> None:
     assert d["image_pull_policy"] == "IfNotPresent" and d["indexes_per_pod"] == 1
     assert "active_deadline" not in d  # None is left out
     assert d["ttl_after_finished"] == 86400.0
+
+
+# --------------------------------------------------------------------------- metrics
+
+
+@pytest.mark.parametrize("metric", ["Validation-accuracy", "val/loss", "train.loss", "_x1"])
+def test_metric_names_may_have_dashes_dots_and_slashes(metric: str) -> None:
+    s = spec_from(base(objective={"metric": metric, "direction": "maximize"}))
+    assert s.objectives[0].metric == metric
+    assert parse_spec_dict(s.to_dict()) == s
+
+
+def test_trial_metrics_round_trip_and_stay_out_of_the_hash() -> None:
+    command = {"command": ["python", "train.py", "{x}"]}
+    plain = spec_from(base(trial=command))
+    fmt = spec_from(base(trial={**command, "metrics": {"format": r"(?P<name>\w+) (?P<value>\S+)"}}))
+    file = spec_from(base(trial={**command, "metrics": {"file": "m-{index}.jsonl"}}))
+    assert fmt.trial.metrics.format == r"(?P<name>\w+) (?P<value>\S+)"
+    assert file.trial.metrics.file == "m-{index}.jsonl" and file.trial.metrics.format is None
+    assert "metrics" not in plain.to_dict()["trial"]
+    assert file.to_dict()["trial"]["metrics"] == {"file": "m-{index}.jsonl"}
+    for s in (fmt, file):
+        assert parse_spec_dict(s.to_dict()) == s
+        assert s.spec_hash == plain.spec_hash  # how metrics are read is not what a trial is

@@ -38,6 +38,57 @@ def styblinski_tang(ctx: TrialContext) -> float:
     return sum(x**4 - 16 * x**2 + 5 * x for x in _xs(ctx)) / 2
 
 
+def zdt1(ctx: TrialContext) -> dict[str, float]:
+    """Two objectives to minimise over x_i in [0, 1] (Zitzler, Deb and Thiele's ZDT1): the
+    Pareto front is f2 = 1 - sqrt(f1), reached when every x_i but the first is 0."""
+    xs = _xs(ctx)
+    f1 = xs[0]
+    g = 1 + 9 * sum(xs[1:]) / max(1, len(xs) - 1)
+    return {"f1": f1, "f2": g * (1 - math.sqrt(f1 / g))}
+
+
+#: ``family``'s value -> (the prefix of its parameters, its function, the value added to it).
+#: Each family's best differs, so the choice matters; rastrigin's (0, at the origin) is best
+#: and hardest to find.
+FAMILIES = {"sphere": ("sp", "sphere", 2.0), "rosenbrock": ("ro", "rosenbrock", 1.0),
+            "rastrigin": ("ra", "rastrigin", 0.0)}
+
+
+def family(ctx: TrialContext) -> float:
+    """A conditional space: ``family`` picks which test function scores the trial, and so which
+    parameters the trial has (``sp1, sp2`` for sphere, ``ro1..ro3``, ``ra1..ra3``; declared
+    with ``when: {family: ...}``). Optimum 0 (rastrigin at the origin)."""
+    prefix, name, offset = FAMILIES[ctx.params["family"]]
+    xs = [float(v) for k, v in sorted(ctx.params.items()) if k.startswith(prefix)]
+    fn = {"sphere": _sphere, "rosenbrock": _rosenbrock, "rastrigin": _rastrigin}[name]
+    return fn(xs) + offset
+
+
+def _sphere(xs: list[float]) -> float:
+    return sum(x * x for x in xs)
+
+
+def _rosenbrock(xs: list[float]) -> float:
+    return sum(100 * (b - a * a) ** 2 + (1 - a) ** 2 for a, b in itertools.pairwise(xs))
+
+
+def _rastrigin(xs: list[float]) -> float:
+    return 10 * len(xs) + sum(x * x - 10 * math.cos(2 * math.pi * x) for x in xs)
+
+
+def define_by_run(ctx: TrialContext) -> float:
+    """An Optuna objective ported to sweeper: ``layers`` and ``optimizer`` come from the YAML,
+    the rest is asked for in code, as Optuna's ``trial.suggest_*`` would be."""
+    widths = [ctx.suggest_int(f"width{k}", 8, 128, log=True) for k in range(ctx.params["layers"])]
+    loss = sum((math.log2(w) - 5) ** 2 for w in widths) / len(widths)
+    if ctx.params["optimizer"] == "sgd":
+        momentum = ctx.suggest_float("momentum", 0.0, 0.99)
+        loss += (momentum - 0.9) ** 2
+    else:
+        loss += 0.05
+    return loss + 0.1 * ctx.params["layers"]
+
+
 OPTIMA = {"sphere": 0.0, "rosenbrock": 0.0, "rastrigin": 0.0,
           "styblinski_tang": -39.16616570377142}
 

@@ -1,0 +1,173 @@
+"""The Katib Experiment's trial side: the trial template (image, command with
+``${trialParameters.x}`` placeholders, env, resources) and the metrics collector."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from sweeper.importers._common import Importer, escape_braces
+
+_PLACEHOLDER_RE = re.compile(r"\$\{trialParameters\.([A-Za-z0-9_.-]+)\}")
+_GPU_KEYS = ("nvidia.com/gpu", "amd.com/gpu")
+
+
+def metrics_collector(im: Importer, s: dict[str, Any]) -> dict[str, Any] | None:
+    spec = s.get("metricsCollectorSpec")
+    if not isinstance(spec, dict):
+        return None
+    kind = (spec.get("collector") or {}).get("kind", "StdOut")
+    source = spec.get("source") or {}
+    formats = ((source.get("filter") or {}).get("metricsFormat")) or []
+    out: dict[str, Any] = {}
+    if formats:
+        fmt = named_groups(str(formats[0]))
+        if fmt is None:
+            im.note("metricsCollectorSpec.source.filter", f"metricsFormat {formats[0]!r}: "
+                    "not two capture groups (name, value); sweeper's default format is used")
+        else:
+            out["format"] = fmt
+        if len(formats) > 1:
+            im.note("metricsCollectorSpec.source.filter", "only the first metricsFormat is "
+                                                          "used")
+    if kind == "File":
+        fs = source.get("fileSystemPath") or {}
+        out["file"] = str(fs.get("path"))
+        if fs.get("format", "TEXT") == "JSON":
+            out.pop("format", None)
+        elif "format" not in out:
+            out["format"] = r"(?P<name>[\w|-]+)\s*=\s*(?P<value>[+-]?\d*(\.\d+)?([Ee][+-]?\d+)?)"
+        if out["file"].startswith("/"):
+            im.note("metricsCollectorSpec", f"the program writes {out['file']}: sweeper's "
+                    "pods have a read-only root filesystem, so on Kubernetes point the "
+                    "program (and trial.metrics.file) under /scratch")
+    elif kind != "StdOut":
+        im.note("metricsCollectorSpec.collector", f"kind {kind} has no sweeper counterpart: "
+                "metrics are read from the program's stdout (name=value lines) instead")
+    return out or None
+
+
+def named_groups(katib: str) -> str | None:
+    """Katib's metricsFormat (group 1 the name, group 2 the value) with those groups named as
+    sweeper's trial.metrics.format wants; None when it does not have two."""
+    groups: list[int] = []
+    k, in_class = 0, False
+    while k < len(katib):
+        c = katib[k]
+        if c == "\\":
+            k += 2
+            continue
+        if in_class:
+            in_class = c != "]"
+        elif c == "[":
+            in_class = True
+        elif c == "(" and not katib.startswith("(?", k):
+            groups.append(k)
+        k += 1
+    if len(groups) < 2:
+        return None
+    first, second = groups[0], groups[1]
+    out = katib[:first] + "(?P<name>" + katib[first + 1:second] + "(?P<value>" + \
+        katib[second + 1:]
+    try:
+        regex = re.compile(out)
+    except re.error:
+        return None
+    return out if {"name", "value"} <= set(regex.groupindex) else None
+
+
+def trial_template(im: Importer, s: dict[str, Any],
+                    refs: dict[str, str]) -> tuple[dict[str, Any], dict[str, Any]]:
+    tt = s.get("trialTemplate")
+    if not isinstance(tt, dict):
+        raise im.err(("spec", "trialTemplate"), "a Katib Experiment needs a trialTemplate")
+    if "trialSpec" not in tt:
+        raise im.err(("spec", "trialTemplate"), "the trial template is not inline (configMap): "
+                                                "put it under trialSpec to import it")
+    aliases: dict[str, str] = {}
+    for tp in tt.get("trialParameters") or []:
+        if isinstance(tp, dict) and tp.get("name") and tp.get("reference") in refs:
+            aliases[str(tp["name"])] = refs[str(tp["reference"])]
+    container = _container(im, tt)
+    argv = [*(container.get("command") or []), *(container.get("args") or [])]
+    if not argv:
+        raise im.err(("spec", "trialTemplate"), "the trial container has no command: sweeper "
+                                                "runs the command, not the image's entrypoint")
+    command = [_argument(im, str(a), aliases) for a in argv]
+    trial: dict[str, Any] = {"command": command}
+    resources = _resources(container.get("resources") or {})
+    if resources:
+        trial["resources"] = resources
+    kube: dict[str, Any] = {"image": container.get("image")}
+    env = {str(e["name"]): str(e["value"]) for e in container.get("env") or []
+           if isinstance(e, dict) and "name" in e and "value" in e}
+    if env:
+        kube["env"] = env
+    if any(isinstance(e, dict) and "valueFrom" in e for e in container.get("env") or []):
+        im.note("trialTemplate env", "variables from valueFrom (Secrets, fields) are not "
+                                     "mapped: add them to the runner image or kubernetes.env")
+    im.note("kubernetes.image", f"{container.get('image')} runs `python -m trial_runner`, "
+            "which runs the command: the image needs sweeper installed (build one FROM it)")
+    for key in ("retain", "successCondition", "failureCondition", "primaryPodLabels"):
+        if key in tt:
+            im.note(f"trialTemplate.{key}", "not mapped (sweeper reads the exit code and "
+                                            "the metrics)")
+    return trial, kube
+
+
+def _container(im: Importer, tt: dict[str, Any]) -> dict[str, Any]:
+    spec = tt["trialSpec"]
+    kind = spec.get("kind") if isinstance(spec, dict) else None
+    found: list[dict[str, Any]] = []
+
+    def walk(node: Any) -> None:
+        if isinstance(node, dict):
+            if isinstance(node.get("containers"), list):
+                found.extend(c for c in node["containers"] if isinstance(c, dict))
+                return
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value)
+
+    walk(spec)
+    if not found:
+        raise im.err(("spec", "trialTemplate", "trialSpec"), "no container found in trialSpec")
+    if kind != "Job":
+        im.note("trialTemplate.trialSpec", f"a {kind} runs as one pod per trial here (sweeper "
+                "starts no distributed job): its first replica's container is used")
+    primary = tt.get("primaryContainerName")
+    return next((c for c in found if c.get("name") == primary), found[0])
+
+
+def _argument(im: Importer, arg: str, aliases: dict[str, str]) -> str:
+    out, last = [], 0
+    for m in _PLACEHOLDER_RE.finditer(arg):
+        out.append(escape_braces(arg[last:m.start()]))
+        name = aliases.get(m.group(1))
+        if name is None:
+            im.note("trialTemplate", f"${{trialParameters.{m.group(1)}}} names no parameter: "
+                                     "left as text")
+            out.append(escape_braces(m.group(0)))
+        else:
+            out.append("{" + name + "}")
+        last = m.end()
+    out.append(escape_braces(arg[last:]))
+    text = "".join(out)
+    if "${trialSpec." in arg:
+        im.note("trialTemplate", "${trialSpec.*} metadata placeholders are not mapped (use "
+                                 "{index} or {trial_number})")
+    return text
+
+
+def _resources(res: dict[str, Any]) -> dict[str, Any]:
+    limits = {**(res.get("requests") or {}), **(res.get("limits") or {})}
+    out: dict[str, Any] = {}
+    for key in ("cpu", "memory"):
+        if key in limits:
+            out[key] = str(limits[key])
+    for key in _GPU_KEYS:
+        if key in limits and str(limits[key]).isdigit():
+            out["gpu"] = int(limits[key])
+    return out

@@ -1,0 +1,322 @@
+"""``sweeper import wandb sweep.yaml``: a W&B sweep configuration as a sweeper spec.
+
+Mapped: ``method`` grid / random / bayes (-> gp), ``metric`` name + goal (+ target ->
+``stop.value``), every documented parameter form (``values``, ``value`` -> fixed,
+``distribution`` constant / categorical / int_uniform / uniform / q_uniform / log_uniform
+(exponents) / log_uniform_values / q_log_uniform(_values) / inv_log_uniform(_values), nested
+``parameters:`` flattened), ``early_terminate`` hyperband -> the hyperband pruner,
+``command`` with ``${program}``, ``${args}``, ``${args_no_hyphens}`` and friends -> the argv
+template, ``run_cap`` -> trials, ``name``, ``description``. What has no counterpart (normal
+distributions, ``probabilities``, ``${args_json}``, project and entity, ...) is a note, with
+the substitute used where there is an honest one.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sweeper.importers._common import (
+    Importer,
+    escape_braces,
+    is_number_text,
+    number,
+    param_name,
+    read,
+    sweep_name,
+)
+from sweeper.spec._yaml import Path_
+
+_METHODS = {"grid": "grid", "random": "random", "bayes": "gp"}
+_DEFAULT_COMMAND = ["${env}", "${interpreter}", "${program}", "${args}"]
+_IGNORED_KEYS = {"project": "W&B project", "entity": "W&B entity",
+                 "controller": "W&B's sweep controller", "image_uri": "W&B Launch image",
+                 "job": "W&B Launch job", "launch": "W&B Launch settings"}
+_KNOWN_KEYS = {"program", "method", "metric", "parameters", "early_terminate", "command",
+               "run_cap", "name", "description", *_IGNORED_KEYS}
+#: How many standard deviations either side of the mean stand in for a normal distribution.
+_SIGMAS = 3.0
+_NO_TRIALS_DEFAULT = 100
+
+
+@dataclass
+class _Space:
+    """Parameters as mapped: sweeper name -> parameter; fixed values; W&B's name per param."""
+
+    params: dict[str, Any] = field(default_factory=dict)
+    fixed: dict[str, Any] = field(default_factory=dict)
+    original: dict[str, str] = field(default_factory=dict)
+    booleans: set[str] = field(default_factory=set)
+
+
+def import_wandb(path: str) -> tuple[dict[str, Any], list[str]]:
+    """(sweeper spec as a mapping, notes on what did not map)."""
+    data, doc = read(path)
+    im = Importer(doc)
+    if isinstance(data, dict) and data.get("kind") == "Experiment":
+        raise im.err((), "not a W&B sweep config: this is a Katib Experiment (use `sweeper "
+                         "import katib`)")
+    if not isinstance(data, dict) or not isinstance(data.get("parameters"), dict) or \
+            "method" not in data:
+        raise im.err((), "not a W&B sweep config (expected a mapping with method and "
+                         "parameters)")
+    method = data["method"]
+    if method not in _METHODS:
+        raise im.err(("method",), f"expected grid, random or bayes, got {method!r}")
+    space = _Space()
+    _parameters(im, data["parameters"], ("parameters",), "", space, method)
+    out_method = _METHODS[method]
+    if out_method == "grid" and any(p.get("type") == "float" and "values" not in p and
+                                    "step" not in p for p in space.params.values()):
+        im.note("method", "grid over a continuous distribution (W&B runs it forever): "
+                          "sweeper's grid needs finite parameters, substituted method random")
+        out_method = "random"
+    name = data.get("name") or Path(str(doc.source)).stem
+    out: dict[str, Any] = {"name": sweep_name(str(name))}
+    if data.get("description"):
+        out["description"] = str(data["description"])
+    out["method"] = out_method
+    out["objective"], target = _metric(im, data.get("metric"))
+    trials = _trials(im, data.get("run_cap"), out_method, space)
+    if trials is not None:
+        out["trials"] = trials
+    pruner = _early_terminate(im, data.get("early_terminate"))
+    if pruner:
+        out["pruner"] = pruner
+    trial: dict[str, Any] = {"command": _command(im, data, space)}
+    if space.fixed:
+        trial["fixed"] = space.fixed
+    out["trial"] = trial
+    if not space.params:
+        raise im.err(("parameters",), "every parameter is a constant: nothing to search")
+    out["parameters"] = space.params
+    if target is not None:
+        out["stop"] = {"value": target}
+    for key, what in _IGNORED_KEYS.items():
+        if key in data:
+            im.note(key, f"{what} has no sweeper counterpart: dropped")
+    for key in data:
+        if key not in _KNOWN_KEYS:
+            im.note(str(key), "not a documented sweep key: dropped")
+    im.note(f"metric {out['objective']['metric']}", "sweeper reads metrics from the program's "
+            "stdout (name=value or name: value lines) or trial.metrics.file, not from "
+            "wandb.log: make the program print them (a line with step=N reports a step)")
+    return out, im.notes
+
+
+def _metric(im: Importer, metric: Any) -> tuple[dict[str, Any], float | None]:
+    if not isinstance(metric, dict) or not metric.get("name"):
+        im.note("metric", "none given (W&B's grid and random need none): substituted "
+                          "objective loss, minimize; set the metric the program prints")
+        return {"metric": "loss", "direction": "minimize"}, None
+    goal = metric.get("goal", "minimize")
+    if goal not in ("minimize", "maximize"):
+        raise im.err(("metric", "goal"), f"expected minimize or maximize, got {goal!r}")
+    target = metric.get("target")
+    value = float(number(im, target, ("metric", "target"))) if target is not None else None
+    return {"metric": str(metric["name"]), "direction": goal}, value
+
+
+def _trials(im: Importer, cap: Any, method: str, space: _Space) -> int | None:
+    if method == "grid":
+        from sweeper.importers.katib import grid_points
+
+        size = grid_points(space.params)
+        if isinstance(cap, int) and 0 < cap < size:
+            im.note("run_cap", f"{cap} < the grid's {size} points: sweeper's grid runs its "
+                               "first points in order (the last parameter varies fastest), so "
+                               "the first parameters take few of their values; raise trials "
+                               "or use method random")
+            return cap
+        return None
+    if isinstance(cap, int) and cap > 0:
+        return cap
+    im.note("run_cap", f"not set (W&B runs until stopped): substituted trials: "
+                       f"{_NO_TRIALS_DEFAULT}")
+    return _NO_TRIALS_DEFAULT
+
+
+def _parameters(im: Importer, params: dict[str, Any], path: Path_, prefix: str,
+                space: _Space, method: str) -> None:
+    for raw_name, p in params.items():
+        where = (*path, raw_name)
+        full = f"{prefix}{raw_name}"
+        if not isinstance(p, dict):
+            raise im.err(where, f"expected a mapping (values, value, distribution, min/max), "
+                                f"got {p!r}")
+        if "parameters" in p:  # nested: W&B passes it as a dict; flattened here
+            im.note(f"parameters.{full}", f"nested parameters flattened to "
+                                          f"{param_name(full)}_* (names joined by _)")
+            _parameters(im, p["parameters"], (*where, "parameters"), f"{full}.", space, method)
+            continue
+        name = param_name(full)
+        if name != full and "parameters" not in p:
+            im.note(f"parameters.{full}", f"renamed {name} (sweeper names are identifiers); "
+                                          f"the command still passes --{full}")
+        space.original[name] = full
+        mapped = _parameter(im, p, where, full)
+        if isinstance(mapped, _Fixed):
+            space.fixed[name] = mapped.value
+            space.original[name] = full
+            continue
+        if mapped.get("choices") and all(isinstance(c, bool) for c in mapped["choices"]):
+            space.booleans.add(name)
+        space.params[name] = mapped
+
+
+@dataclass(frozen=True)
+class _Fixed:
+    value: Any
+
+
+def _values(im: Importer, values: Any, where: Path_, full: str) -> dict[str, Any]:
+    if not isinstance(values, list) or not values:
+        raise im.err((*where, "values"), "expected a non-empty list")
+    if any(is_number_text(v) for v in values) and all(
+            is_number_text(v) or isinstance(v, (int, float)) for v in values):
+        im.note(f"parameters.{full}.values", "numbers written like 1e-5 are strings in YAML "
+                                             "1.1: read as numbers")
+        values = [number(im, v, (*where, "values", k)) for k, v in enumerate(values)]
+    if all(isinstance(v, int) and not isinstance(v, bool) for v in values):
+        return {"type": "int", "values": values}
+    if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
+        return {"type": "float", "values": [float(v) for v in values]}
+    return {"type": "categorical", "choices": values}
+
+
+def _parameter(im: Importer, p: dict[str, Any], where: Path_,
+               full: str) -> dict[str, Any] | _Fixed:
+    dist = p.get("distribution")
+    if dist == "constant" or (dist is None and "value" in p):
+        return _Fixed(p.get("value"))
+    if dist == "categorical" or (dist is None and "values" in p):
+        if "probabilities" in p:
+            im.note(f"parameters.{full}.probabilities", "Optuna has no weighted categorical: "
+                                                        "every value is equally likely")
+        return _values(im, p.get("values"), where, full)
+    if "min" not in p or "max" not in p:
+        if dist in ("normal", "q_normal", "log_normal", "q_log_normal"):
+            return _normal(im, p, where, full, dist)
+        raise im.err(where, "expected values, value, or min and max")
+    if dist is None:
+        ints = all(isinstance(p[k], int) and not isinstance(p[k], bool) for k in ("min", "max"))
+        dist = "int_uniform" if ints else "uniform"
+    if dist in ("normal", "q_normal", "log_normal", "q_log_normal"):
+        return _normal(im, p, where, full, dist)
+    return _range(im, p, where, full, dist)
+
+
+def _bounds(im: Importer, p: dict[str, Any], where: Path_, full: str) -> tuple[float, float]:
+    for k in ("min", "max"):
+        if is_number_text(p[k]):
+            im.note(f"parameters.{full}.{k}", f"{p[k]!r} is a string in YAML 1.1: read as a "
+                                              "number")
+    return float(number(im, p["min"], (*where, "min"))), \
+        float(number(im, p["max"], (*where, "max")))
+
+
+def _range(im: Importer, p: dict[str, Any], where: Path_, full: str,
+           dist: str) -> dict[str, Any]:
+    low, high = _bounds(im, p, where, full)
+    q = float(number(im, p.get("q", 1), (*where, "q")))
+    if dist == "int_uniform":
+        return {"type": "int", "low": int(low), "high": int(high)}
+    if dist == "uniform":
+        return {"type": "float", "low": low, "high": high}
+    if dist == "q_uniform":
+        lo, hi = math.ceil(low / q - 1e-9) * q, math.floor(high / q + 1e-9) * q
+        if q.is_integer() and lo.is_integer() and hi.is_integer():
+            return {"type": "int", "low": int(lo), "high": int(hi), "step": int(q)}
+        return {"type": "float", "low": round(lo, 12), "high": round(hi, 12), "step": q}
+    if dist in ("log_uniform", "q_log_uniform", "inv_log_uniform"):
+        if dist == "inv_log_uniform":  # log(1/X) uniform in [min, max]
+            low, high = math.exp(-high), math.exp(-low)
+        else:  # W&B's exponent form: X in [e^min, e^max]
+            low, high = math.exp(low), math.exp(high)
+    elif dist not in ("log_uniform_values", "q_log_uniform_values", "inv_log_uniform_values"):
+        raise im.err((*where, "distribution"), f"unknown W&B distribution {dist!r}")
+    if dist.startswith("q_"):
+        if q == 1 and float(low).is_integer() and float(high).is_integer():
+            return {"type": "int", "low": int(low), "high": int(high), "log": True}
+        im.note(f"parameters.{full}", f"{dist} with q={q:g}: Optuna cannot combine a step with "
+                                      "a log scale for floats; the quantisation is dropped")
+    return {"type": "float", "low": low, "high": high, "log": True}
+
+
+def _normal(im: Importer, p: dict[str, Any], where: Path_, full: str,
+            dist: str) -> dict[str, Any]:
+    mu = float(number(im, p.get("mu", 0), (*where, "mu")))
+    sigma = float(number(im, p.get("sigma", 1), (*where, "sigma")))
+    low, high = mu - _SIGMAS * sigma, mu + _SIGMAS * sigma
+    log = dist in ("log_normal", "q_log_normal")
+    if log:
+        low, high = math.exp(low), math.exp(high)
+    im.note(f"parameters.{full}", f"{dist}(mu={mu:g}, sigma={sigma:g}) has no Optuna "
+            f"counterpart: substituted {'log-' if log else ''}uniform over mu +- 3 sigma "
+            f"[{low:.6g}, {high:.6g}]")
+    return {"type": "float", "low": low, "high": high, **({"log": True} if log else {})}
+
+
+def _early_terminate(im: Importer, et: Any) -> dict[str, Any] | None:
+    if et is None:
+        return None
+    if not isinstance(et, dict) or et.get("type") != "hyperband":
+        im.note("early_terminate", f"{et!r}: only hyperband is documented; not mapped")
+        return None
+    eta = et.get("eta", 3)
+    pruner: dict[str, Any] = {"type": "hyperband", "reduction_factor": int(eta)}
+    if et.get("min_iter") is not None:
+        pruner["min_resource"] = int(et["min_iter"])
+    if et.get("max_iter") is not None:
+        pruner["max_resource"] = int(et["max_iter"])
+        if et.get("min_iter") is None and et.get("s") is not None:
+            pruner["min_resource"] = max(1, round(int(et["max_iter"]) / int(eta) ** int(et["s"])))
+    if "s" in et or "strict" in et:
+        im.note("early_terminate", "Optuna's HyperbandPruner derives its brackets from "
+                                   "min/max_resource and reduction_factor; s and strict are "
+                                   "not used")
+    im.note("early_terminate", "pruning needs intermediate reports: lines with step=N (or "
+                               "JSON lines with a step) from the program")
+    return pruner
+
+
+def _command(im: Importer, data: dict[str, Any], space: _Space) -> list[str]:
+    command = data.get("command", _DEFAULT_COMMAND)
+    if not isinstance(command, list) or not command:
+        raise im.err(("command",), "expected a list of strings")
+    program = data.get("program")
+    names = [*space.params, *space.fixed]
+    out: list[str] = []
+    for token in map(str, command):
+        if token == "${env}":
+            continue  # /usr/bin/env: sweeper runs the argv directly, with the environment
+        if token == "${interpreter}":
+            out.append("python")
+        elif token == "${program}":
+            if not program:
+                raise im.err(("program",), "the command uses ${program} but program is not set")
+            out.append(escape_braces(str(program)))
+        elif token in ("${args}", "${args_no_boolean_flags}"):
+            if token.endswith("flags}") and space.booleans:
+                im.note("command", "${args_no_boolean_flags}: boolean parameters are passed "
+                                   "as --name=True / --name=False, not as bare flags")
+            out += [f"--{escape_braces(space.original[n])}={{{n}}}" for n in names]
+        elif token == "${args_no_hyphens}":
+            out += [f"{escape_braces(space.original[n])}={{{n}}}" for n in names]
+        elif token in ("${args_json}", "${args_json_file}"):
+            env = "$SWEEPER_PARAMS" if token == "${args_json}" else "$SWEEPER_PARAMS_FILE"
+            im.note("command", f"{token} dropped: the program can read {env} (the parameters "
+                               "as JSON) instead")
+        elif token.startswith("${envvar:"):
+            im.note("command", f"{token} dropped: sweeper runs no shell; the program inherits "
+                               "the environment")
+        else:
+            if "${" in token:
+                im.note("command", f"{token!r}: W&B macros inside an argument are not expanded "
+                                   "(sweeper runs no shell): passed as written")
+            out.append(escape_braces(token))
+    if not out:
+        raise im.err(("command",), "the command is empty once W&B's macros are mapped")
+    return out

@@ -1,0 +1,68 @@
+"""Metric names and ``trial.metrics:`` (how a ``trial.command`` program's metrics are read).
+
+Names may contain letters, digits, ``_``, ``-``, ``.`` and ``/``: Katib's stock images print
+``Validation-accuracy=0.97``, W&B logs ``val/loss``.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from sweeper.spec._primitives import Checks, clip
+from sweeper.spec._yaml import Path_
+from sweeper.spec.model import MetricsSpec
+
+METRIC_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-/]*$")
+METRIC_RULE = "letters, digits, _, -, . and /, starting with a letter or _"
+_METRICS_KEYS = ("format", "file")
+#: The named groups a ``format`` regex must have.
+FORMAT_GROUPS = ("name", "value")
+
+
+def metric_name(v: Checks, value: Any, path: Path_) -> str:
+    name = v.string(value, path)
+    if not METRIC_RE.match(name):
+        raise v.err(path, f"metric name {clip(name)} may contain only {METRIC_RULE}")
+    return name
+
+
+def metrics_spec(v: Checks, value: Any, path: Path_, command: bool,
+                 check_placeholders: Any) -> MetricsSpec:
+    """``trial.metrics: {format: REGEX}`` (stdout lines), ``{file: PATH}`` (JSON lines) or both
+    (a text file, each line read with the regex: Katib's File collector); ``check_placeholders
+    (text, path)`` checks ``{name}`` placeholders in the path as in the command's argv."""
+    if value is None:
+        return MetricsSpec()
+    m = v.mapping(value, path, _METRICS_KEYS)
+    if not command:
+        raise v.err(path, "trial.metrics applies to trial.command programs (an entrypoint "
+                          "returns and reports its metrics itself)")
+    if not m:
+        raise v.err(path, "expected format: REGEX (stdout lines), file: PATH (JSON lines the "
+                          "program writes) or both (a text file read with the regex)")
+    fmt = metrics_format(v, m["format"], (*path, "format")) if "format" in m else None
+    file = None
+    if "file" in m:
+        file = v.string(m["file"], (*path, "file"))
+        check_placeholders(file, (*path, "file"))
+    return MetricsSpec(format=fmt, file=file)
+
+
+def metrics_format(v: Checks, value: Any, path: Path_) -> str:
+    text = v.string(value, path)
+    try:
+        regex = re.compile(text)
+    except re.error as e:
+        raise v.err(path, f"not a regular expression: {e}") from None
+    groups = set(regex.groupindex)
+    missing = [g for g in FORMAT_GROUPS if g not in groups]
+    if missing:
+        raise v.err(path, "the regex needs the named groups (?P<name>...) and (?P<value>...); "
+                          f"it lacks {', '.join(repr(g) for g in missing)}")
+    extra = sorted(groups - set(FORMAT_GROUPS))
+    if extra:
+        raise v.err(path, f"unknown named group {extra[0]!r}: only 'name' and 'value' are read")
+    if regex.search(""):
+        raise v.err(path, "the regex matches an empty line; it must match a metric")
+    return text

@@ -1,0 +1,222 @@
+"""Sweep-level stop rules (``stop:``): when one fires, the sweep starts no new index.
+
+The state lives on the study (user attr ``STOP_ATTR``), so every runner, the CLI and the
+dashboard see the same thing whether ``sweeper run`` watches or not. Runners read it before
+claiming an index (one indexed query on two study attrs, nothing when the spec has no rules)
+and evaluate the rules after each trial they finish; the first rule to fire is recorded once.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+import sqlalchemy as sa
+from optuna.storages import RDBStorage
+
+from sweeper.protocol import FAILED_FOR_GOOD_ATTR, STARTED_ATTR, STOP_ATTR
+from sweeper.spec import SweepSpec
+from sweeper.study._bulk import exclusive
+from sweeper.study.retry import with_retry
+
+logger = logging.getLogger(__name__)
+
+STOPPED, IGNORED = "stopped", "ignored"
+
+
+@dataclass(frozen=True)
+class StopState:
+    """What the study says: a rule fired (``stopped``), or the user chose to go on past it
+    (``ignored``: the rules are off for this sweep)."""
+
+    state: str
+    rule: str
+    reason: str
+    at: str
+    trial: int | None = None
+
+    @property
+    def stopped(self) -> bool:
+        return self.state == STOPPED
+
+    def describe(self) -> str:
+        """One line: which rule fired, when, and why."""
+        return f"stop rule {self.rule} fired at {self.at[:19]}Z: {self.reason}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"state": self.state, "rule": self.rule, "reason": self.reason, "at": self.at,
+                "trial": self.trial}
+
+
+def now_iso() -> str:
+    return datetime.now(timezone.utc).replace(tzinfo=None).isoformat(timespec="seconds")
+
+
+def _parse(value: Any) -> StopState | None:
+    if not isinstance(value, dict) or value.get("state") not in (STOPPED, IGNORED):
+        return None
+    return StopState(value["state"], str(value.get("rule")), str(value.get("reason")),
+                     str(value.get("at")), value.get("trial"))
+
+
+_READ_SQL = sa.text("SELECT key, value_json FROM study_user_attributes WHERE study_id = :s "
+                    f"AND key IN ('{STOP_ATTR}', '{STARTED_ATTR}')")
+
+
+def read_stop(storage: RDBStorage, study_id: int) -> tuple[StopState | None, str | None]:
+    """(stop state, first launch time): one query on the study's attrs."""
+    def query() -> dict[str, Any]:
+        with storage.engine.connect() as conn:
+            return {k: json.loads(v) for k, v in conn.execute(_READ_SQL, {"s": study_id})}
+
+    attrs = with_retry(query, what="read the stop state")
+    started = attrs.get(STARTED_ATTR)
+    return _parse(attrs.get(STOP_ATTR)), started if isinstance(started, str) else None
+
+
+def stop_state(storage: RDBStorage, study_id: int) -> StopState | None:
+    return read_stop(storage, study_id)[0]
+
+
+def _write(storage: RDBStorage, study_id: int, state: StopState, *, replace: bool) -> StopState:
+    """Write the state unless one is there already (``replace``: overwrite it). Under the
+    study lock, so two runners firing at once record one rule. Returns what is stored."""
+    def write() -> StopState:
+        with exclusive(storage.engine, study_id) as conn:
+            row = conn.execute(sa.text("SELECT value_json FROM study_user_attributes WHERE "
+                                       "study_id = :s AND key = :k"),
+                               {"s": study_id, "k": STOP_ATTR}).first()
+            current = _parse(json.loads(row[0])) if row is not None else None
+            if current is not None and not replace:
+                return current
+            blob = json.dumps(state.to_json())
+            if row is not None:
+                conn.execute(sa.text("UPDATE study_user_attributes SET value_json = :v WHERE "
+                                     "study_id = :s AND key = :k"),
+                             {"v": blob, "s": study_id, "k": STOP_ATTR})
+            else:
+                conn.execute(sa.text("INSERT INTO study_user_attributes (study_id, key, "
+                                     "value_json) VALUES (:s, :k, :v)"),
+                             {"s": study_id, "k": STOP_ATTR, "v": blob})
+            return state
+
+    return with_retry(write, what="record the stop state")
+
+
+def record_stop(storage: RDBStorage, study_id: int, rule: str, reason: str,
+                trial: int | None = None) -> StopState:
+    """Record that ``rule`` fired (the first rule recorded wins)."""
+    state = _write(storage, study_id, StopState(STOPPED, rule, reason, now_iso(), trial),
+                   replace=False)
+    if state.rule == rule and state.reason == reason:
+        logger.warning("the sweep stops: %s", state.describe())
+    return state
+
+
+def ignore_stop(storage: RDBStorage, study_id: int) -> StopState | None:
+    """``--ignore-stop``: keep what fired, for the record, and turn the rules off."""
+    current = stop_state(storage, study_id)
+    if current is None or not current.stopped:
+        return current
+    return _write(storage, study_id, StopState(IGNORED, current.rule, current.reason,
+                                               current.at, current.trial), replace=True)
+
+
+# --------------------------------------------------------------------------- the rules
+
+
+def _parse_time(text: str) -> datetime:
+    return datetime.fromisoformat(text).replace(tzinfo=None)
+
+
+def check_duration(spec: SweepSpec, started: str | None) -> str | None:
+    """The reason ``max_duration`` fires now, or None."""
+    budget = spec.stop.max_duration
+    if budget is None or started is None:
+        return None
+    elapsed = datetime.now(timezone.utc).replace(tzinfo=None) - _parse_time(started)
+    if elapsed < timedelta(seconds=budget):
+        return None
+    return f"{elapsed.total_seconds():.0f}s since the sweep started (max_duration {budget:g}s)"
+
+
+def before_start(storage: RDBStorage, study_id: int, spec: SweepSpec) -> StopState | None:
+    """What a runner (or the local backend) checks before starting an index: the recorded
+    stop, or ``max_duration`` running out now. None: go ahead. Free when no rule is set."""
+    if not spec.stop.any:
+        return None
+    state, started = read_stop(storage, study_id)
+    if state is not None:
+        return state if state.stopped else None
+    why = check_duration(spec, started)
+    return record_stop(storage, study_id, "max_duration", why) if why else None
+
+
+_BEST_SQL = """
+SELECT t.number, t.datetime_complete, v.value FROM trials t
+JOIN trial_values v ON v.trial_id = t.trial_id
+WHERE t.study_id = :s AND t.state = 'COMPLETE' AND v.objective = 0 AND v.value_type = 'FINITE'
+ORDER BY v.value {order}, t.datetime_complete ASC LIMIT 1"""
+_FINISHED_AFTER_SQL = """
+SELECT COUNT(*) FROM trials WHERE study_id = :s AND state IN ('COMPLETE', 'PRUNED')
+AND datetime_complete > :t"""
+_FAILED_FOR_GOOD_SQL = f"""
+SELECT COUNT(DISTINCT ix.value_json) FROM trial_user_attributes ff
+JOIN trials t ON t.trial_id = ff.trial_id
+JOIN trial_user_attributes ix ON ix.trial_id = t.trial_id AND ix.key = 'sweeper:index'
+WHERE ff.key = '{FAILED_FOR_GOOD_ATTR}' AND t.study_id = :s AND t.state = 'FAIL'"""
+
+
+def after_trial(storage: RDBStorage, study_id: int, spec: SweepSpec) -> StopState | None:
+    """Evaluate the rules once a trial finished (any state); record the first that fires."""
+    if not spec.stop.any:
+        return None
+    state, started = read_stop(storage, study_id)
+    if state is not None:
+        return state if state.stopped else None
+    fired = _fired(storage, study_id, spec, started)
+    if fired is None:
+        return None
+    rule, reason, trial = fired
+    return record_stop(storage, study_id, rule, reason, trial)
+
+
+def _fired(storage: RDBStorage, study_id: int, spec: SweepSpec,
+           started: str | None) -> tuple[str, str, int | None] | None:
+    rules = spec.stop
+    maximize = spec.objectives[0].direction == "maximize"
+    metric = spec.objectives[0].metric
+
+    def query() -> tuple[Any, int, int]:
+        with storage.engine.connect() as conn:
+            best = None
+            if rules.value is not None or rules.patience is not None:
+                best = conn.execute(sa.text(_BEST_SQL.format(
+                    order="DESC" if maximize else "ASC")), {"s": study_id}).first()
+            after = 0
+            if rules.patience is not None and best is not None:
+                after = conn.execute(sa.text(_FINISHED_AFTER_SQL),
+                                     {"s": study_id, "t": best[1]}).scalar_one()
+            failed = 0
+            if rules.max_failed_trials is not None:
+                failed = conn.execute(sa.text(_FAILED_FOR_GOOD_SQL),
+                                      {"s": study_id}).scalar_one()
+            return best, after, failed
+
+    best, after, failed = with_retry(query, what="evaluate the stop rules")
+    if rules.value is not None and best is not None and \
+            (best[2] >= rules.value if maximize else best[2] <= rules.value):
+        return "value", (f"trial #{best[0]} reached {metric}={best[2]:.6g} (stop.value "
+                         f"{rules.value:g})"), best[0]
+    if rules.patience is not None and best is not None and after >= rules.patience:
+        return "patience", (f"{after} trials finished since the best, trial #{best[0]} "
+                            f"({metric}={best[2]:.6g}), without beating it (patience "
+                            f"{rules.patience})"), best[0]
+    if rules.max_failed_trials is not None and failed >= rules.max_failed_trials:
+        return "max_failed_trials", (f"{failed} indexes failed for good (max_failed_trials "
+                                     f"{rules.max_failed_trials})"), None
+    why = check_duration(spec, started)
+    return ("max_duration", why, None) if why else None

@@ -1,0 +1,145 @@
+"""`sweeper import wandb` on sweep configurations written from W&B's documentation
+(tests/data/importers/wandb/): every documented parameter form, distribution, early_terminate
+and command macro maps or is a note; one imported sweep runs end to end."""
+
+from __future__ import annotations
+
+import math
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+from optuna.trial import TrialState
+
+from sweeper.cli import cli
+from sweeper.importers import import_config
+from sweeper.spec import parse_spec
+from sweeper.study import load_sweep, open_storage
+
+REPO = Path(__file__).resolve().parents[2]
+WANDB = REPO / "tests" / "data" / "importers" / "wandb"
+CONFIGS = sorted(p for p in WANDB.glob("*.yaml") if p.stem != "not_a_sweep")
+
+
+def imported(name: str) -> tuple[dict[str, Any], tuple[str, ...]]:
+    result = import_config("wandb", WANDB / name)
+    return result.spec, result.notes
+
+
+@pytest.mark.parametrize("path", CONFIGS, ids=[p.stem for p in CONFIGS])
+def test_every_config_imports_to_a_valid_spec(path: Path) -> None:
+    result = import_config("wandb", path)
+    spec = parse_spec(result.text)
+    assert spec.trial.command is not None
+    assert result.text.startswith("# sweeper spec imported from W&B sweep config")
+    assert all(f"#   - {n}" in result.text.splitlines() for n in result.notes)
+    assert any("not from wandb.log" in n for n in result.notes)
+
+
+def test_bayes_hyperband_target_nested_and_default_command() -> None:
+    spec, notes = imported("bayes_hyperband.yaml")
+    assert (spec["name"], spec["method"], spec["trials"]) == ("fashion-cnn-bayes", "gp", 40)
+    assert spec["objective"] == {"metric": "val/loss", "direction": "minimize"}
+    assert spec["stop"] == {"value": 0.05}
+    assert spec["pruner"] == {"type": "hyperband", "reduction_factor": 3, "min_resource": 3}
+    p = spec["parameters"]
+    assert p["learning_rate"] == {"type": "float", "low": 1e-5, "high": 0.1, "log": True}
+    assert p["weight_decay"]["log"] and \
+        p["weight_decay"]["low"] == pytest.approx(math.exp(-9.21))  # W&B's exponent form
+    assert p["dropout"] == {"type": "float", "low": 0.1, "high": 0.5, "step": 0.1}
+    assert p["batch_size"] == {"type": "int", "low": 16, "high": 256, "log": True}
+    assert p["optimizer_name"] == {"type": "categorical", "choices": ["adam", "sgd"]}
+    assert spec["trial"]["fixed"] == {"epochs": 27}
+    assert spec["trial"]["command"] == [
+        "python", "train.py", "--learning_rate={learning_rate}",
+        "--weight_decay={weight_decay}", "--dropout={dropout}", "--batch_size={batch_size}",
+        "--optimizer.name={optimizer_name}", "--optimizer.momentum={optimizer_momentum}",
+        "--epochs={epochs}"]
+    assert "parameters.learning_rate.min: '1e-5' is a string in YAML 1.1: read as a number" \
+        in notes
+    assert "project: W&B project has no sweeper counterpart: dropped" in notes
+    assert [n for n in notes if n.startswith("parameters.optimizer: nested parameters")]
+
+
+def test_grid_constants_booleans_and_args_no_hyphens() -> None:
+    spec, notes = imported("grid_values.yaml")
+    assert spec["method"] == "grid" and spec["trials"] == 8
+    assert spec["parameters"]["use_bn"] == {"type": "categorical", "choices": [True, False]}
+    assert spec["parameters"]["layers"] == {"type": "int", "values": [1, 2, 3]}
+    assert spec["trial"]["command"] == ["python3", "train.py", "layers={layers}",
+                                        "width={width}", "use_bn={use_bn}", "seed={seed}"]
+    assert [n for n in notes if n.startswith("run_cap: 8 < the grid's 12 points")]
+
+
+def test_every_distribution_maps_or_says_what_stands_in() -> None:
+    spec, notes = imported("random_distributions.yaml")
+    p = spec["parameters"]
+    assert p["batch"] == {"type": "int", "low": 16, "high": 128}  # ints: int_uniform
+    assert p["warmup"] == {"type": "float", "low": 0.0, "high": 0.2}  # floats: uniform
+    assert p["decay"] == {"type": "float", "values": [1e-5, 1e-6, 1e-7]}
+    assert p["temperature"] == {"type": "float", "low": pytest.approx(0.7),
+                                "high": pytest.approx(1.3)}
+    assert p["scale"]["log"] is True
+    assert p["inv"] == {"type": "float", "low": 0.01, "high": 1.0, "log": True}
+    assert p["clip"] == {"type": "float", "low": 0.5, "high": 5.0, "step": 0.5}
+    assert spec["trial"]["fixed"] == {"label_smoothing": 0.1}
+    assert spec["trials"] == 100
+    assert "run_cap: not set (W&B runs until stopped): substituted trials: 100" in notes
+    for text in ("probabilities: Optuna has no weighted categorical",
+                 "temperature: normal(mu=1, sigma=0.1) has no Optuna counterpart",
+                 "${args_json} dropped: the program can read $SWEEPER_PARAMS",
+                 "'--log=${envvar:LOG_DIR}': W&B macros inside an argument are not expanded"):
+        assert [n for n in notes if text in n], text
+    assert "--log=${{envvar:LOG_DIR}}" in spec["trial"]["command"]  # literal, braces escaped
+
+
+def test_not_a_sweep_config_is_one_clear_line() -> None:
+    result = CliRunner().invoke(cli, ["import", "wandb", str(WANDB / "not_a_sweep.yaml")])
+    assert result.exit_code == 2 and result.stdout == ""
+    assert result.stderr.strip().endswith("not a W&B sweep config (expected a mapping with "
+                                          "method and parameters)")
+    katib = REPO / "tests" / "data" / "importers" / "katib" / "hp-tuning" / "random.yaml"
+    result = CliRunner().invoke(cli, ["import", "wandb", str(katib)])
+    assert result.exit_code == 2
+    assert "this is a Katib Experiment (use `sweeper import katib`)" in result.stderr
+
+
+def test_unknown_distribution_names_its_field(tmp_path: Path) -> None:
+    bad = tmp_path / "sweep.yaml"
+    bad.write_text("program: t.py\nmethod: random\nparameters:\n  x:\n"
+                   "    distribution: zipf\n    min: 1\n    max: 3\n")
+    result = CliRunner().invoke(cli, ["import", "wandb", str(bad)])
+    assert result.exit_code == 2
+    assert result.stderr.strip() == (f"error: {bad}:5: parameters.x.distribution: unknown "
+                                     "W&B distribution 'zipf'")
+
+
+def test_stdout_has_the_spec_and_stderr_the_notes() -> None:
+    result = CliRunner().invoke(cli, ["import", "wandb", str(WANDB / "quick_random.yaml")])
+    assert result.exit_code == 0
+    assert parse_spec(result.stdout).name == "quick-random"
+    assert result.stderr.splitlines() == [
+        "note: metric val/loss: sweeper reads metrics from the program's stdout (name=value "
+        "or name: value lines) or trial.metrics.file, not from wandb.log: make the program "
+        "print them (a line with step=N reports a step)"]
+
+
+def test_imported_sweep_runs_end_to_end(sqlite_url: str, tmp_path: Path,
+                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    shutil.copy(WANDB / "train.py", tmp_path / "train.py")
+    monkeypatch.chdir(tmp_path)  # W&B runs `python train.py` where the sweep was started
+    out = tmp_path / "sweep.sweeper.yaml"
+    result = CliRunner().invoke(cli, ["import", "wandb", str(WANDB / "quick_random.yaml"),
+                                      "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    result = CliRunner().invoke(cli, ["run", str(out), "--storage", sqlite_url])
+    assert result.exit_code == 0, result.output
+    trials = load_sweep(open_storage(sqlite_url), "quick-random").study().get_trials()
+    done = [t for t in trials if t.state == TrialState.COMPLETE]
+    assert len(done) == 6
+    for t in done:
+        expect = (t.params["lr"] - 0.01) ** 2 * 100 + 0.1 * t.params["layers"] + 1 / 3
+        assert t.value == pytest.approx(expect, abs=1e-5)
+        assert sorted(t.intermediate_values) == [0, 1, 2]
