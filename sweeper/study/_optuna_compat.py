@@ -2,7 +2,9 @@
 
 Optuna's public API has no way to finish a trial without re-reading it, to register a trial
 created outside the API in a study's trial cache, to write several attributes in one
-transaction, or to name its RDB tables; sweeper needs all four on its hot paths. Each private
+transaction, or to name its RDB tables; sweeper needs all four on its hot paths. Its gRPC
+storage proxy can only be served alone on a port and its client's channel options are fixed;
+sweeper's proxy serves its own service beside Optuna's and reconnects quickly. Each private
 name used here has a contract test in ``tests/study/test_optuna_compat.py`` that fails on the
 Optuna release that removes or changes it. Importing this module on an Optuna series it was
 not written for fails at once with one line, instead of misbehaving later: check the contract
@@ -22,6 +24,7 @@ import optuna
 import sqlalchemy as sa
 from optuna.distributions import BaseDistribution
 from optuna.storages import BaseStorage, RDBStorage
+from optuna.storages._cached_storage import _CachedStorage
 from optuna.study._frozen import FrozenStudy
 from optuna.trial import FrozenTrial, TrialState
 
@@ -34,13 +37,17 @@ __all__ = [
     "SUPPORTED_SERIES",
     "ArtifactStore",
     "FrozenStudy",
+    "GrpcStorageProxyOnChannel",
     "RDBStoragePrivateRetries",
     "RDBTables",
     "UnsupportedOptunaError",
+    "add_optuna_storage_servicer",
     "add_to_cache",
     "cached_rdb_backend",
+    "cached_storage",
     "check_version",
     "distribution_contains",
+    "is_finishing_request",
     "rdb_backend",
     "rdb_tables",
     "reset_trials_cache",
@@ -209,3 +216,111 @@ class RDBStoragePrivateRetries(RDBStorage):
 
     def _get_stale_trial_ids(self, study_id: int) -> list[int]:
         return self._retry("_get_stale_trial_ids", super()._get_stale_trial_ids, study_id)
+
+
+# --------------------------------------------------------------------------- gRPC storage proxy
+
+
+def cached_storage(storage: RDBStorage) -> BaseStorage:
+    """``storage`` behind Optuna's in-process trial cache, what Optuna's proxy docs advise the
+    proxy to serve (``get_storage`` does the same; it is documented "for internal usage"), as
+    :class:`_ProxyTrialCache`."""
+    return _ProxyTrialCache(storage)
+
+
+class _ProxyTrialCache(_CachedStorage):
+    """Optuna's trial cache as the proxy serves it. ``_CachedStorage.set_trial_param`` only
+    knows trials it has read or created itself; the index protocol creates and claims trials
+    with its own SQL, possibly through another proxy replica, so an unknown trial is looked up
+    (one indexed query) and registered unfinished, as :func:`add_to_cache` does in a runner."""
+
+    def set_trial_param(self, trial_id: int, param_name: str, param_value_internal: float,
+                        distribution: BaseDistribution) -> None:
+        with self._lock:
+            known = trial_id in self._trial_id_to_study_id_and_number
+        if not known:
+            self._register(trial_id)
+        super().set_trial_param(trial_id, param_name, param_value_internal, distribution)
+
+    def _register(self, trial_id: int) -> None:
+        from optuna.storages._cached_storage import _StudyInfo
+
+        trials = rdb_tables().trials
+        with self._backend.engine.connect() as conn:
+            row = conn.execute(sa.select(trials.c.study_id, trials.c.number, trials.c.state)
+                               .where(trials.c.trial_id == trial_id)).one_or_none()
+        if row is None:
+            raise KeyError(f"No trial with trial id {trial_id} exists.")
+        study_id, number, state = row
+        self._backend.check_trial_is_updatable(trial_id, state)  # finished: nothing to set
+        frozen = FrozenTrial(number=number, state=state, value=None, datetime_start=None,
+                             datetime_complete=None, params={}, distributions={},
+                             user_attrs={}, system_attrs={}, intermediate_values={},
+                             trial_id=trial_id)
+        with self._lock:
+            if trial_id in self._trial_id_to_study_id_and_number:
+                return
+            info = self._studies.setdefault(study_id, _StudyInfo())
+            self._add_trials_to_cache(study_id, [frozen])
+            info.unfinished_trial_ids.add(trial_id)
+
+
+def add_optuna_storage_servicer(server: Any, storage: BaseStorage) -> None:
+    """Add Optuna's StorageService (what ``run_grpc_proxy_server`` serves) to a grpc.Server we
+    built ourselves, so that sweeper's own service shares its port."""
+    from optuna.storages._grpc.auto_generated import api_pb2_grpc
+    from optuna.storages._grpc.servicer import OptunaStorageProxyService
+
+    api_pb2_grpc.add_StorageServiceServicer_to_server(OptunaStorageProxyService(storage),
+                                                      server)
+
+
+#: The full name of a StorageService method: ``/optuna.StorageService/<Method>``.
+OPTUNA_SERVICE_PREFIX = "/optuna.StorageService/"
+
+
+def is_finishing_request(method: str, request: Any) -> bool:
+    """Whether a request to Optuna's StorageService finishes a trial (a tell: COMPLETE, PRUNED
+    or FAIL), read from the decoded SetTrialStateValues message."""
+    if method != OPTUNA_SERVICE_PREFIX + "SetTrialStateValues":
+        return False
+    from optuna.storages._grpc.auto_generated import api_pb2
+
+    return request.state in (api_pb2.COMPLETE, api_pb2.PRUNED, api_pb2.FAIL)
+
+
+class GrpcStorageProxyOnChannel(optuna.storages.GrpcStorageProxy):
+    """Optuna's gRPC client on a channel with our options: a proxy that restarts is found again
+    within seconds (gRPC's default reconnect backoff grows to two minutes), and sweeper's own
+    service shares the channel (one connection per runner)."""
+
+    def __init__(self, *, host: str, port: int, options: Sequence[tuple[str, Any]]) -> None:
+        self._channel_options = list(options)
+        import warnings
+
+        with warnings.catch_warnings():  # "GrpcStorageProxy is experimental": we know
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            super().__init__(host=host, port=port)
+
+    def _setup(self) -> None:
+        import grpc
+        from optuna.storages._grpc.auto_generated import api_pb2_grpc
+        from optuna.storages._grpc.client import GrpcClientCache
+
+        self._channel = grpc.insecure_channel(f"{self._host}:{self._port}",
+                                              options=self._channel_options)
+        self._stub = api_pb2_grpc.StorageServiceStub(self._channel)
+        self._cache = GrpcClientCache(self._stub)
+
+    @property
+    def channel(self) -> Any:
+        """The grpc.Channel both services are called on."""
+        return self._channel
+
+    @property
+    def host(self) -> str:
+        return str(self._host)
+
+    @property
+    def port(self) -> int:
+        return int(self._port)

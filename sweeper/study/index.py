@@ -18,6 +18,7 @@ from optuna.storages import RDBStorage
 from optuna.trial import TrialState
 
 from sweeper.protocol import FAIL_REASON_ATTR, INDEX_ATTR
+from sweeper.proxy import client as proxy
 from sweeper.study._bulk import TrialRow, exclusive, insert_trials, utcnow
 from sweeper.study._optuna_compat import rdb_tables
 from sweeper.study.retry import with_retry
@@ -79,8 +80,11 @@ def _attempts(conn: sa.Connection, study_id: int, index: int) -> list[Attempt]:
     return out
 
 
-def attempts(storage: RDBStorage, study_id: int, index: int) -> list[Attempt]:
+def attempts(storage: RDBStorage | proxy.ProxyStorage, study_id: int,
+             index: int) -> list[Attempt]:
     """Every trial tagged ``index``, oldest first: one indexed query."""
+    if isinstance(storage, proxy.ProxyStorage):
+        return storage.attempts(study_id, index)
     def query() -> list[Attempt]:
         with storage.engine.connect() as conn:
             return _attempts(conn, study_id, index)
@@ -88,10 +92,12 @@ def attempts(storage: RDBStorage, study_id: int, index: int) -> list[Attempt]:
     return with_retry(query, what="find index")
 
 
-def claim(storage: RDBStorage, trial_id: int) -> bool:
+def claim(storage: RDBStorage | proxy.ProxyStorage, trial_id: int) -> bool:
     """WAITING -> RUNNING for exactly one caller: a conditional UPDATE, atomic on PostgreSQL
     and SQLite alike (Optuna's read-then-write claim is not, on SQLite). Records the first
     heartbeat in the same transaction."""
+    if isinstance(storage, proxy.ProxyStorage):
+        return storage.claim(trial_id)
     def update() -> bool:
         with storage.engine.begin() as conn:
             won = conn.execute(sa.text(
@@ -105,11 +111,13 @@ def claim(storage: RDBStorage, trial_id: int) -> bool:
     return with_retry(update, what="claim")
 
 
-def new_attempt(storage: RDBStorage, study_id: int, index: int, *, after: Attempt | None,
-                params: dict[str, Any] | None) -> int | None:
+def new_attempt(storage: RDBStorage | proxy.ProxyStorage, study_id: int, index: int, *,
+                after: Attempt | None, params: dict[str, Any] | None) -> int | None:
     """Create the next attempt of ``index`` as RUNNING (owned by the caller), linked to
     ``after``. Returns its trial id, or None when another runner got there first (the latest
     attempt is no longer ``after``): the caller looks again."""
+    if isinstance(storage, proxy.ProxyStorage):
+        return storage.new_attempt(study_id, index, after=after, params=params)
     def create() -> int | None:
         with exclusive(storage.engine, study_id) as conn:
             current = _attempts(conn, study_id, index)
@@ -126,8 +134,10 @@ def new_attempt(storage: RDBStorage, study_id: int, index: int, *, after: Attemp
     return with_retry(create, what="create attempt")
 
 
-def mark_failed(storage: RDBStorage, trial_id: int, reason: str) -> bool:
+def mark_failed(storage: RDBStorage | proxy.ProxyStorage, trial_id: int, reason: str) -> bool:
     """RUNNING -> FAIL with the reason stored on the trial. False if it had already finished."""
+    if isinstance(storage, proxy.ProxyStorage):
+        return storage.mark_failed(trial_id, reason)
     try:
         storage.set_trial_user_attr(trial_id, FAIL_REASON_ATTR, reason[:2000])
         return storage.set_trial_state_values(trial_id, TrialState.FAIL)
@@ -135,9 +145,12 @@ def mark_failed(storage: RDBStorage, trial_id: int, reason: str) -> bool:
         return False
 
 
-def fail_stale_trials(storage: RDBStorage, study_id: int, grace_s: float) -> list[int]:
+def fail_stale_trials(storage: RDBStorage | proxy.ProxyStorage, study_id: int,
+                      grace_s: float) -> list[int]:
     """Mark RUNNING trials whose heartbeat is older than ``grace_s`` FAIL (the watcher's sweep
     for runners that froze or vanished). Returns the ids of the trials it failed."""
+    if isinstance(storage, proxy.ProxyStorage):
+        return storage.fail_stale_trials(study_id, grace_s)
     def stale() -> list[tuple[int, int]]:
         with storage.engine.connect() as conn:
             now = _db_now(conn)

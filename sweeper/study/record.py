@@ -14,18 +14,18 @@ from optuna.trial import TrialState
 
 from sweeper.errors import SpecError, StudyNotFoundError
 from sweeper.protocol import ENQUEUED_ATTR, HASH_ATTR, METRIC_NAMES_ATTR, SPEC_ATTR
+from sweeper.proxy import client as proxy
 from sweeper.spec import SweepSpec, parse_spec_dict
 from sweeper.study._bulk import TrialRow, exclusive, insert_trials
 from sweeper.study._optuna_compat import reset_trials_cache
 from sweeper.study.retry import with_retry
-from sweeper.study.storage import RetryingRDBStorage
 
 
 @dataclass(frozen=True)
 class Sweep:
     """A sweep as stored: the study plus its normalised spec."""
 
-    storage: RetryingRDBStorage
+    storage: proxy.StudyStorage
     study_id: int
     spec: SweepSpec
     #: One Study per thread for runner_study(), keyed by thread id.
@@ -57,12 +57,15 @@ class Sweep:
         return study
 
 
-def create_or_resume(storage: RetryingRDBStorage, spec: SweepSpec) -> tuple[Sweep, bool]:
+def create_or_resume(storage: proxy.StudyStorage, spec: SweepSpec) -> tuple[Sweep, bool]:
     """Create the study and enqueue its plan, or resume it if this exact spec already ran.
 
     Returns (sweep, created). A different spec under the same name raises SpecError before
     anything is written. Safe against concurrent launches: one WAITING trial per index.
     """
+    if isinstance(storage, proxy.ProxyStorage):  # the proxy runs this function on its database
+        study_id, created = storage.create_or_resume(spec)
+        return Sweep(storage, study_id, spec), created
     directions = [o.direction for o in spec.objectives]
     try:
         study_id = storage.get_study_id_from_name(spec.name)
@@ -90,7 +93,7 @@ def create_or_resume(storage: RetryingRDBStorage, spec: SweepSpec) -> tuple[Swee
     return Sweep(storage, study_id, spec), created
 
 
-def load_sweep(storage: RetryingRDBStorage, name: str) -> Sweep:
+def load_sweep(storage: proxy.StudyStorage, name: str) -> Sweep:
     try:
         study_id = storage.get_study_id_from_name(name)
     except KeyError:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Callable, Container, Sequence
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import optuna
 import sqlalchemy as sa
@@ -20,6 +20,9 @@ from sweeper.protocol import INDEX_ATTR
 from sweeper.study._optuna_compat import FrozenStudy, RDBStoragePrivateRetries
 from sweeper.study.retry import with_retry
 from sweeper.study.urls import driver_url, redact, scrub
+
+if TYPE_CHECKING:
+    from sweeper.proxy.client import StudyStorage
 
 T = TypeVar("T")
 
@@ -136,7 +139,7 @@ class RetryingRDBStorage(RDBStoragePrivateRetries):
 
 
 def open_storage(url: str, *, connect_deadline_s: float = 0.0, pool_size: int = 1,
-                 max_overflow: int = 1, prepared: bool = False) -> RetryingRDBStorage:
+                 max_overflow: int = 1, prepared: bool = False) -> StudyStorage:
     """Open (and on first use create) the Optuna schema at ``url``.
 
     ``connect_deadline_s`` > 0 keeps retrying a database that is not up yet (runners);
@@ -145,7 +148,12 @@ def open_storage(url: str, *, connect_deadline_s: float = 0.0, pool_size: int = 
     skip Optuna's table creation and alembic version check (a second connection held at once
     and a tenth of a runner's start-up) and the index DDL (a table lock on PostgreSQL); a
     database without the schema still gets the full treatment.
+    ``grpc://host:port`` is ``sweeper proxy`` (:mod:`sweeper.proxy.client`).
     """
+    if url.startswith("grpc://"):
+        from sweeper.proxy.client import open_proxy_storage
+
+        return open_proxy_storage(url, connect_deadline_s=connect_deadline_s)
     real = driver_url(url)
     engine_kwargs = _engine_kwargs(url, real, pool_size, max_overflow)
 

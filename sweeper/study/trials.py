@@ -10,8 +10,10 @@ from typing import Any
 
 import optuna
 import sqlalchemy as sa
+from optuna.storages import RDBStorage
 from optuna.trial import FrozenTrial, TrialState
 
+from sweeper.proxy import client as proxy
 from sweeper.study._optuna_compat import (
     add_to_cache,
     cached_rdb_backend,
@@ -27,19 +29,40 @@ from sweeper.study.retry import with_retry
 def set_trial_user_attrs(trial: optuna.Trial, attrs: Mapping[str, Any]) -> None:
     """``trial.set_user_attr`` for several keys in one transaction (Optuna commits each key
     separately: one commit, an fsync on PostgreSQL, per metric per report)."""
-    import sqlite3
-
+    if isinstance(trial.storage, proxy.ProxyStorage):  # one call; the proxy runs the upsert
+        trial.storage.set_trial_user_attrs(trial_id_of(trial), dict(attrs))
+        set_cached_user_attrs(trial, attrs)
+        return
     backend = rdb_backend(trial.storage)
-    dialect = backend.engine.dialect.name if backend is not None else ""
-    if backend is None or len(attrs) < 2 or not (dialect == "postgresql" or (
-            dialect == "sqlite" and sqlite3.sqlite_version_info >= (3, 24))):
+    if backend is None or len(attrs) < 2 or not _can_upsert(backend):
         for key, value in attrs.items():
             trial.set_user_attr(key, value)
         return
+    write_user_attrs(backend, trial_id_of(trial), attrs)
+    set_cached_user_attrs(trial, attrs)
+
+
+def _can_upsert(backend: RDBStorage) -> bool:
+    import sqlite3
+
+    dialect = backend.engine.dialect.name
+    return dialect == "postgresql" or (dialect == "sqlite"
+                                       and sqlite3.sqlite_version_info >= (3, 24))
+
+
+def write_user_attrs(backend: RDBStorage, trial_id: int, attrs: Mapping[str, Any]) -> None:
+    """Upsert ``attrs`` of an unfinished trial in one transaction (UpdateFinishedTrialError
+    if it finished; KeyError if there is no such trial)."""
+    if not attrs:
+        return
+    if not _can_upsert(backend):
+        for key, value in attrs.items():
+            backend.set_trial_user_attr(trial_id, key, value)
+        return
     from sqlalchemy.dialects import postgresql, sqlite
 
-    insert: Any = postgresql.insert if dialect == "postgresql" else sqlite.insert
-    trial_id = trial_id_of(trial)
+    insert: Any = postgresql.insert if backend.engine.dialect.name == "postgresql" \
+        else sqlite.insert
     tables = rdb_tables()
     # The same rows Optuna writes (value_json = json.dumps(value)), as one upsert statement.
     stmt = insert(tables.trial_user_attributes).values(
@@ -58,7 +81,6 @@ def set_trial_user_attrs(trial: optuna.Trial, attrs: Mapping[str, Any]) -> None:
             conn.execute(stmt)
 
     with_retry(write, what="set user attrs")
-    set_cached_user_attrs(trial, attrs)
 
 
 def attach_trial(study: optuna.Study, trial_id: int) -> int:

@@ -60,7 +60,8 @@ def test_no_other_module_imports_optuna_private_modules_or_touches_wrapped_names
     private attributes it wraps (so they are not used again elsewhere by accident)."""
     wrapped = {"_storage", "_study_id", "_trial_id", "_thread_local", "_cached_frozen_trial",
                "_backend", "_studies", "_add_trials_to_cache", "_tell_with_warning",
-               "_get_stale_trial_ids"}
+               "_get_stale_trial_ids", "_channel", "_stub", "_cache", "_setup",
+               "_trial_id_to_study_id_and_number"}
     offenders = []
     for path in [*(REPO / "sweeper").rglob("*.py"), *(REPO / "trial_runner").rglob("*.py")]:
         if path.name == "_optuna_compat.py":
@@ -278,3 +279,77 @@ def test_get_stale_trial_ids_is_overridden_with_the_same_signature_and_used_by_o
     assert storage._get_stale_trial_ids(compat.study_id_of(study)) == []
     assert calls == ["_get_stale_trial_ids"]
 
+
+
+# --------------------------------------------------------------------------- gRPC storage proxy
+
+
+def test_optuna_proxy_server_is_what_add_optuna_storage_servicer_serves() -> None:
+    """optuna.storages._grpc.server.make_server = grpc.server + add_StorageServiceServicer_to_
+    server(OptunaStorageProxyService(storage)): what sweeper's server adds beside its own."""
+    from optuna.storages._grpc import server as grpc_server
+    from optuna.storages._grpc.auto_generated import api_pb2_grpc
+    from optuna.storages._grpc.servicer import OptunaStorageProxyService
+
+    src = inspect.getsource(grpc_server.make_server)
+    assert "add_StorageServiceServicer_to_server" in src and "OptunaStorageProxyService" in src
+    assert list(inspect.signature(OptunaStorageProxyService).parameters) == ["storage"]
+    assert callable(api_pb2_grpc.add_StorageServiceServicer_to_server)
+    assert "cached" in optuna.storages.run_grpc_proxy_server.__doc__.lower() or \
+        "get_storage" in optuna.storages.run_grpc_proxy_server.__doc__
+
+
+def test_is_finishing_request_reads_set_trial_state_values() -> None:
+    """api_pb2.SetTrialStateValuesRequest.state and the TrialState enum values."""
+    from optuna.storages._grpc.auto_generated import api_pb2
+
+    method = compat.OPTUNA_SERVICE_PREFIX + "SetTrialStateValues"
+    for state, finishing in ((api_pb2.COMPLETE, True), (api_pb2.PRUNED, True),
+                             (api_pb2.FAIL, True), (api_pb2.RUNNING, False),
+                             (api_pb2.WAITING, False)):
+        request = api_pb2.SetTrialStateValuesRequest(trial_id=1, state=state)
+        assert compat.is_finishing_request(method, request) is finishing
+    assert not compat.is_finishing_request(compat.OPTUNA_SERVICE_PREFIX + "GetTrial", object())
+
+
+def test_grpc_client_setup_is_what_grpc_storage_proxy_on_channel_replaces() -> None:
+    """GrpcStorageProxy._setup() sets _channel, _stub and _cache from _host and _port (and
+    __setstate__ calls it); the subclass builds the same three on its own channel."""
+    from optuna.storages import GrpcStorageProxy
+    from optuna.storages._grpc.client import GrpcClientCache
+
+    src = inspect.getsource(GrpcStorageProxy._setup)
+    for name in ("self._channel", "self._stub", "self._cache", "self._host", "self._port"):
+        assert name in src
+    assert "_setup" in inspect.getsource(GrpcStorageProxy.__init__)
+    assert "_setup" in inspect.getsource(GrpcStorageProxy.__setstate__)
+    proxy = compat.GrpcStorageProxyOnChannel(host="127.0.0.1", port=1, options=[])
+    try:
+        assert isinstance(proxy._cache, GrpcClientCache)
+        assert proxy.channel is proxy._channel and (proxy.host, proxy.port) == ("127.0.0.1", 1)
+    finally:
+        proxy.close()
+
+
+def test_proxy_trial_cache_registers_trials_it_did_not_create(
+        storage: RetryingRDBStorage) -> None:
+    """_CachedStorage.set_trial_param looks the trial up in _trial_id_to_study_id_and_number
+    (KeyError for a trial it has not seen); the proxy's cache registers it first."""
+    src = inspect.getsource(_CachedStorage.set_trial_param)
+    assert "_trial_id_to_study_id_and_number" in src
+    assert list(inspect.signature(_CachedStorage.set_trial_param).parameters) == \
+        ["self", "trial_id", "param_name", "param_value_internal", "distribution"]
+    sid = storage.create_new_study([optuna.study.StudyDirection.MINIMIZE], "cache")
+    with exclusive(storage.engine, sid) as conn:
+        [tid] = insert_trials(conn, sid, [TrialRow(index=0, params=None,
+                                                   state=TrialState.RUNNING)])
+    with pytest.raises(KeyError):
+        _CachedStorage(storage).set_trial_param(tid, "x", 0.5, FloatDistribution(0, 1))
+    cache = compat.cached_storage(storage)
+    assert isinstance(cache, _CachedStorage)
+    cache.set_trial_param(tid, "x", 0.5, FloatDistribution(0, 1))
+    assert storage.get_trial(tid).params == {"x": 0.5}
+    assert [t.params for t in cache.get_all_trials(sid)] == [{"x": 0.5}]  # re-read: unfinished
+    storage.set_trial_state_values(tid, TrialState.COMPLETE, [1.0])
+    with pytest.raises(optuna.exceptions.UpdateFinishedTrialError):
+        compat.cached_storage(storage).set_trial_param(tid, "y", 0.5, FloatDistribution(0, 1))

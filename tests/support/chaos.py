@@ -81,7 +81,9 @@ class ChaosReport:
 
 def run_chaos(pg_url: str, *, indexes: int = 40, parallelism: int = 6, kills: int = 8,
               interval: float = 1.5, duration: float = 1.5, seed: int = 0,
-              workdir: Path | None = None) -> ChaosReport:
+              workdir: Path | None = None, sweep_storage: str | None = None) -> ChaosReport:
+    """``sweep_storage``: the URL the sweep runs on (a storage proxy's grpc://...) when it is
+    not ``pg_url`` itself; the check always reads the database directly."""
     rng = random.Random(seed)
     workdir = workdir or Path(tempfile.mkdtemp(prefix="sweeper-chaos-"))
     markers = workdir / "markers"
@@ -90,7 +92,8 @@ def run_chaos(pg_url: str, *, indexes: int = 40, parallelism: int = 6, kills: in
     spec_path = workdir / "chaos.yaml"
     spec_path.write_text(yaml.safe_dump(chaos_spec(name, indexes, parallelism, duration,
                                                    retries=kills + 2)))
-    env = dict(os.environ, SWEEPER_STORAGE=pg_url, SWEEPER_TEST_MARKERS=str(markers),
+    env = dict(os.environ, SWEEPER_STORAGE=sweep_storage or pg_url,
+               SWEEPER_TEST_MARKERS=str(markers),
                PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
                SWEEPER_CHECKPOINT_DIR=str(workdir / "ckpt"))
     start = time.monotonic()
