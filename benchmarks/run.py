@@ -38,6 +38,9 @@ SIZES: dict[str, dict[str, Any]] = {
         "conn_w": 4, "conn_n": 8, "conn_t": 0.2,
         "dup_side": 4, "dup_w": 4, "dup_t": 0.02,
         "q_dims": 2, "q_trials": 12, "q_seeds": 1, "q_w": 2, "q_delay": 0.0,
+        "px_threshold_ws": [2], "px_threshold_per_w": 2, "px_threshold_t": 0.05,
+        "px_conn_w": 4, "px_conn_n": 8, "px_conn_t": 0.1,
+        "px_cap_w": 2, "px_cap_n": 4, "px_cap_t": 0.05,
     },
     "quick": {
         "n": [200], "t": 0.5, "w": 8, "repeats": 1,
@@ -46,6 +49,9 @@ SIZES: dict[str, dict[str, Any]] = {
         "conn_w": 32, "conn_n": 64, "conn_t": 1.0,
         "dup_side": 8, "dup_w": 8, "dup_t": 0.1,
         "q_dims": 5, "q_trials": 100, "q_seeds": 1, "q_w": 8, "q_delay": 0.2,
+        "px_threshold_ws": [8, 16], "px_threshold_per_w": 4, "px_threshold_t": 1.0,
+        "px_conn_w": 32, "px_conn_n": 128, "px_conn_t": 0.5,
+        "px_cap_w": 16, "px_cap_n": 64, "px_cap_t": 0.5,
     },
     "default": {
         "n": [200, 600], "t": 0.5, "w": 8, "repeats": 1,
@@ -54,6 +60,9 @@ SIZES: dict[str, dict[str, Any]] = {
         "conn_w": 32, "conn_n": 64, "conn_t": 1.0,
         "dup_side": 8, "dup_w": 8, "dup_t": 0.1,
         "q_dims": 5, "q_trials": 100, "q_seeds": 5, "q_w": 8, "q_delay": 0.2,
+        "px_threshold_ws": [8, 16, 32], "px_threshold_per_w": 4, "px_threshold_t": 1.0,
+        "px_conn_w": 64, "px_conn_n": 640, "px_conn_t": 0.5,
+        "px_cap_w": 64, "px_cap_n": 640, "px_cap_t": 0.5,
     },
     "full": {
         "n": [200, 2_000], "t": 0.5, "w": 8, "repeats": 2,
@@ -63,10 +72,13 @@ SIZES: dict[str, dict[str, Any]] = {
         "dup_side": 8, "dup_w": 8, "dup_t": 0.1,
         "q_dims": 5, "q_trials": 100, "q_seeds": 10, "q_w": 8, "q_delay": 0.2,
         "q_plain_parallel": True,
+        "px_threshold_ws": [8, 16, 32, 64], "px_threshold_per_w": 4, "px_threshold_t": 1.0,
+        "px_conn_w": 64, "px_conn_n": 640, "px_conn_t": 0.5,
+        "px_cap_w": 64, "px_cap_n": 640, "px_cap_t": 0.5,
     },
 }
 
-SECTIONS = ("startup", "scaling", "duplicates", "connections", "overhead", "quality")
+SECTIONS = ("startup", "scaling", "duplicates", "connections", "overhead", "quality", "proxy")
 
 
 def _section(name: str) -> Callable[[dict[str, Any], Callable[[str], None]],

@@ -75,6 +75,9 @@ def _job_options(fn: F) -> F:
         click.option("--storage-secret", metavar="NAME",
                      help="Kubernetes: Secret whose key (kubernetes.storage_secret_key, "
                           "default url) holds the storage URL the pods use."),
+        click.option("--storage-proxy", metavar="HOST:PORT",
+                     help="Kubernetes: the pods reach the study through this `sweeper proxy` "
+                          "(kubernetes.storage_proxy) and get no database Secret."),
     ]):
         fn = option(fn)
     return fn

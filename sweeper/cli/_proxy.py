@@ -69,3 +69,35 @@ def proxy(storage: str | None, host: str, port: int, metrics_port: int,
         if metrics is not None:
             metrics.shutdown()
     click.echo("storage proxy stopped", err=True)
+
+
+def proxy_options(fn: Any) -> Any:
+    """``run``'s storage-proxy and metrics options."""
+    fn = click.option("--metrics-port", type=click.IntRange(1, 65535), metavar="PORT",
+                      help="Serve Prometheus /metrics on this port while the sweep runs "
+                           "(local: the workers go through an in-process proxy, which "
+                           "times their claims, tells and heartbeats).")(fn)
+    return click.option("--proxy/--no-proxy", "proxy", default=None,
+                        help="Local backend: workers reach the study through an in-process "
+                             "storage proxy (a few database connections for any number of "
+                             "workers). Default: on for PostgreSQL from 16 workers.")(fn)
+
+
+def run_extras(backend: str, proxy: bool | None, metrics_port: int | None, url: str,
+               name: str) -> dict[str, Any]:
+    """Check --proxy against the backend and start the metrics endpoint; returns what the
+    local backend takes (``proxy``, ``metrics``)."""
+    if proxy and backend != "local":
+        raise click.UsageError("--proxy is for the local backend; on Kubernetes point the "
+                               "pods at a `sweeper proxy` with --storage-proxy")
+    registry = None
+    if metrics_port:
+        from sweeper.proxy.metrics import serve_run_metrics
+
+        try:
+            registry = serve_run_metrics(metrics_port, url, name)
+        except OSError as e:
+            raise SweeperError(f"cannot serve metrics on port {metrics_port}: "
+                               f"{e.strerror}") from None
+        click.echo(f"metrics on http://0.0.0.0:{metrics_port}/metrics", err=True)
+    return {"proxy": proxy, "metrics": registry}

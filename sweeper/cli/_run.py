@@ -21,6 +21,7 @@ from sweeper.cli._common import (
     storage_option,
 )
 from sweeper.cli._group import cli
+from sweeper.cli._proxy import proxy_options, run_extras
 from sweeper.errors import SweepFailedError
 
 if TYPE_CHECKING:
@@ -42,19 +43,23 @@ EXIT_INTERRUPTED = 130
 @_cluster_options
 @click.option("--detach", is_flag=True,
               help="Kubernetes: create the Job and return without watching it.")
+@proxy_options
 @_errors
 def run(spec_file: str, storage: str | None, parallelism: int | None, backend: str,
         log_dir: str, image: str | None, namespace: str | None, storage_secret: str | None,
-        kubeconfig: str | None, context: str | None, detach: bool) -> None:
+        storage_proxy: str | None, kubeconfig: str | None, context: str | None, detach: bool,
+        proxy: bool | None, metrics_port: int | None) -> None:
     """Create (or resume) the sweep and run every index that has no finished trial."""
     from sweeper.backends.manifests import with_kubernetes
     from sweeper.study import resolve_storage_url
 
     spec = _load(spec_file, check_entrypoint=backend == "local")
     spec = spec.with_overrides(parallelism=parallelism)
-    spec = with_kubernetes(spec, image=image, namespace=namespace, storage_secret=storage_secret)
+    spec = with_kubernetes(spec, image=image, namespace=namespace, storage_secret=storage_secret,
+                           storage_proxy=storage_proxy)
     url = resolve_storage_url(storage, spec)
-    _launch(spec, url, _backend(backend, spec, log_dir, kubeconfig, context, detach))
+    extras = run_extras(backend, proxy, metrics_port, url, spec.name)
+    _launch(spec, url, _backend(backend, spec, log_dir, kubeconfig, context, detach, **extras))
 
 
 @cli.command()
@@ -73,14 +78,16 @@ def run(spec_file: str, storage: str | None, parallelism: int | None, backend: s
 @_errors
 def resume(name: str, storage: str | None, backend: str | None, parallelism: int | None,
            log_dir: str, image: str | None, namespace: str | None, storage_secret: str | None,
-           kubeconfig: str | None, context: str | None, detach: bool) -> None:
+           storage_proxy: str | None, kubeconfig: str | None, context: str | None,
+           detach: bool) -> None:
     """Run only the indexes of a stored sweep that have no finished trial (its spec comes from
     the study; on Kubernetes a new, sparse Job NAME-r<N>)."""
     from sweeper.backends.manifests import with_kubernetes
 
     sweep, url = _open_sweep(name, storage)
     spec = sweep.spec.with_overrides(parallelism=parallelism)
-    spec = with_kubernetes(spec, image=image, namespace=namespace, storage_secret=storage_secret)
+    spec = with_kubernetes(spec, image=image, namespace=namespace, storage_secret=storage_secret,
+                           storage_proxy=storage_proxy)
     if backend is None:
         launched = sweep.storage.get_study_user_attrs(sweep.study_id).get(protocol.LAUNCHES_ATTR)
         backend = "kubernetes" if launched else "local"
@@ -88,11 +95,11 @@ def resume(name: str, storage: str | None, backend: str | None, parallelism: int
 
 
 def _backend(kind: str, spec: Any, log_dir: str, kubeconfig: str | None, context: str | None,
-             detach: bool) -> Backend:
+             detach: bool, proxy: bool | None = None, metrics: Any = None) -> Backend:
     if kind == "local":
         from sweeper.backends.local import LocalBackend
 
-        return LocalBackend(Path(log_dir) / spec.name)
+        return LocalBackend(Path(log_dir) / spec.name, proxy=proxy, metrics=metrics)
     return _kubernetes_backend(kubeconfig, context, detach)
 
 

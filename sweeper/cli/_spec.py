@@ -86,7 +86,7 @@ def _ranges(spec: Any) -> str:
 @_job_options
 @_errors
 def render(spec_file: str, parallelism: int | None, image: str | None, namespace: str | None,
-           storage_secret: str | None) -> None:
+           storage_secret: str | None, storage_proxy: str | None) -> None:
     """Print the Kubernetes objects `run --backend kubernetes` submits, as YAML (no storage,
     no cluster: for kubectl apply -f - or GitOps)."""
     import yaml
@@ -95,5 +95,6 @@ def render(spec_file: str, parallelism: int | None, image: str | None, namespace
     from sweeper.backends.manifests import with_kubernetes
 
     spec = _load(spec_file, check_entrypoint=False).with_overrides(parallelism=parallelism)
-    spec = with_kubernetes(spec, image=image, namespace=namespace, storage_secret=storage_secret)
+    spec = with_kubernetes(spec, image=image, namespace=namespace, storage_secret=storage_secret,
+                           storage_proxy=storage_proxy)
     click.echo(yaml.safe_dump_all(render_objects(spec), sort_keys=False), nl=False)

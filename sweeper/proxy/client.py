@@ -11,6 +11,7 @@ name here; the proxy runs the very same function on its database (:mod:`.server`
 from __future__ import annotations
 
 import logging
+import os
 import random
 import time
 from collections.abc import Callable, Container, Sequence
@@ -23,6 +24,7 @@ from optuna.study import StudyDirection
 from optuna.trial import FrozenTrial, TrialState
 
 from sweeper.errors import SpecError, StorageError, StudyNotFoundError, SweeperError
+from sweeper.protocol import ENV_PARENT_PID
 from sweeper.proxy import service as wire
 from sweeper.study._optuna_compat import FrozenStudy, GrpcStorageProxyOnChannel
 from sweeper.study.storage import RetryingRDBStorage
@@ -55,8 +57,20 @@ CHANNEL_OPTIONS: tuple[tuple[str, Any], ...] = (
 )
 
 
+#: ``sweeper run`` (local backend) puts its workers behind an in-process proxy from this many
+#: workers on, for PostgreSQL (measured: benchmarks/proxy.py, "threshold"; README Performance).
+PROXY_AUTO_PARALLELISM = 16
+
+
 def is_proxy_url(url: str) -> bool:
     return url.startswith(SCHEME)
+
+
+def proxy_pays(url: str, workers: int) -> bool:
+    """Whether ``workers`` local workers on ``url`` are better off behind a proxy: PostgreSQL
+    (each direct worker holds its own connections; the server allows ~100) from
+    :data:`PROXY_AUTO_PARALLELISM` workers on. SQLite has no connections to save."""
+    return url.startswith(("postgresql", "postgres://")) and workers >= PROXY_AUTO_PARALLELISM
 
 
 def parse_proxy_url(url: str) -> tuple[str, int]:
@@ -105,6 +119,10 @@ class ProxyStorage(GrpcStorageProxyOnChannel):
                 if time.monotonic() - start > self.retry_deadline_s:
                     raise StorageError(f"storage proxy {self.proxy_url} unavailable for "
                                        f"{self.retry_deadline_s:.0f}s during {what}") from None
+                if _orphaned():
+                    raise StorageError(f"storage proxy {self.proxy_url} unavailable during "
+                                       f"{what}, and the sweeper run that started this worker "
+                                       "(and served it) is gone") from None
                 logger.warning("storage proxy unavailable during %s; retrying in %.1fs", what,
                                delay)
                 time.sleep(delay * (0.5 + random.random()))
@@ -293,6 +311,13 @@ class ProxyStorage(GrpcStorageProxyOnChannel):
     def get_all_trials(self, study_id: int, deepcopy: bool = True,
                        states: Container[TrialState] | None = None) -> list[FrozenTrial]:
         return self._retry("get_all_trials", super().get_all_trials, study_id, deepcopy, states)
+
+
+def _orphaned() -> bool:
+    """A local worker whose ``sweeper run`` died: its in-process proxy died with it, so there
+    is nothing to wait for (the trial's heartbeat goes stale and the next run retries it)."""
+    parent = os.environ.get(ENV_PARENT_PID)
+    return parent is not None and parent.isdigit() and os.getppid() != int(parent)
 
 
 #: What ``open_storage`` returns: the database directly, or the proxy in front of it.

@@ -299,3 +299,10 @@ class ProxyServer:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def start_local_proxy(storage_url: str, registry: Any = None) -> ProxyServer:
+    """A proxy in this process for local workers: loopback only, any free port, its metrics in
+    ``registry`` (a prometheus_client CollectorRegistry) when given."""
+    metrics = ProxyMetrics(registry) if registry is not None else None
+    return ProxyServer(storage_url, host="127.0.0.1", port=0, metrics=metrics).start()

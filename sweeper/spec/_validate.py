@@ -32,6 +32,7 @@ from sweeper.spec._primitives import (
     kind_of,
     name_problem,
     option_ok,
+    parse_proxy_address,
 )
 from sweeper.spec._yaml import Path_, _Doc, _load_yaml
 from sweeper.spec.model import (
@@ -57,7 +58,7 @@ _TRIAL_KEYS = ("entrypoint", "command", "fixed", "retries", "timeout", "resource
 _RESOURCE_KEYS = ("gpu", "cpu", "memory")
 _K8S_KEYS = ("image", "image_pull_policy", "namespace", "storage_secret", "storage_secret_key",
              "service_account", "node_selector", "tolerations", "image_pull_secrets", "env",
-             "indexes_per_pod", "active_deadline", "ttl_after_finished")
+             "indexes_per_pod", "active_deadline", "ttl_after_finished", "storage_proxy")
 _TOLERATION_KEYS = ("key", "operator", "value", "effect", "tolerationSeconds")
 _ARTIFACT_KEYS = ("store", "path", "bucket", "prefix", "endpoint_url", "region",
                   "credentials_secret")
@@ -331,7 +332,8 @@ class _Validator(Checks):
         scheme = url.split("://", 1)[0] if "://" in url else ""
         if scheme not in STORAGE_SCHEMES:
             raise self.err(path, f"unsupported storage URL scheme {scheme or url!r}; use "
-                                 "sqlite:///path.db or postgresql://user:password@host/db")
+                                 "sqlite:///path.db or postgresql://user:password@host/db "
+                                 "(or a sweeper proxy's grpc://host:port)")
         return url
 
     # ---- kubernetes
@@ -367,6 +369,12 @@ class _Validator(Checks):
         for key in ("active_deadline", "ttl_after_finished"):
             if key in m:
                 kw[key] = self.duration(m[key], (*path, key))
+        if "storage_proxy" in m:
+            try:
+                kw["storage_proxy"] = parse_proxy_address(
+                    self.string(m["storage_proxy"], (*path, "storage_proxy")))
+            except ValueError as e:
+                raise self.err((*path, "storage_proxy"), str(e)) from None
         return replace(KubernetesSpec(), **kw)
 
     def k8s_names(self, m: Mapping[str, Any], path: Path_) -> dict[str, Any]:
@@ -474,3 +482,4 @@ class _Validator(Checks):
                                  "set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY in the "
                                  "environment")
         return endpoint
+

@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 METHODS = ("grid", "random", "tpe")
 DIRECTIONS = ("minimize", "maximize")
-STORAGE_SCHEMES = ("sqlite", "postgresql", "postgres", "postgresql+psycopg2")
+STORAGE_SCHEMES = ("sqlite", "postgresql", "postgres", "postgresql+psycopg2", "grpc")
 ARTIFACT_STORES = ("filesystem", "s3")
 #: The largest number of indexes one sweep may have: enqueueing is bulk, but a plan
 #: of more than this is almost certainly a mistake (and a multi-GB study).
@@ -96,6 +96,8 @@ class KubernetesSpec:
     indexes_per_pod: int = 1
     active_deadline: float | None = None
     ttl_after_finished: float = 86400.0
+    #: host:port of a `sweeper proxy` the pods use instead of the database (no Secret then).
+    storage_proxy: str | None = None
 
 
 @dataclass(frozen=True)
@@ -200,7 +202,7 @@ def _spec_to_dict(s: SweepSpec) -> dict[str, Any]:
             "tolerations": [dict(x) for x in k.tolerations],
             "image_pull_secrets": list(k.image_pull_secrets), "env": dict(k.env),
             "indexes_per_pod": k.indexes_per_pod, "active_deadline": k.active_deadline,
-            "ttl_after_finished": k.ttl_after_finished}
+            "ttl_after_finished": k.ttl_after_finished, "storage_proxy": k.storage_proxy}
     objective: Any = [{"metric": o.metric, "direction": o.direction} for o in s.objectives]
     return {
         "name": s.name, "description": s.description, "method": s.method,
