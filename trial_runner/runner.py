@@ -41,6 +41,7 @@ from sweeper.study import (
     claim,
     mark_failed,
     new_attempt,
+    open_trial,
     set_trial_user_attrs,
     with_retry,
 )
@@ -196,7 +197,7 @@ def _run_trial(sweep: Sweep, study: optuna.Study, index: int, trial_id: int, num
     metrics = tuple(o.metric for o in spec.objectives)
     timer = _start_timeout(sweep, trial_id, index, number, spec.trial.timeout)
     try:
-        trial = optuna.Trial(study, trial_id)  # calls sampler.before_trial (Optuna >= 5)
+        trial = open_trial(study, trial_id, number)  # as optuna.Trial(...), one query
         # Provenance for comparing trials: one transaction, code version computed once.
         set_trial_user_attrs(trial, {SPEC_HASH_ATTR: spec.spec_hash,
                                      CODE_VERSION_ATTR: process_code_version()})

@@ -43,7 +43,7 @@ from sweeper.study.record import Sweep, create_or_resume, load_sweep
 from sweeper.study.retry import with_retry
 from sweeper.study.storage import RetryingRDBStorage, open_storage
 from sweeper.study.summaries import IndexStatus, index_table, state_counts, unfinished_indexes
-from sweeper.study.trials import attach_trial, set_trial_user_attrs
+from sweeper.study.trials import attach_trial, open_trial, set_trial_user_attrs
 from sweeper.study.urls import driver_url, redact, resolve_storage_url, scrub
 
 __all__ = [
@@ -75,6 +75,7 @@ __all__ = [
     "mark_failed",
     "new_attempt",
     "open_storage",
+    "open_trial",
     "redact",
     "resolve_storage_url",
     "scrub",

@@ -55,6 +55,7 @@ __all__ = [
     "storage_of",
     "study_id_of",
     "tell",
+    "trial_from_frozen",
     "trial_id_of",
     "trial_value",
 ]
@@ -107,6 +108,24 @@ def study_id_of(study: optuna.Study) -> int:
 def trial_id_of(trial: optuna.Trial | FrozenTrial) -> int:
     """The storage's id of a trial (``number`` counts within a study, this across studies)."""
     return trial._trial_id
+
+
+def trial_from_frozen(study: optuna.Study, frozen: FrozenTrial) -> optuna.Trial:
+    """``optuna.Trial(study, trial_id)`` given the trial as its constructor would read it
+    (``storage.get_trial``: six queries for an unfinished trial): the same attributes, and
+    the sampler's ``before_trial`` hook called the same way."""
+    from optuna import pruners
+
+    trial = optuna.Trial.__new__(optuna.Trial)
+    trial.study = study
+    trial._trial_id = frozen._trial_id
+    trial.storage = study._storage
+    trial._cached_frozen_trial = frozen
+    study.sampler.before_trial(pruners._filter_study(study, frozen), frozen)
+    trial.relative_search_space = None
+    trial._relative_params = None
+    trial._fixed_params = frozen.system_attrs.get("fixed_params", {})
+    return trial
 
 
 def reset_trials_cache(study: optuna.Study) -> None:

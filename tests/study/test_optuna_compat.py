@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 import inspect
+import re
 from pathlib import Path
 
 import optuna
@@ -353,3 +354,26 @@ def test_proxy_trial_cache_registers_trials_it_did_not_create(
     storage.set_trial_state_values(tid, TrialState.COMPLETE, [1.0])
     with pytest.raises(optuna.exceptions.UpdateFinishedTrialError):
         compat.cached_storage(storage).set_trial_param(tid, "y", 0.5, FloatDistribution(0, 1))
+
+
+def test_trial_from_frozen_is_what_the_trial_constructor_builds(
+        storage: RetryingRDBStorage, study: optuna.Study) -> None:
+    """optuna.Trial.__init__ sets study, _trial_id, storage, _cached_frozen_trial (from
+    storage.get_trial), relative_search_space, _relative_params, _fixed_params and calls
+    sampler.before_trial: trial_from_frozen does the same given the frozen trial."""
+    src = inspect.getsource(optuna.Trial.__init__)
+    assigned = set(re.findall(r"self\.(\w+)\s*(?::[^=\n]*)?= ", src))
+    assert assigned == {"study", "_trial_id", "storage", "_cached_frozen_trial",
+                        "relative_search_space", "_relative_params", "_fixed_params"}
+    assert "before_trial" in src and "_filter_study" in src
+    study.enqueue_trial({"x": 0.25})
+    tid = storage.get_all_trials(compat.study_id_of(study))[0]._trial_id
+    storage.set_trial_state_values(tid, TrialState.RUNNING)
+    seen: list[int] = []
+    study.sampler.before_trial = lambda s, t: seen.append(t.number)  # type: ignore[method-assign]
+    real = optuna.Trial(study, tid)
+    mine = compat.trial_from_frozen(study, storage.get_trial(tid))
+    assert seen == [0, 0]
+    assert set(vars(mine)) == set(vars(real))
+    assert mine._fixed_params == real._fixed_params == {"x": 0.25}
+    assert mine.suggest_float("x", 0, 1) == 0.25
