@@ -45,7 +45,7 @@ from sweeper.study import (
     set_trial_user_attrs,
     with_retry,
 )
-from sweeper.study._optuna_compat import storage_of, tell
+from sweeper.study._optuna_compat import storage_of, tell, tell_trial
 from trial_runner.context import InvalidResult, TrialContext, TrialTimeout, objective_values
 from trial_runner.provenance import process_code_version
 
@@ -211,11 +211,11 @@ def _run_trial(sweep: Sweep, study: optuna.Study, index: int, trial_id: int, num
         try:
             result = objective(ctx)
         except optuna.TrialPruned:
-            return _finish_pruned(study, trial_id, index, number)
+            return _finish_pruned(study, trial_id, index, number, trial=trial)
         except TrialTimeout as e:
             return _fail(storage, index, trial_id, number, str(e), protocol.EXIT_NO_RETRY)
         if result is None and ctx.should_prune():
-            return _finish_pruned(study, trial_id, index, number)
+            return _finish_pruned(study, trial_id, index, number, trial=trial)
         try:
             values, extra = objective_values(result, metrics)
         except InvalidResult as e:
@@ -223,7 +223,7 @@ def _run_trial(sweep: Sweep, study: optuna.Study, index: int, trial_id: int, num
         for k, v in extra.items():
             if _jsonable(v):
                 trial.set_user_attr(k, v)
-        if not _tell(study, trial_id, TrialState.COMPLETE, values, number=number):
+        if not _tell(study, trial_id, TrialState.COMPLETE, values, number=number, trial=trial):
             return _superseded(index, number)
         return Outcome(index, protocol.EXIT_OK, "COMPLETE", number,
                        f"index {index}: trial #{number} complete: "
@@ -244,22 +244,27 @@ def _run_trial(sweep: Sweep, study: optuna.Study, index: int, trial_id: int, num
             timer.cancel()
 
 
-def _finish_pruned(study: optuna.Study, trial_id: int, index: int, number: int) -> Outcome:
-    if not _tell(study, trial_id, TrialState.PRUNED, None, number=number):
+def _finish_pruned(study: optuna.Study, trial_id: int, index: int, number: int, *,
+                   trial: optuna.Trial | None = None) -> Outcome:
+    if not _tell(study, trial_id, TrialState.PRUNED, None, number=number, trial=trial):
         return _superseded(index, number)
     return Outcome(index, protocol.EXIT_OK, "PRUNED", number,
                    f"index {index}: trial #{number} pruned")
 
 
 def _tell(study: optuna.Study, trial_id: int, state: TrialState,
-          values: list[float] | None, *, number: int | None = None) -> bool:
+          values: list[float] | None, *, number: int | None = None,
+          trial: optuna.Trial | None = None) -> bool:
     """Finish the trial; a retry after a lost commit acknowledgement finds it finished.
     Optuna's internal tell (what ``study.optimize`` calls) skips the public ``Study.tell``'s
     re-read and deep copy of the finished trial, which nobody here uses."""
     def finish() -> bool:
         n = number if number is not None else storage_of(study).get_trial(trial_id).number
         try:
-            tell(study, n, values, state)
+            if trial is not None:  # its own up-to-date copy: no re-read of the trial
+                tell_trial(study, trial, values, state)
+            else:
+                tell(study, n, values, state)
         except (optuna.exceptions.UpdateFinishedTrialError, ValueError):
             # Finished already: by our own commit whose acknowledgement was lost (fine), or
             # by the watcher, which failed it for a stale heartbeat (the work does not count).

@@ -15,6 +15,7 @@ No other module of ``sweeper`` or ``trial_runner`` touches an ``_underscored`` O
 
 from __future__ import annotations
 
+import copy
 import functools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -55,6 +56,7 @@ __all__ = [
     "storage_of",
     "study_id_of",
     "tell",
+    "tell_trial",
     "trial_from_frozen",
     "trial_id_of",
     "trial_value",
@@ -142,6 +144,37 @@ def tell(study: optuna.Study, number: int, values: Sequence[float] | None,
     from optuna.study._tell import _tell_with_warning
 
     _tell_with_warning(study, number, values, state=state, skip_if_finished=False)
+
+
+def tell_trial(study: optuna.Study, trial: optuna.Trial, values: Sequence[float] | None,
+               state: TrialState) -> None:
+    """:func:`tell` for a trial this process is running, COMPLETE or PRUNED: what
+    ``_tell_with_warning`` does, with the trial's own copy (``Trial`` keeps its params,
+    reports and user attrs up to date in it) instead of re-reading the trial (six queries).
+    Raises ``UpdateFinishedTrialError`` when the trial was finished behind our back (the
+    storage checks the state in the same transaction that writes it)."""
+    from optuna import pruners
+    from optuna.study._tell import _check_state_and_values, _check_values_are_feasible
+
+    study._thread_local.cached_all_trials = None
+    frozen = copy.copy(trial._cached_frozen_trial)
+    _check_state_and_values(state, values)
+    if state == TrialState.COMPLETE:
+        assert values is not None
+        problem = _check_values_are_feasible(study, values)
+        if problem is not None:
+            raise ValueError(problem)
+    elif state == TrialState.PRUNED and frozen.last_step is not None:
+        last = frozen.intermediate_values[frozen.last_step]
+        if _check_values_are_feasible(study, [last]) is None:
+            values = [last]
+    else:
+        raise ValueError(f"tell_trial does not finish a trial as {state.name}")
+    floats = [float(v) for v in values] if values is not None else None
+    try:
+        study.sampler.after_trial(pruners._filter_study(study, frozen), frozen, state, floats)
+    finally:
+        study._storage.set_trial_state_values(frozen._trial_id, state, floats)
 
 
 def set_cached_user_attrs(trial: optuna.Trial, attrs: Mapping[str, Any]) -> None:

@@ -377,3 +377,35 @@ def test_trial_from_frozen_is_what_the_trial_constructor_builds(
     assert set(vars(mine)) == set(vars(real))
     assert mine._fixed_params == real._fixed_params == {"x": 0.25}
     assert mine.suggest_float("x", 0, 1) == 0.25
+
+
+def test_tell_trial_does_what_tell_with_warning_does(storage: RetryingRDBStorage,
+                                                     study: optuna.Study) -> None:
+    """_tell_with_warning: reset cached_all_trials, read the trial, _check_state_and_values,
+    _check_values_are_feasible (COMPLETE), the last intermediate value as a PRUNED trial's
+    value, sampler.after_trial on the filtered study, then set_trial_state_values; tell_trial
+    does the same from the Trial's own copy, with the same stored result."""
+    from optuna.study import _tell
+
+    src = inspect.getsource(_tell._tell_with_warning)
+    for step in ("cached_all_trials = None", "_get_frozen_trial", "_check_state_and_values",
+                 "_check_values_are_feasible", "last_step", "_filter_study", "after_trial",
+                 "set_trial_state_values"):
+        assert step in src, step
+    results = []
+    for finish in (lambda t, v, s: compat.tell(study, t.number, v, s),
+                   lambda t, v, s: compat.tell_trial(study, t, v, s)):
+        done, pruned, bad = study.ask(), study.ask(), study.ask()
+        done.report(0.5, 0)
+        pruned.report(2.0, 0)
+        pruned.report(1.5, 3)
+        finish(done, [1.25], TrialState.COMPLETE)
+        finish(pruned, None, TrialState.PRUNED)
+        with pytest.raises(ValueError):
+            finish(bad, [float("nan")], TrialState.COMPLETE)
+        got = [storage.get_trial(compat.trial_id_of(t)) for t in (done, pruned, bad)]
+        results.append([(t.state, t.values, t.intermediate_values) for t in got])
+        with pytest.raises(optuna.exceptions.UpdateFinishedTrialError):
+            compat.tell_trial(study, done, [2.0], TrialState.COMPLETE)  # finished: refused
+    assert results[0] == results[1]
+    assert results[1][1][:2] == (TrialState.PRUNED, [1.5])
