@@ -165,6 +165,7 @@ def _load(m: dict[str, Any]) -> str:
 def notes(result: dict[str, Any]) -> list[str]:
     """Where the time over ideal goes, derived from the recorded figures (not opinion)."""
     from benchmarks.common import median
+    from benchmarks.overhead import target
 
     out: list[str] = []
     sec = result["sections"]
@@ -189,7 +190,8 @@ def notes(result: dict[str, Any]) -> list[str]:
         stop = ph.get("stop_s", ph["end_s"])
         per_trial = (sum(stop - x for x in ready) - n * t) / n * 1000.0
         out.append(
-            f"Overhead N={n}, ideal {ideal:.1f} s, 1.05x budget {0.05 * ideal:.2f} s; where a "
+            f"Overhead N={n}, ideal {ideal:.1f} s, {target(n):.2f}x budget "
+            f"{(target(n) - 1) * ideal:.2f} s; where a "
             f"sweeper run of {r['wall_s']:.1f} s went: {ph['backend_s']:.2f} s to open the "
             f"storage and enqueue; "
             f"workers ready {median(ready) - ph['backend_s']:.2f} s later (median; last "
