@@ -58,6 +58,12 @@ def plain_wall(n: int, duration: float, workers: int) -> dict[str, Any]:
     return {"wall_s": wall}
 
 
+def target(n: int) -> float:
+    """The issue's bound on wall / ideal: 1.05x for short sweeps, 1.02x from 2,000 trials
+    (the start-up of the workers is spread over more trials)."""
+    return 1.02 if n >= 2000 else 1.05
+
+
 def run(sizes: dict[str, Any], log: Any) -> tuple[list[Row], dict[str, Any]]:
     duration, workers, repeats = sizes["t"], sizes["w"], sizes["repeats"]
     rows: list[Row] = []
@@ -90,9 +96,10 @@ def run(sizes: dict[str, Any], log: Any) -> tuple[list[Row], dict[str, Any]]:
                    "plain_overhead_per_trial_ms": (p - ideal) * workers / n * 1000.0,
                    "sweeper_runs_s": sweeper_runs, "plain_runs_s": plain_runs}
         label = f"overhead N={n} t={duration:g}s W={workers}"
+        bound = target(n)
         rows.append(Row(f"{label}: vs ideal", f"sweeper {s:.2f}s / ideal {ideal:.2f}s = "
-                        f"{s / ideal:.3f}x (plain {p / ideal:.3f}x)", "<= 1.05x ideal",
-                        verdict(s / ideal <= 1.05), figures))
+                        f"{s / ideal:.3f}x (plain {p / ideal:.3f}x)", f"<= {bound:.2f}x ideal",
+                        verdict(s / ideal <= bound), figures))
         rows.append(Row(f"{label}: vs plain Optuna", f"sweeper {s:.2f}s / plain {p:.2f}s = "
                         f"{s / p:.3f}", "<= 1.00", verdict(s / p <= 1.00), figures))
     return rows, raw

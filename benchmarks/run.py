@@ -41,6 +41,9 @@ SIZES: dict[str, dict[str, Any]] = {
         "m_dims": 2, "m_trials": 10, "m_seeds": 1, "m_w": 2, "m_delay": 0.0,
         "m_functions": ("sphere",), "mo_dims": 3, "mo_trials": 10, "mo_population": 4,
         "mo_seeds": 1, "c_trials": 10, "c_seeds": 1,
+        "px_threshold_ws": [2], "px_threshold_per_w": 2, "px_threshold_t": 0.05,
+        "px_conn_w": 4, "px_conn_n": 8, "px_conn_t": 0.1,
+        "px_cap_w": 2, "px_cap_n": 4, "px_cap_t": 0.05,
     },
     "quick": {
         "n": [200], "t": 0.5, "w": 8, "repeats": 1,
@@ -52,6 +55,9 @@ SIZES: dict[str, dict[str, Any]] = {
         "m_dims": 5, "m_trials": 60, "m_seeds": 1, "m_w": 8, "m_delay": 0.2,
         "mo_dims": 5, "mo_trials": 80, "mo_population": 16, "mo_seeds": 1,
         "c_trials": 60, "c_seeds": 1,
+        "px_threshold_ws": [8, 16], "px_threshold_per_w": 4, "px_threshold_t": 1.0,
+        "px_conn_w": 32, "px_conn_n": 128, "px_conn_t": 0.5,
+        "px_cap_w": 16, "px_cap_n": 64, "px_cap_t": 0.5,
     },
     "default": {
         "n": [200, 600], "t": 0.5, "w": 8, "repeats": 1,
@@ -63,6 +69,9 @@ SIZES: dict[str, dict[str, Any]] = {
         "m_dims": 5, "m_trials": 60, "m_seeds": 2, "m_w": 8, "m_delay": 0.2,
         "mo_dims": 5, "mo_trials": 120, "mo_population": 20, "mo_seeds": 2,
         "c_trials": 100, "c_seeds": 3,
+        "px_threshold_ws": [8, 16, 32], "px_threshold_per_w": 4, "px_threshold_t": 1.0,
+        "px_conn_w": 64, "px_conn_n": 640, "px_conn_t": 0.5,
+        "px_cap_w": 64, "px_cap_n": 640, "px_cap_t": 0.5,
     },
     "full": {
         "n": [200, 2_000], "t": 0.5, "w": 8, "repeats": 2,
@@ -75,11 +84,14 @@ SIZES: dict[str, dict[str, Any]] = {
         "m_dims": 5, "m_trials": 100, "m_seeds": 3, "m_w": 8, "m_delay": 0.2,
         "mo_dims": 5, "mo_trials": 200, "mo_population": 20, "mo_seeds": 5,
         "c_trials": 100, "c_seeds": 10,
+        "px_threshold_ws": [8, 16, 32, 64], "px_threshold_per_w": 4, "px_threshold_t": 1.0,
+        "px_conn_w": 64, "px_conn_n": 640, "px_conn_t": 0.5,
+        "px_cap_w": 64, "px_cap_n": 640, "px_cap_t": 0.5,
     },
 }
 
 SECTIONS = ("startup", "scaling", "duplicates", "connections", "overhead", "quality",
-            "methods")
+            "methods", "proxy")
 
 
 def _section(name: str) -> Callable[[dict[str, Any], Callable[[str], None]],
@@ -201,6 +213,7 @@ def _load(m: dict[str, Any]) -> str:
 def notes(result: dict[str, Any]) -> list[str]:
     """Where the time over ideal goes, derived from the recorded figures (not opinion)."""
     from benchmarks.common import median
+    from benchmarks.overhead import target
 
     out: list[str] = []
     sec = result["sections"]
@@ -225,7 +238,8 @@ def notes(result: dict[str, Any]) -> list[str]:
         stop = ph.get("stop_s", ph["end_s"])
         per_trial = (sum(stop - x for x in ready) - n * t) / n * 1000.0
         out.append(
-            f"Overhead N={n}, ideal {ideal:.1f} s, 1.05x budget {0.05 * ideal:.2f} s; where a "
+            f"Overhead N={n}, ideal {ideal:.1f} s, {target(n):.2f}x budget "
+            f"{(target(n) - 1) * ideal:.2f} s; where a "
             f"sweeper run of {r['wall_s']:.1f} s went: {ph['backend_s']:.2f} s to open the "
             f"storage and enqueue; "
             f"workers ready {median(ready) - ph['backend_s']:.2f} s later (median; last "

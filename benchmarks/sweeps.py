@@ -52,11 +52,13 @@ class SweepRun:
 
 
 def run_sweep(url: str, spec: dict[str, Any], log_root: Path | None = None,
-              max_starting: int | None = None) -> SweepRun:
+              max_starting: int | None = None, proxy: bool | None = False) -> SweepRun:
     """Create the sweep and run it on the local backend; the wall time is measured from the
     call (storage not yet open) until every worker has exited. ``max_starting``: the backend's
-    setting (default: one worker starting per core)."""
+    setting (default: one worker starting per core). ``proxy``: the backend's (default: off,
+    the direct path; True: the workers go through an in-process storage proxy)."""
     from sweeper.backends.local import LocalBackend
+    from sweeper.proxy.client import close_storage
     from sweeper.report import Progress
     from sweeper.spec import parse_spec_dict
     from sweeper.study import (
@@ -92,13 +94,13 @@ def run_sweep(url: str, spec: dict[str, Any], log_root: Path | None = None,
                 phases.setdefault("stop_s", time.perf_counter() - t0)
                 return super()._stop_all(*args, **kwargs)
 
-        result = Timed(Path(tmp) / parsed.name, max_starting=max_starting).run(
+        result = Timed(Path(tmp) / parsed.name, max_starting=max_starting, proxy=proxy).run(
             sweep, todo, storage_url=url, tick=progress.tick)
         progress.close()
         wall = time.perf_counter() - t0
         phases["end_s"] = wall
         counts = state_counts(storage, sweep.study_id)
-        storage.engine.dispose()
+        close_storage(storage)
         started = len(list((Path(tmp) / parsed.name).glob("worker-*.log")))
     if result.failed or result.interrupted or counts.get("FAIL"):
         raise Disturbed(f"sweep {parsed.name} did not finish cleanly: {len(result.failed)} "

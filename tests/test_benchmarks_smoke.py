@@ -18,7 +18,7 @@ from tests.conftest import PG_ADMIN_URL, REPO
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 
 SECTIONS = {"startup", "scaling", "duplicates", "connections", "overhead", "quality",
-            "methods"}
+            "methods", "proxy"}
 
 
 def test_tiny_run_writes_every_item(pg_admin: sa.Engine, tmp_path: Path) -> None:
@@ -55,6 +55,10 @@ def test_tiny_run_writes_every_item(pg_admin: sa.Engine, tmp_path: Path) -> None
     # sweeper runs each grid point exactly once whatever the size (no timing involved).
     assert raw["duplicates"]["sweeper"]["executed"] == raw["duplicates"]["points"]
     assert raw["duplicates"]["sweeper"]["distinct"] == raw["duplicates"]["points"]
+    proxied = raw["proxy"]["connections"]["proxied"]
+    assert proxied["per_index"] == 1.0 and proxied["distinct"] == proxied["n"]
+    assert raw["proxy"]["capacity"]["cpu_per_trial_s"] > 0
+    assert set(raw["proxy"]["latency"]) == {"25", "400"}
     assert set(raw["quality"]["normalised_regret"]) == {
         "sphere", "rosenbrock", "rastrigin", "styblinski_tang"}
     # every method ran through sweeper and plain Optuna; nsga2/3 and the conditional space too

@@ -1,7 +1,8 @@
 """``python -m trial_runner``: what a pod (or a local worker) runs.
 
 Configuration comes from the environment, never argv (the storage URL holds a password):
-  SWEEPER_STORAGE   storage URL (in Kubernetes: from a Secret via secretKeyRef)
+  SWEEPER_STORAGE   storage URL (in Kubernetes: from a Secret via secretKeyRef, or the
+                    storage proxy's grpc://host:port, which holds no password)
   SWEEPER_STUDY     sweep name
   JOB_ID            the index (fallback JOB_COMPLETION_INDEX, set by Indexed Jobs)
   SWEEPER_INDEXES_PER_POD  a pod works through indexes JOB_ID*N .. JOB_ID*N+N-1 in turn
@@ -26,6 +27,7 @@ from typing import Any
 from sweeper import protocol
 from sweeper.entrypoint import load_entrypoint
 from sweeper.errors import SpecError, StorageError
+from sweeper.proxy.client import close_storage
 from sweeper.spec import SweepSpec
 from sweeper.study import Sweep, open_storage
 from trial_runner.context import TrialContext
@@ -128,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             return serve(sweep, objective, settings)
         finally:
-            storage.engine.dispose()  # close connections cleanly: __main__ skips the final GC
+            close_storage(storage)  # close connections cleanly: __main__ skips the final GC
     try:
         indexes = [args.index] if args.index is not None else \
             protocol.job_indexes_from_env(os.environ, sweep.spec.trials)
@@ -150,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
         logger.error("interrupted by %s; the trial is marked FAIL and will be retried", e)
         return protocol.EXIT_SIGNAL_BASE + e.signum
     finally:
-        storage.engine.dispose()
+        close_storage(storage)
     return protocol.combine_exit_codes(codes)
 
 

@@ -50,10 +50,11 @@ from sweeper.study import (
     claim,
     mark_failed,
     new_attempt,
+    open_trial,
     set_trial_user_attrs,
     stop,
 )
-from sweeper.study._optuna_compat import storage_of, tell
+from sweeper.study._optuna_compat import storage_of, tell, tell_trial
 from trial_runner.checkpoints import CheckpointMirror
 from trial_runner.context import (
     InvalidResult,
@@ -257,7 +258,7 @@ def _run_trial(sweep: Sweep, study: optuna.Study, index: int, trial_id: int, num
         return _fail(storage, index, trial_id, number, reason, code)
 
     try:
-        trial = optuna.Trial(study, trial_id)  # calls sampler.before_trial (Optuna >= 5)
+        trial = open_trial(study, trial_id, number)  # as optuna.Trial(...), one query
         # Provenance for comparing trials: one transaction, code version computed once.
         set_trial_user_attrs(trial, {SPEC_HASH_ATTR: spec.spec_hash,
                                      CODE_VERSION_ATTR: process_code_version()})
@@ -278,11 +279,11 @@ def _run_trial(sweep: Sweep, study: optuna.Study, index: int, trial_id: int, num
         try:
             result = objective(ctx)
         except optuna.TrialPruned:
-            return _finish_pruned(study, trial_id, index, number)
+            return _finish_pruned(study, trial_id, index, number, trial=trial)
         except (TrialTimeout, DataError, SuggestNotAllowed) as e:
             return fail(str(e), _exit_code_of(e))
         if result is None and ctx.should_prune():
-            return _finish_pruned(study, trial_id, index, number)
+            return _finish_pruned(study, trial_id, index, number, trial=trial)
         try:
             values, extra = objective_values(result, metrics)
         except InvalidResult as e:
@@ -290,7 +291,7 @@ def _run_trial(sweep: Sweep, study: optuna.Study, index: int, trial_id: int, num
         for k, v in extra.items():
             if _jsonable(v):
                 trial.set_user_attr(k, v)
-        if not _tell(study, trial_id, TrialState.COMPLETE, values, number=number):
+        if not _tell(study, trial_id, TrialState.COMPLETE, values, number=number, trial=trial):
             return _superseded(index, number)
         return Outcome(index, protocol.EXIT_OK, "COMPLETE", number,
                        f"index {index}: trial #{number} complete: "
@@ -343,22 +344,28 @@ def _restore(mirror: CheckpointMirror | None, ctx: TrialContext) -> str | None:
     return None
 
 
-def _finish_pruned(study: optuna.Study, trial_id: int, index: int, number: int) -> Outcome:
-    if not _tell(study, trial_id, TrialState.PRUNED, None, number=number):
+def _finish_pruned(study: optuna.Study, trial_id: int, index: int, number: int, *,
+                   trial: optuna.Trial | None = None) -> Outcome:
+    if not _tell(study, trial_id, TrialState.PRUNED, None, number=number, trial=trial):
         return _superseded(index, number)
     return Outcome(index, protocol.EXIT_OK, "PRUNED", number,
                    f"index {index}: trial #{number} pruned")
 
 
 def _tell(study: optuna.Study, trial_id: int, state: TrialState,
-          values: list[float] | None, *, number: int | None = None) -> bool:
+          values: list[float] | None, *, number: int | None = None,
+          trial: optuna.Trial | None = None) -> bool:
     """Finish the trial. Every storage call of the tell retries, and a retry after a lost
     commit acknowledgement finds its own state and values stored (the storage's
     ``set_trial_state_values``). Optuna's internal tell (what ``study.optimize`` calls) skips
-    the public ``Study.tell``'s re-read and deep copy of the finished trial."""
+    the public ``Study.tell``'s re-read and deep copy of the finished trial; given the
+    ``trial`` (its own up-to-date copy), not even the trial is re-read."""
     n = number if number is not None else storage_of(study).get_trial(trial_id).number
     try:
-        tell(study, n, values, state)
+        if trial is not None:
+            tell_trial(study, trial, values, state)
+        else:
+            tell(study, n, values, state)
     except (optuna.exceptions.UpdateFinishedTrialError, ValueError):
         # Finished by someone else: the watcher failed it for a stale heartbeat (the work
         # does not count).

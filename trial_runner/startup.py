@@ -16,14 +16,15 @@ from collections.abc import Mapping
 
 from sweeper import protocol
 from sweeper.errors import SpecError, StudyNotFoundError
+from sweeper.proxy.client import StudyStorage
 from sweeper.spec import SweepSpec, parse_spec_dict
-from sweeper.study import RetryingRDBStorage, Sweep, create_or_resume, load_sweep
+from sweeper.study import Sweep, create_or_resume, load_sweep
 from sweeper.study.record import changed_spec_error
 
 logger = logging.getLogger(__name__)
 
 
-def open_sweep(storage: RetryingRDBStorage, name: str, env: Mapping[str, str]) -> Sweep:
+def open_sweep(storage: StudyStorage, name: str, env: Mapping[str, str]) -> Sweep:
     """The sweep ``name``; created from ``$SWEEPER_SPEC_FILE`` when the storage has none.
     Raises SpecError (a configuration error) or StorageError."""
     path = env.get(protocol.ENV_SPEC_FILE)

@@ -21,7 +21,7 @@ from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 from optuna.trial import TrialState
 
@@ -111,8 +111,14 @@ class LocalBackend:
     name = "local"
 
     def __init__(self, log_dir: Path, *, grace_period_s: float | None = None,
-                 stop_timeout_s: float = 15.0, max_starting: int | None = None) -> None:
+                 stop_timeout_s: float = 15.0, max_starting: int | None = None,
+                 proxy: bool | None = None, metrics: Any = None) -> None:
         self.log_dir = log_dir
+        #: Workers reach the study through an in-process storage proxy: True, False, or None
+        #: (when it pays: sweeper.proxy.server.proxy_pays). A Prometheus registry in
+        #: ``metrics`` turns it on: claim, tell and heartbeat metrics are observed there.
+        self.proxy = proxy
+        self.metrics = metrics
         self.grace_period_s = grace_period_s if grace_period_s is not None else \
             protocol.grace_period_s(os.environ)
         self.stop_timeout_s = stop_timeout_s
@@ -134,7 +140,8 @@ class LocalBackend:
         self._record_launch(sweep)
         n = min(sweep.spec.parallelism, len(pending))
         slots = gpu_slots(detect_gpus(), sweep.spec.trial.resources.gpu, n)
-        env = self._env(sweep, storage_url, n)
+        proxy = self._start_proxy(storage_url, n)
+        env = self._env(sweep, proxy.url if proxy is not None else storage_url, n)
         dispatched: dict[int, int] = {}
         finished: list[int] = []
         failed: list[int] = []
@@ -179,6 +186,8 @@ class LocalBackend:
         finally:
             self._stop_all(workers, sweep)
             sel.close()
+            if proxy is not None:  # after the workers: stopping ones still mark trials FAIL
+                proxy.stop()
 
     def log_tail(self, sweep: Sweep, index: int, lines: int) -> LogTail:
         from sweeper.runlogs import last_lines, read_local_log
@@ -193,6 +202,19 @@ class LocalBackend:
             sweep.storage.set_study_user_attr(sweep.study_id, key, value)
 
     # ---------------------------------------------------------------- workers
+
+    def _start_proxy(self, storage_url: str, n_workers: int) -> Any:
+        from sweeper.proxy.client import is_proxy_url, proxy_pays
+
+        wanted = self.proxy if self.proxy is not None else \
+            self.metrics is not None or proxy_pays(storage_url, n_workers)
+        if not wanted or is_proxy_url(storage_url):
+            return None
+        from sweeper.proxy.server import start_local_proxy
+
+        server = start_local_proxy(storage_url, self.metrics)
+        logger.info("workers reach the study through the storage proxy on %s", server.url)
+        return server
 
     def _env(self, sweep: Sweep, storage_url: str, n_workers: int) -> dict[str, str]:
         env = dict(os.environ)

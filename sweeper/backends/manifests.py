@@ -82,10 +82,13 @@ def launch_of(sweep_name: str, name: str) -> int | None:
 
 
 def with_kubernetes(spec: SweepSpec, *, image: str | None = None, namespace: str | None = None,
-                    storage_secret: str | None = None) -> SweepSpec:
+                    storage_secret: str | None = None,
+                    storage_proxy: str | None = None) -> SweepSpec:
     """The spec with command-line overrides of its ``kubernetes:`` section applied."""
     changes: dict[str, Any] = {k: v for k, v in (("image", image), ("namespace", namespace),
                                                  ("storage_secret", storage_secret)) if v}
+    if storage_proxy:
+        changes["storage_proxy"] = _proxy_address(storage_proxy)
     for key in ("namespace", "storage_secret"):
         if key in changes and not _DNS_LABEL_RE.match(changes[key]):
             raise SpecError(f"{changes[key]!r} is not a valid Kubernetes name",
@@ -93,6 +96,15 @@ def with_kubernetes(spec: SweepSpec, *, image: str | None = None, namespace: str
     if not changes:
         return spec
     return dataclasses.replace(spec, kubernetes=dataclasses.replace(spec.kubernetes, **changes))
+
+
+def _proxy_address(value: str) -> str:
+    from sweeper.spec._primitives import parse_proxy_address
+
+    try:
+        return parse_proxy_address(value)
+    except ValueError as e:
+        raise SpecError(str(e), source="command line", field="--storage-proxy") from None
 
 
 def index_map(spec: SweepSpec, indexes: Sequence[int] | None) -> list[int] | None:

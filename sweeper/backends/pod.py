@@ -194,6 +194,9 @@ def _env(spec: SweepSpec, k: KubernetesSpec, mapping: list[int] | None) -> list[
     env += [
         {"name": protocol.ENV_STUDY, "value": spec.name},
         # Never a literal: the kubelet reads the URL (it holds a password) from the Secret.
+        # Through a storage proxy the pods get its address and no database Secret at all.
+        {"name": protocol.ENV_STORAGE, "value": f"grpc://{k.storage_proxy}"}
+        if k.storage_proxy else
         {"name": protocol.ENV_STORAGE, "valueFrom": {"secretKeyRef": {
             "name": k.storage_secret, "key": k.storage_secret_key}}},
         {"name": protocol.ENV_JOB_ID, "valueFrom": {"fieldRef": {

@@ -4,15 +4,15 @@ Results go to stdout, diagnostics and progress to stderr. Every SweeperError bec
 and its exit code (2: bad input or unreachable storage, 1: some index failed, 3: backend);
 no traceback for user mistakes (``-v`` shows them).
 
-The commands live in private modules by job (_spec, _run, _inspect, _manage, _cluster) and attach
-themselves to the group in _group when imported here; _common holds what they share. Nothing
-heavy (optuna, kubernetes, sqlalchemy, torch) is imported before a command runs.
+The commands live in private modules by job (_spec, _run, _inspect, _manage, _cluster, _import,
+_proxy) and attach themselves to the group in _group when imported here; _common holds what
+they share. Nothing heavy (optuna, kubernetes, sqlalchemy, torch) is imported before a command runs.
 """
 
 from __future__ import annotations
 
 # Imported for their side effect: each attaches its commands to ``cli``.
-from sweeper.cli import _cluster, _import, _inspect, _manage, _run, _spec  # noqa: F401
+from sweeper.cli import _cluster, _import, _inspect, _manage, _proxy, _run, _spec  # noqa: F401
 from sweeper.cli._group import cli
 
 __all__ = ["cli", "main"]

@@ -103,6 +103,17 @@ def _open_existing(url: str, name: str | None = None) -> Any:
         raise StudyNotFoundError(f"no sweep named {name!r}: {e}") from None
 
 
+def _database_only(url: str, command: str) -> None:
+    """``list`` and ``delete`` read and write the database directly (grouped queries, the
+    artifact index): through a storage proxy they stop with one line saying what to pass."""
+    from sweeper.errors import StorageError
+    from sweeper.proxy.client import is_proxy_url
+
+    if is_proxy_url(url):
+        raise StorageError(f"sweeper {command} needs the database's URL, not the storage proxy "
+                           f"{url}: pass --storage postgresql://... (or set $SWEEPER_STORAGE)")
+
+
 def _load_target(target: _Target) -> Any:
     """The stored sweep ``target`` names; not found names the storage and what it holds."""
     from sweeper.errors import StudyNotFoundError
@@ -162,6 +173,9 @@ def _job_options(fn: F) -> F:
         click.option("--storage-secret", metavar="NAME",
                      help="Kubernetes: Secret whose key (kubernetes.storage_secret_key, "
                           "default url) holds the storage URL the pods use."),
+        click.option("--storage-proxy", metavar="HOST:PORT",
+                     help="Kubernetes: the pods reach the study through this `sweeper proxy` "
+                          "(kubernetes.storage_proxy) and get no database Secret."),
     ]):
         fn = option(fn)
     return fn

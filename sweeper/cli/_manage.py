@@ -13,6 +13,7 @@ from sweeper import protocol
 from sweeper.cli._common import (
     _clients,
     _cluster_options,
+    _database_only,
     _errors,
     _load_target,
     _open_existing,
@@ -45,6 +46,7 @@ def list_sweeps(storage: str | None, fmt: str) -> None:
     from sweeper.study import redact, resolve_storage_url
 
     url = resolve_storage_url(storage)
+    _database_only(url, "list")
     sweeps = query(_open_existing(url))
     if fmt == "json":
         click.echo(json.dumps([_record(s) for s in sweeps], indent=2, allow_nan=False))
@@ -112,6 +114,7 @@ def delete(name: str, storage: str | None, yes: bool, kube: bool | None,
     from sweeper.study import redact, state_counts
 
     target = _target(name, storage)
+    _database_only(target.url, "delete")
     sweep = _load_target(target)
     counts = state_counts(sweep.storage, sweep.study_id)
     artifact_ids = sweep_artifact_ids(sweep.storage, sweep.study_id)

@@ -26,6 +26,7 @@ from sweeper.cli._common import (
     storage_option,
 )
 from sweeper.cli._group import cli
+from sweeper.cli._proxy import proxy_options, run_extras
 from sweeper.cli._stop import ignore_stop_option, may_launch, report_stop
 from sweeper.errors import SweeperError, SweepFailedError
 
@@ -66,21 +67,25 @@ run_format_option = click.option(
 @allow_cpu_option
 @run_format_option
 @ignore_stop_option
+@proxy_options
 @_errors
 def run(spec_file: str, storage: str | None, parallelism: int | None, backend: str,
         log_dir: str, image: str | None, namespace: str | None, storage_secret: str | None,
-        kubeconfig: str | None, context: str | None, detach: bool, overrides: tuple[str, ...],
-        allow_cpu: bool, fmt: str, ignore_stop: bool) -> None:
+        storage_proxy: str | None, kubeconfig: str | None, context: str | None, detach: bool,
+        overrides: tuple[str, ...], allow_cpu: bool, fmt: str, ignore_stop: bool,
+        proxy: bool | None, metrics_port: int | None) -> None:
     """Create (or resume) the sweep and run every index that has no finished trial."""
     from sweeper.backends.manifests import with_kubernetes
     from sweeper.study import resolve_storage_url
 
     spec = _load(spec_file, check_entrypoint=backend == "local", overrides=overrides)
     spec = spec.with_overrides(parallelism=parallelism)
-    spec = with_kubernetes(spec, image=image, namespace=namespace, storage_secret=storage_secret)
+    spec = with_kubernetes(spec, image=image, namespace=namespace, storage_secret=storage_secret,
+                           storage_proxy=storage_proxy)
     url = resolve_storage_url(storage, spec)
+    extras = run_extras(backend, proxy, metrics_port, url, spec.name)
     _launch(spec, url, _backend(backend, spec, log_dir, kubeconfig, context, detach,
-                                allow_cpu), fmt, ignore_stop)
+                                allow_cpu, **extras), fmt, ignore_stop)
 
 
 @cli.command()
@@ -102,8 +107,8 @@ def run(spec_file: str, storage: str | None, parallelism: int | None, backend: s
 @_errors
 def resume(name: str, storage: str | None, backend: str | None, parallelism: int | None,
            log_dir: str, image: str | None, namespace: str | None, storage_secret: str | None,
-           kubeconfig: str | None, context: str | None, detach: bool, allow_cpu: bool,
-           fmt: str, ignore_stop: bool) -> None:
+           storage_proxy: str | None, kubeconfig: str | None, context: str | None,
+           detach: bool, allow_cpu: bool, fmt: str, ignore_stop: bool) -> None:
     """Run only the indexes of a stored sweep that have no finished trial (its spec comes from
     the study; on Kubernetes a new, sparse Job NAME-r<N>). NAME may be the sweep's spec file
     (name and storage: are read from it; `run` applies a changed file, resume does not)."""
@@ -115,7 +120,8 @@ def resume(name: str, storage: str | None, backend: str | None, parallelism: int
         click.echo(f"note: {name} differs from the stored sweep {sweep.name}; resume runs the "
                    f"stored one (`sweeper run {name}` applies the file)", err=True)
     spec = sweep.spec.with_overrides(parallelism=parallelism)
-    spec = with_kubernetes(spec, image=image, namespace=namespace, storage_secret=storage_secret)
+    spec = with_kubernetes(spec, image=image, namespace=namespace, storage_secret=storage_secret,
+                           storage_proxy=storage_proxy)
     if backend is None:
         attrs = sweep.storage.get_study_user_attrs(sweep.study_id)
         backend = attrs.get(protocol.BACKEND_ATTR) or (
@@ -125,14 +131,15 @@ def resume(name: str, storage: str | None, backend: str | None, parallelism: int
 
 
 def _backend(kind: str, spec: Any, log_dir: str, kubeconfig: str | None, context: str | None,
-             detach: bool, allow_cpu: bool = False) -> Backend:
+             detach: bool, allow_cpu: bool = False, proxy: bool | None = None,
+             metrics: Any = None) -> Backend:
     if kind == "local":
         from sweeper.backends.local import LocalBackend, check_gpus
 
         warning = check_gpus(spec, allow_cpu=allow_cpu)
         if warning:
             click.echo(f"warning: {warning}", err=True)
-        return LocalBackend(Path(log_dir) / spec.name)
+        return LocalBackend(Path(log_dir) / spec.name, proxy=proxy, metrics=metrics)
     return _kubernetes_backend(kubeconfig, context, detach)
 
 

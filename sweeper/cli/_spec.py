@@ -111,7 +111,8 @@ def _ranges(spec: Any) -> str:
 @set_option
 @_errors
 def render(spec_file: str, parallelism: int | None, image: str | None, namespace: str | None,
-           storage_secret: str | None, overrides: tuple[str, ...]) -> None:
+           storage_secret: str | None, storage_proxy: str | None,
+           overrides: tuple[str, ...]) -> None:
     """Print the Kubernetes objects `run --backend kubernetes` submits, as YAML (no storage,
     no cluster): the ConfigMap NAME-spec and the Job. Applied on their own (kubectl apply -f -,
     GitOps), the first trial runner creates the sweep from the spec."""
@@ -123,7 +124,8 @@ def render(spec_file: str, parallelism: int | None, image: str | None, namespace
 
     spec = _load(spec_file, check_entrypoint=False, overrides=overrides)
     spec = spec.with_overrides(parallelism=parallelism)
-    spec = with_kubernetes(spec, image=image, namespace=namespace, storage_secret=storage_secret)
+    spec = with_kubernetes(spec, image=image, namespace=namespace, storage_secret=storage_secret,
+                           storage_proxy=storage_proxy)
     default_image = KubernetesSpec().image
     if spec.kubernetes.image == default_image:
         click.echo(f"note: no kubernetes.image in the spec and no --image: the Job runs "

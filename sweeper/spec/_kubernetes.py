@@ -16,7 +16,15 @@ from dataclasses import replace
 from typing import Any
 
 from sweeper.protocol import RESERVED_ENV
-from sweeper.spec._primitives import ENV_NAME_RE, NAME_RE, QUANTITY_RE, Checks, clip, kind_of
+from sweeper.spec._primitives import (
+    ENV_NAME_RE,
+    NAME_RE,
+    QUANTITY_RE,
+    Checks,
+    clip,
+    kind_of,
+    parse_proxy_address,
+)
 from sweeper.spec._yaml import Path_
 from sweeper.spec.model import VOLUME_KINDS, KubernetesSpec, Volume
 
@@ -25,7 +33,7 @@ K8S_KEYS = ("image", "image_pull_policy", "namespace", "storage_secret", "storag
             "indexes_per_pod", "active_deadline", "ttl_after_finished", "labels", "annotations",
             "priority_class", "runtime_class", "affinity", "termination_grace_period",
             "shm_size", "scratch_size", "volumes", "gpu_resource", "cpu_limit",
-            "checkpoint_volume", "pod_template")
+            "checkpoint_volume", "pod_template", "storage_proxy")
 _TOLERATION_KEYS = ("key", "operator", "value", "effect", "tolerationSeconds")
 _VOLUME_KEYS = ("name", "mount_path", "read_only", *VOLUME_KINDS)
 #: Volumes and mount paths the rendered pod uses itself.
@@ -64,6 +72,12 @@ def kubernetes(v: Checks, value: Any, path: Path_, *, deep: bool) -> KubernetesS
         if m.get(key) is not None:
             kw[key] = pass_through(v, m[key], (*path, key), model, deep=deep,
                                    partial=key == "pod_template")
+    if "storage_proxy" in m:
+        try:
+            kw["storage_proxy"] = parse_proxy_address(
+                v.string(m["storage_proxy"], (*path, "storage_proxy")))
+        except ValueError as e:
+            raise v.err((*path, "storage_proxy"), str(e)) from None
     return replace(KubernetesSpec(), **kw)
 
 

@@ -208,3 +208,20 @@ def describe_types(types: frozenset[str]) -> str:
     words = [w for t, w in _OPTION_WORDS.items() if t in types]
     return " or ".join(words) if words else "a scalar"
 
+
+
+_PROXY_ADDRESS_RE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?(:[0-9]{1,5})?$")
+
+
+def parse_proxy_address(value: str) -> str:
+    """A storage proxy address, ``host[:port]`` (``grpc://`` allowed) -> ``host:port`` (port
+    13000, ``sweeper proxy``'s default, when left out). ValueError says what is wrong."""
+    address = value.removeprefix("grpc://").rstrip("/")
+    if not _PROXY_ADDRESS_RE.match(address):
+        shown = "a URL with credentials" if "@" in value else clip(value)  # never echo them
+        raise ValueError(f"{shown} is not a storage proxy address: use host:port, e.g. "
+                         "sweeper-storage-proxy:13000 (no user, password or path)")
+    host, _, port = address.partition(":")
+    if port and not 0 < int(port) < 65536:
+        raise ValueError(f"port {port} is out of range")
+    return f"{host}:{port or 13000}"

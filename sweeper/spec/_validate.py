@@ -369,7 +369,8 @@ class _Validator(Checks):
         scheme = url.split("://", 1)[0] if "://" in url else ""
         if scheme not in STORAGE_SCHEMES:
             raise self.err(path, f"unsupported storage URL scheme {scheme or url!r}; use "
-                                 "sqlite:///path.db or postgresql://user:password@host/db")
+                                 "sqlite:///path.db or postgresql://user:password@host/db "
+                                 "(or a sweeper proxy's grpc://host:port)")
         return url
 
     # ---- artifacts
@@ -433,3 +434,4 @@ class _Validator(Checks):
                                  "set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY in the "
                                  "environment")
         return endpoint
+

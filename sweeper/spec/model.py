@@ -18,7 +18,7 @@ METHODS = ("grid", "random", "tpe", "gp", "cmaes", "qmc", "nsga2", "nsga3")
 PLANNED_METHODS = ("grid", "random", "qmc")
 Method = Literal["grid", "random", "tpe", "gp", "cmaes", "qmc", "nsga2", "nsga3"]
 DIRECTIONS = ("minimize", "maximize")
-STORAGE_SCHEMES = ("sqlite", "postgresql", "postgres", "postgresql+psycopg2")
+STORAGE_SCHEMES = ("sqlite", "postgresql", "postgres", "postgresql+psycopg2", "grpc")
 ARTIFACT_STORES = ("filesystem", "s3")
 #: The largest number of indexes one sweep may have: enqueueing is bulk, but a plan
 #: of more than this is almost certainly a mistake (and a multi-GB study).
@@ -208,6 +208,8 @@ class KubernetesSpec:
     checkpoint_volume: str | None = None
     #: A partial PodTemplateSpec merged into the rendered one (strategic merge).
     pod_template: Mapping[str, Any] | None = None
+    #: host:port of a `sweeper proxy` the pods use instead of the database (no Secret then).
+    storage_proxy: str | None = None
 
     def volume(self, name: str) -> Volume | None:
         return next((v for v in self.volumes if v.name == name), None)
@@ -372,7 +374,7 @@ def _spec_to_dict(s: SweepSpec) -> dict[str, Any]:
                 k.termination_grace_period, "shm_size": k.shm_size,
             "scratch_size": k.scratch_size, "volumes": [v.to_dict() for v in k.volumes],
             "gpu_resource": k.gpu_resource, "cpu_limit": k.cpu_limit,
-            "checkpoint_volume": k.checkpoint_volume}
+            "checkpoint_volume": k.checkpoint_volume, "storage_proxy": k.storage_proxy}
     # Pass-through Kubernetes objects: kept exactly as written (a null in them means something).
     if k.affinity is not None:
         kube["affinity"] = _plain_copy(k.affinity)

@@ -53,7 +53,7 @@ from sweeper.study.summaries import (
     study_names,
     unfinished_indexes,
 )
-from sweeper.study.trials import attach_trial, set_trial_user_attrs
+from sweeper.study.trials import attach_trial, open_trial, set_trial_user_attrs
 from sweeper.study.urls import driver_url, redact, resolve_storage_url, scrub
 
 __all__ = [
@@ -87,6 +87,7 @@ __all__ = [
     "mark_failed",
     "new_attempt",
     "open_storage",
+    "open_trial",
     "redact",
     "resolve_storage_url",
     "scrub",

@@ -2,7 +2,9 @@
 
 Optuna's public API has no way to finish a trial without re-reading it, to register a trial
 created outside the API in a study's trial cache, to write several attributes in one
-transaction, or to name its RDB tables; sweeper needs all four on its hot paths. Each private
+transaction, or to name its RDB tables; sweeper needs all four on its hot paths. Its gRPC
+storage proxy can only be served alone on a port and its client's channel options are fixed;
+sweeper's proxy serves its own service beside Optuna's and reconnects quickly. Each private
 name used here has a contract test in ``tests/study/test_optuna_compat.py`` that fails on the
 Optuna release that removes or changes it. Importing this module on an Optuna series it was
 not written for fails at once with one line, instead of misbehaving later: check the contract
@@ -24,6 +26,7 @@ import optuna
 import sqlalchemy as sa
 from optuna.distributions import BaseDistribution
 from optuna.storages import BaseStorage, RDBStorage
+from optuna.storages._cached_storage import _CachedStorage
 from optuna.study import StudyDirection
 from optuna.study._frozen import FrozenStudy
 from optuna.trial import FrozenTrial, TrialState
@@ -40,13 +43,17 @@ __all__ = [
     "SUPPORTED_SERIES",
     "ArtifactStore",
     "FrozenStudy",
+    "GrpcStorageProxyOnChannel",
     "RDBStoragePrivateRetries",
     "RDBTables",
     "UnsupportedOptunaError",
+    "add_optuna_storage_servicer",
     "add_to_cache",
     "cached_rdb_backend",
+    "cached_storage",
     "check_version",
     "distribution_contains",
+    "is_finishing_request",
     "rdb_backend",
     "rdb_tables",
     "reset_trials_cache",
@@ -54,6 +61,8 @@ __all__ = [
     "storage_of",
     "study_id_of",
     "tell",
+    "tell_trial",
+    "trial_from_frozen",
     "trial_id_of",
     "trial_value",
 ]
@@ -108,6 +117,24 @@ def trial_id_of(trial: optuna.Trial | FrozenTrial) -> int:
     return trial._trial_id
 
 
+def trial_from_frozen(study: optuna.Study, frozen: FrozenTrial) -> optuna.Trial:
+    """``optuna.Trial(study, trial_id)`` given the trial as its constructor would read it
+    (``storage.get_trial``: six queries for an unfinished trial): the same attributes, and
+    the sampler's ``before_trial`` hook called the same way."""
+    from optuna import pruners
+
+    trial = optuna.Trial.__new__(optuna.Trial)
+    trial.study = study
+    trial._trial_id = frozen._trial_id
+    trial.storage = study._storage
+    trial._cached_frozen_trial = frozen
+    study.sampler.before_trial(pruners._filter_study(study, frozen), frozen)
+    trial.relative_search_space = None
+    trial._relative_params = None
+    trial._fixed_params = frozen.system_attrs.get("fixed_params", {})
+    return trial
+
+
 def reset_trials_cache(study: optuna.Study) -> None:
     """Forget the per-thread list of all trials that samplers read, as ``Study.ask`` does, so
     the next sampler call reads the trials again."""
@@ -122,6 +149,37 @@ def tell(study: optuna.Study, number: int, values: Sequence[float] | None,
     from optuna.study._tell import _tell_with_warning
 
     _tell_with_warning(study, number, values, state=state, skip_if_finished=False)
+
+
+def tell_trial(study: optuna.Study, trial: optuna.Trial, values: Sequence[float] | None,
+               state: TrialState) -> None:
+    """:func:`tell` for a trial this process is running, COMPLETE or PRUNED: what
+    ``_tell_with_warning`` does, with the trial's own copy (``Trial`` keeps its params,
+    reports and user attrs up to date in it) instead of re-reading the trial (six queries).
+    Raises ``UpdateFinishedTrialError`` when the trial was finished behind our back (the
+    storage checks the state in the same transaction that writes it)."""
+    from optuna import pruners
+    from optuna.study._tell import _check_state_and_values, _check_values_are_feasible
+
+    study._thread_local.cached_all_trials = None
+    frozen = copy.copy(trial._cached_frozen_trial)
+    _check_state_and_values(state, values)
+    if state == TrialState.COMPLETE:
+        assert values is not None
+        problem = _check_values_are_feasible(study, values)
+        if problem is not None:
+            raise ValueError(problem)
+    elif state == TrialState.PRUNED and frozen.last_step is not None:
+        last = frozen.intermediate_values[frozen.last_step]
+        if _check_values_are_feasible(study, [last]) is None:
+            values = [last]
+    else:
+        raise ValueError(f"tell_trial does not finish a trial as {state.name}")
+    floats = [float(v) for v in values] if values is not None else None
+    try:
+        study.sampler.after_trial(pruners._filter_study(study, frozen), frozen, state, floats)
+    finally:
+        study._storage.set_trial_state_values(frozen._trial_id, state, floats)
 
 
 def set_cached_user_attrs(trial: optuna.Trial, attrs: Mapping[str, Any]) -> None:
@@ -328,3 +386,111 @@ def _new_frozen_trial(trial: Any, template_trial: FrozenTrial | None) -> FrozenT
                        datetime_start=trial.datetime_start, datetime_complete=None, params={},
                        distributions={}, user_attrs={}, system_attrs={},
                        intermediate_values={}, trial_id=trial.trial_id)
+
+
+# --------------------------------------------------------------------------- gRPC storage proxy
+
+
+def cached_storage(storage: RDBStorage) -> BaseStorage:
+    """``storage`` behind Optuna's in-process trial cache, what Optuna's proxy docs advise the
+    proxy to serve (``get_storage`` does the same; it is documented "for internal usage"), as
+    :class:`_ProxyTrialCache`."""
+    return _ProxyTrialCache(storage)
+
+
+class _ProxyTrialCache(_CachedStorage):
+    """Optuna's trial cache as the proxy serves it. ``_CachedStorage.set_trial_param`` only
+    knows trials it has read or created itself; the index protocol creates and claims trials
+    with its own SQL, possibly through another proxy replica, so an unknown trial is looked up
+    (one indexed query) and registered unfinished, as :func:`add_to_cache` does in a runner."""
+
+    def set_trial_param(self, trial_id: int, param_name: str, param_value_internal: float,
+                        distribution: BaseDistribution) -> None:
+        with self._lock:
+            known = trial_id in self._trial_id_to_study_id_and_number
+        if not known:
+            self._register(trial_id)
+        super().set_trial_param(trial_id, param_name, param_value_internal, distribution)
+
+    def _register(self, trial_id: int) -> None:
+        from optuna.storages._cached_storage import _StudyInfo
+
+        trials = rdb_tables().trials
+        with self._backend.engine.connect() as conn:
+            row = conn.execute(sa.select(trials.c.study_id, trials.c.number, trials.c.state)
+                               .where(trials.c.trial_id == trial_id)).one_or_none()
+        if row is None:
+            raise KeyError(f"No trial with trial id {trial_id} exists.")
+        study_id, number, state = row
+        self._backend.check_trial_is_updatable(trial_id, state)  # finished: nothing to set
+        frozen = FrozenTrial(number=number, state=state, value=None, datetime_start=None,
+                             datetime_complete=None, params={}, distributions={},
+                             user_attrs={}, system_attrs={}, intermediate_values={},
+                             trial_id=trial_id)
+        with self._lock:
+            if trial_id in self._trial_id_to_study_id_and_number:
+                return
+            info = self._studies.setdefault(study_id, _StudyInfo())
+            self._add_trials_to_cache(study_id, [frozen])
+            info.unfinished_trial_ids.add(trial_id)
+
+
+def add_optuna_storage_servicer(server: Any, storage: BaseStorage) -> None:
+    """Add Optuna's StorageService (what ``run_grpc_proxy_server`` serves) to a grpc.Server we
+    built ourselves, so that sweeper's own service shares its port."""
+    from optuna.storages._grpc.auto_generated import api_pb2_grpc
+    from optuna.storages._grpc.servicer import OptunaStorageProxyService
+
+    api_pb2_grpc.add_StorageServiceServicer_to_server(OptunaStorageProxyService(storage),
+                                                      server)
+
+
+#: The full name of a StorageService method: ``/optuna.StorageService/<Method>``.
+OPTUNA_SERVICE_PREFIX = "/optuna.StorageService/"
+
+
+def is_finishing_request(method: str, request: Any) -> bool:
+    """Whether a request to Optuna's StorageService finishes a trial (a tell: COMPLETE, PRUNED
+    or FAIL), read from the decoded SetTrialStateValues message."""
+    if method != OPTUNA_SERVICE_PREFIX + "SetTrialStateValues":
+        return False
+    from optuna.storages._grpc.auto_generated import api_pb2
+
+    return request.state in (api_pb2.COMPLETE, api_pb2.PRUNED, api_pb2.FAIL)
+
+
+class GrpcStorageProxyOnChannel(optuna.storages.GrpcStorageProxy):
+    """Optuna's gRPC client on a channel with our options: a proxy that restarts is found again
+    within seconds (gRPC's default reconnect backoff grows to two minutes), and sweeper's own
+    service shares the channel (one connection per runner)."""
+
+    def __init__(self, *, host: str, port: int, options: Sequence[tuple[str, Any]]) -> None:
+        self._channel_options = list(options)
+        import warnings
+
+        with warnings.catch_warnings():  # "GrpcStorageProxy is experimental": we know
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            super().__init__(host=host, port=port)
+
+    def _setup(self) -> None:
+        import grpc
+        from optuna.storages._grpc.auto_generated import api_pb2_grpc
+        from optuna.storages._grpc.client import GrpcClientCache
+
+        self._channel = grpc.insecure_channel(f"{self._host}:{self._port}",
+                                              options=self._channel_options)
+        self._stub = api_pb2_grpc.StorageServiceStub(self._channel)
+        self._cache = GrpcClientCache(self._stub)
+
+    @property
+    def channel(self) -> Any:
+        """The grpc.Channel both services are called on."""
+        return self._channel
+
+    @property
+    def host(self) -> str:
+        return str(self._host)
+
+    @property
+    def port(self) -> int:
+        return int(self._port)

@@ -19,6 +19,7 @@ from optuna.storages import RDBStorage
 from optuna.trial import TrialState
 
 from sweeper.protocol import INDEX_ATTR
+from sweeper.proxy import client as proxy
 from sweeper.study import writes
 from sweeper.study._bulk import TrialRow, exclusive, insert_trials, utcnow
 from sweeper.study.retry import with_retry
@@ -80,8 +81,11 @@ def _attempts(conn: sa.Connection, study_id: int, index: int) -> list[Attempt]:
     return out
 
 
-def attempts(storage: RDBStorage, study_id: int, index: int) -> list[Attempt]:
+def attempts(storage: RDBStorage | proxy.ProxyStorage, study_id: int,
+             index: int) -> list[Attempt]:
     """Every trial tagged ``index``, oldest first: one indexed query."""
+    if isinstance(storage, proxy.ProxyStorage):
+        return storage.attempts(study_id, index)
     def query() -> list[Attempt]:
         with storage.engine.connect() as conn:
             return _attempts(conn, study_id, index)
@@ -89,11 +93,13 @@ def attempts(storage: RDBStorage, study_id: int, index: int) -> list[Attempt]:
     return with_retry(query, what="find index", url=storage.url)
 
 
-def claim(storage: RDBStorage, trial_id: int) -> bool:
+def claim(storage: RDBStorage | proxy.ProxyStorage, trial_id: int) -> bool:
     """WAITING -> RUNNING for exactly one caller: a conditional UPDATE, atomic on PostgreSQL
     and SQLite alike (Optuna's read-then-write claim is not, on SQLite). Records the first
     heartbeat and the claim's token in the same transaction: a retry whose first attempt won
     (the acknowledgement lost) finds the token and reports the win."""
+    if isinstance(storage, proxy.ProxyStorage):
+        return storage.claim(trial_id)
     writes.ensure_table(storage.engine)
     token = writes.new_token()
 
@@ -104,12 +110,14 @@ def claim(storage: RDBStorage, trial_id: int) -> bool:
     return with_retry(update, what="claim", url=storage.url)
 
 
-def new_attempt(storage: RDBStorage, study_id: int, index: int, *, after: Attempt | None,
-                params: dict[str, Any] | None) -> int | None:
+def new_attempt(storage: RDBStorage | proxy.ProxyStorage, study_id: int, index: int, *,
+                after: Attempt | None, params: dict[str, Any] | None) -> int | None:
     """Create the next attempt of ``index`` as RUNNING (owned by the caller), linked to
     ``after``. Returns its trial id, or None when another runner got there first (the latest
     attempt is no longer ``after``): the caller looks again. The new trial and the call's
     token are one transaction: a retry that finds the token returns the trial it created."""
+    if isinstance(storage, proxy.ProxyStorage):
+        return storage.new_attempt(study_id, index, after=after, params=params)
     writes.ensure_table(storage.engine)
     token = writes.new_token()
 
@@ -131,10 +139,12 @@ def new_attempt(storage: RDBStorage, study_id: int, index: int, *, after: Attemp
     return with_retry(create, what="create attempt", url=storage.url)
 
 
-def mark_failed(storage: RDBStorage, trial_id: int, reason: str) -> bool:
+def mark_failed(storage: RDBStorage | proxy.ProxyStorage, trial_id: int, reason: str) -> bool:
     """RUNNING -> FAIL with the reason stored on the trial, in one transaction with the call's
     token. True if this call failed it (also when a retry finds its own landed FAIL); False if
     the trial had already finished (completed, or failed by someone else)."""
+    if isinstance(storage, proxy.ProxyStorage):
+        return storage.mark_failed(trial_id, reason)
     writes.ensure_table(storage.engine)
     token = writes.new_token()
 
@@ -145,9 +155,12 @@ def mark_failed(storage: RDBStorage, trial_id: int, reason: str) -> bool:
     return with_retry(fail, what="mark failed", url=storage.url)
 
 
-def fail_stale_trials(storage: RDBStorage, study_id: int, grace_s: float) -> list[int]:
+def fail_stale_trials(storage: RDBStorage | proxy.ProxyStorage, study_id: int,
+                      grace_s: float) -> list[int]:
     """Mark RUNNING trials whose heartbeat is older than ``grace_s`` FAIL (the watcher's sweep
     for runners that froze or vanished). Returns the ids of the trials it failed."""
+    if isinstance(storage, proxy.ProxyStorage):
+        return storage.fail_stale_trials(study_id, grace_s)
     def stale() -> list[tuple[int, int]]:
         with storage.engine.connect() as conn:
             now = _db_now(conn)

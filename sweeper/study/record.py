@@ -23,18 +23,18 @@ from sweeper.protocol import (
     SPEC_DIR_ATTR,
     STARTED_ATTR,
 )
+from sweeper.proxy import client as proxy
 from sweeper.spec import SweepSpec, parse_spec_dict
 from sweeper.study._bulk import TrialRow, exclusive, insert_trials
 from sweeper.study._optuna_compat import reset_trials_cache
 from sweeper.study.retry import with_retry
-from sweeper.study.storage import RetryingRDBStorage
 
 
 @dataclass(frozen=True)
 class Sweep:
     """A sweep as stored: the study plus its normalised spec."""
 
-    storage: RetryingRDBStorage
+    storage: proxy.StudyStorage
     study_id: int
     spec: SweepSpec
     #: The number of indexes this launch grew the sweep from (None: it did not grow it).
@@ -68,7 +68,7 @@ class Sweep:
         return study
 
 
-def create_or_resume(storage: RetryingRDBStorage, spec: SweepSpec) -> tuple[Sweep, bool]:
+def create_or_resume(storage: proxy.StudyStorage, spec: SweepSpec) -> tuple[Sweep, bool]:
     """Create the study and enqueue its plan, or resume it if this exact spec already ran.
 
     Returns (sweep, created). The same spec with more ``trials`` grows the sweep (its new
@@ -76,6 +76,9 @@ def create_or_resume(storage: RetryingRDBStorage, spec: SweepSpec) -> tuple[Swee
     the same name raises SpecError before anything is written. Safe against concurrent
     launches: one WAITING trial per index.
     """
+    if isinstance(storage, proxy.ProxyStorage):  # the proxy runs this function on its database
+        study_id, created, grown_from = storage.create_or_resume(spec)
+        return Sweep(storage, study_id, spec, grown_from=grown_from), created
     directions = [o.direction for o in spec.objectives]
     try:
         study_id = storage.get_study_id_from_name(spec.name)
@@ -103,7 +106,7 @@ def create_or_resume(storage: RetryingRDBStorage, spec: SweepSpec) -> tuple[Swee
     return Sweep(storage, study_id, spec, grown_from=grown_from), created
 
 
-def load_sweep(storage: RetryingRDBStorage, name: str) -> Sweep:
+def load_sweep(storage: proxy.StudyStorage, name: str) -> Sweep:
     try:
         study_id = storage.get_study_id_from_name(name)
     except KeyError:

@@ -18,6 +18,7 @@ import sqlalchemy as sa
 from optuna.storages import RDBStorage
 
 from sweeper.protocol import FAILED_FOR_GOOD_ATTR, STARTED_ATTR, STOP_ATTR
+from sweeper.proxy import client as proxy
 from sweeper.spec import SweepSpec
 from sweeper.study._bulk import exclusive
 from sweeper.study.retry import with_retry
@@ -66,8 +67,14 @@ _READ_SQL = sa.text("SELECT key, value_json FROM study_user_attributes WHERE stu
                     f"AND key IN ('{STOP_ATTR}', '{STARTED_ATTR}')")
 
 
-def read_stop(storage: RDBStorage, study_id: int) -> tuple[StopState | None, str | None]:
+def read_stop(storage: RDBStorage | proxy.ProxyStorage, study_id: int
+              ) -> tuple[StopState | None, str | None]:
     """(stop state, first launch time): one query on the study's attrs."""
+    if isinstance(storage, proxy.ProxyStorage):
+        got = storage.get_study_user_attrs(study_id)
+        started = got.get(STARTED_ATTR)
+        return _parse(got.get(STOP_ATTR)), started if isinstance(started, str) else None
+
     def query() -> dict[str, Any]:
         with storage.engine.connect() as conn:
             return {k: json.loads(v) for k, v in conn.execute(_READ_SQL, {"s": study_id})}
@@ -77,7 +84,7 @@ def read_stop(storage: RDBStorage, study_id: int) -> tuple[StopState | None, str
     return _parse(attrs.get(STOP_ATTR)), started if isinstance(started, str) else None
 
 
-def stop_state(storage: RDBStorage, study_id: int) -> StopState | None:
+def stop_state(storage: RDBStorage | proxy.ProxyStorage, study_id: int) -> StopState | None:
     return read_stop(storage, study_id)[0]
 
 
@@ -116,8 +123,10 @@ def record_stop(storage: RDBStorage, study_id: int, rule: str, reason: str,
     return state
 
 
-def ignore_stop(storage: RDBStorage, study_id: int) -> StopState | None:
+def ignore_stop(storage: RDBStorage | proxy.ProxyStorage, study_id: int) -> StopState | None:
     """``--ignore-stop``: keep what fired, for the record, and turn the rules off."""
+    if isinstance(storage, proxy.ProxyStorage):  # the proxy runs this function on its database
+        return _parse(storage.ignore_stop(study_id))
     current = stop_state(storage, study_id)
     if current is None or not current.stopped:
         return current
@@ -143,11 +152,14 @@ def check_duration(spec: SweepSpec, started: str | None) -> str | None:
     return f"{elapsed.total_seconds():.0f}s since the sweep started (max_duration {budget:g}s)"
 
 
-def before_start(storage: RDBStorage, study_id: int, spec: SweepSpec) -> StopState | None:
+def before_start(storage: RDBStorage | proxy.ProxyStorage, study_id: int,
+                 spec: SweepSpec) -> StopState | None:
     """What a runner (or the local backend) checks before starting an index: the recorded
     stop, or ``max_duration`` running out now. None: go ahead. Free when no rule is set."""
     if not spec.stop.any:
         return None
+    if isinstance(storage, proxy.ProxyStorage):
+        return _parse(storage.stop_check(study_id, spec, after_trial=False))
     state, started = read_stop(storage, study_id)
     if state is not None:
         return state if state.stopped else None
@@ -170,10 +182,13 @@ JOIN trial_user_attributes ix ON ix.trial_id = t.trial_id AND ix.key = 'sweeper:
 WHERE ff.key = '{FAILED_FOR_GOOD_ATTR}' AND t.study_id = :s AND t.state = 'FAIL'"""
 
 
-def after_trial(storage: RDBStorage, study_id: int, spec: SweepSpec) -> StopState | None:
+def after_trial(storage: RDBStorage | proxy.ProxyStorage, study_id: int,
+                spec: SweepSpec) -> StopState | None:
     """Evaluate the rules once a trial finished (any state); record the first that fires."""
     if not spec.stop.any:
         return None
+    if isinstance(storage, proxy.ProxyStorage):
+        return _parse(storage.stop_check(study_id, spec, after_trial=True))
     state, started = read_stop(storage, study_id)
     if state is not None:
         return state if state.stopped else None

@@ -9,7 +9,7 @@ import random
 import time
 from collections.abc import Callable, Sequence
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import optuna
 import sqlalchemy as sa
@@ -23,6 +23,9 @@ from sweeper.study import writes
 from sweeper.study._optuna_compat import FrozenStudy, RDBStoragePrivateRetries
 from sweeper.study.retry import NOT_DONE, with_retry
 from sweeper.study.urls import driver_url, redact, scrub
+
+if TYPE_CHECKING:
+    from sweeper.proxy.client import StudyStorage
 
 T = TypeVar("T")
 logger = logging.getLogger(__name__)
@@ -170,7 +173,7 @@ class RetryingRDBStorage(RDBStoragePrivateRetries):
 
 def open_storage(url: str, *, connect_deadline_s: float = 0.0, pool_size: int = 1,
                  max_overflow: int = 1, prepared: bool = False,
-                 create: bool = True) -> RetryingRDBStorage:
+                 create: bool = True) -> StudyStorage:
     """Open (and on first use create) the Optuna schema at ``url``.
 
     ``connect_deadline_s`` > 0 keeps retrying a database that is not up yet (runners);
@@ -182,7 +185,12 @@ def open_storage(url: str, *, connect_deadline_s: float = 0.0, pool_size: int = 
     ``create=False`` (commands that only read, and delete): never create anything, neither a
     SQLite file nor the schema nor sweeper's index; a storage that does not exist yet raises
     :class:`StorageMissingError` saying so.
+    ``grpc://host:port`` is ``sweeper proxy`` (:mod:`sweeper.proxy.client`).
     """
+    if url.startswith("grpc://"):
+        from sweeper.proxy.client import open_proxy_storage
+
+        return open_proxy_storage(url, connect_deadline_s=connect_deadline_s)
     real = driver_url(url)
     engine_kwargs = _engine_kwargs(url, real, pool_size, max_overflow)
 

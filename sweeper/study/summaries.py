@@ -13,13 +13,16 @@ from optuna.storages import RDBStorage
 from optuna.trial import TrialState
 
 from sweeper.protocol import FAIL_REASON_ATTR, INDEX_ATTR, SPEC_ATTR
+from sweeper.proxy import client as proxy
 from sweeper.spec import SweepSpec
 from sweeper.study._optuna_compat import rdb_tables, trial_value
 from sweeper.study.retry import with_retry
 
 
-def state_counts(storage: RDBStorage, study_id: int) -> dict[str, int]:
+def state_counts(storage: RDBStorage | proxy.ProxyStorage, study_id: int) -> dict[str, int]:
     """Trials by state, counted in the database (cheap enough to poll every second)."""
+    if isinstance(storage, proxy.ProxyStorage):
+        return storage.state_counts(study_id)
     def query() -> dict[str, int]:
         with storage.engine.connect() as conn:
             rows = conn.execute(sa.text("SELECT state, COUNT(*) FROM trials WHERE study_id = :s "
@@ -55,9 +58,12 @@ JOIN trials t ON t.trial_id = ua.trial_id
 WHERE ua.key = '{FAIL_REASON_ATTR}' AND t.study_id = :s"""
 
 
-def index_table(storage: RDBStorage, sweep_spec: SweepSpec, study_id: int) -> list[IndexStatus]:
+def index_table(storage: RDBStorage | proxy.ProxyStorage, sweep_spec: SweepSpec,
+                study_id: int) -> list[IndexStatus]:
     """Per index: latest attempt's state, number of attempts, its values and (FAIL) its
     reason. Three queries."""
+    if isinstance(storage, proxy.ProxyStorage):
+        return storage.index_table(study_id, sweep_spec.trials)
     def query() -> list[IndexStatus]:
         with storage.engine.connect() as conn:
             rows = conn.execute(sa.text(_INDEXED_TRIALS_SQL), {"s": study_id}).all()

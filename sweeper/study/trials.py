@@ -6,12 +6,15 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from datetime import datetime
 from typing import Any
 
 import optuna
 import sqlalchemy as sa
+from optuna.storages import RDBStorage
 from optuna.trial import FrozenTrial, TrialState
 
+from sweeper.proxy import client as proxy
 from sweeper.study._optuna_compat import (
     add_to_cache,
     cached_rdb_backend,
@@ -19,6 +22,7 @@ from sweeper.study._optuna_compat import (
     rdb_tables,
     set_cached_user_attrs,
     storage_of,
+    trial_from_frozen,
     trial_id_of,
 )
 from sweeper.study.retry import with_retry
@@ -27,19 +31,40 @@ from sweeper.study.retry import with_retry
 def set_trial_user_attrs(trial: optuna.Trial, attrs: Mapping[str, Any]) -> None:
     """``trial.set_user_attr`` for several keys in one transaction (Optuna commits each key
     separately: one commit, an fsync on PostgreSQL, per metric per report)."""
-    import sqlite3
-
+    if isinstance(trial.storage, proxy.ProxyStorage):  # one call; the proxy runs the upsert
+        trial.storage.set_trial_user_attrs(trial_id_of(trial), dict(attrs))
+        set_cached_user_attrs(trial, attrs)
+        return
     backend = rdb_backend(trial.storage)
-    dialect = backend.engine.dialect.name if backend is not None else ""
-    if backend is None or len(attrs) < 2 or not (dialect == "postgresql" or (
-            dialect == "sqlite" and sqlite3.sqlite_version_info >= (3, 24))):
+    if backend is None or len(attrs) < 2 or not _can_upsert(backend):
         for key, value in attrs.items():
             trial.set_user_attr(key, value)
         return
+    write_user_attrs(backend, trial_id_of(trial), attrs)
+    set_cached_user_attrs(trial, attrs)
+
+
+def _can_upsert(backend: RDBStorage) -> bool:
+    import sqlite3
+
+    dialect = backend.engine.dialect.name
+    return dialect == "postgresql" or (dialect == "sqlite"
+                                       and sqlite3.sqlite_version_info >= (3, 24))
+
+
+def write_user_attrs(backend: RDBStorage, trial_id: int, attrs: Mapping[str, Any]) -> None:
+    """Upsert ``attrs`` of an unfinished trial in one transaction (UpdateFinishedTrialError
+    if it finished; KeyError if there is no such trial)."""
+    if not attrs:
+        return
+    if not _can_upsert(backend):
+        for key, value in attrs.items():
+            backend.set_trial_user_attr(trial_id, key, value)
+        return
     from sqlalchemy.dialects import postgresql, sqlite
 
-    insert: Any = postgresql.insert if dialect == "postgresql" else sqlite.insert
-    trial_id = trial_id_of(trial)
+    insert: Any = postgresql.insert if backend.engine.dialect.name == "postgresql" \
+        else sqlite.insert
     tables = rdb_tables()
     # The same rows Optuna writes (value_json = json.dumps(value)), as one upsert statement.
     stmt = insert(tables.trial_user_attributes).values(
@@ -58,7 +83,6 @@ def set_trial_user_attrs(trial: optuna.Trial, attrs: Mapping[str, Any]) -> None:
             conn.execute(stmt)
 
     with_retry(write, what="set user attrs")
-    set_cached_user_attrs(trial, attrs)
 
 
 def attach_trial(study: optuna.Study, trial_id: int) -> int:
@@ -89,3 +113,53 @@ def attach_trial(study: optuna.Study, trial_id: int) -> int:
                              trial_id=trial_id)
     add_to_cache(study, frozen)
     return number
+
+
+_OPEN_SQL = """
+SELECT t.state, t.datetime_start, a.kind, a.key, a.value_json,
+  (SELECT COUNT(*) FROM trial_params p WHERE p.trial_id = t.trial_id)
+  + (SELECT COUNT(*) FROM trial_intermediate_values i WHERE i.trial_id = t.trial_id)
+  + (SELECT COUNT(*) FROM trial_values v WHERE v.trial_id = t.trial_id)
+FROM trials t LEFT JOIN (
+  SELECT 'u' AS kind, trial_id, key, value_json FROM trial_user_attributes WHERE trial_id = :t
+  UNION ALL
+  SELECT 's' AS kind, trial_id, key, value_json FROM trial_system_attributes WHERE trial_id = :t
+) a ON a.trial_id = t.trial_id
+WHERE t.trial_id = :t"""
+
+
+def open_trial(study: optuna.Study, trial_id: int, number: int) -> optuna.Trial:
+    """``optuna.Trial(study, trial_id)`` for a trial the index protocol has just claimed or
+    created (RUNNING, no params, values or reports yet), read in one query instead of the six
+    of Optuna's ``get_trial``. Anything else takes Optuna's own path."""
+    backend = cached_rdb_backend(study)
+    if backend is None:
+        return optuna.Trial(study, trial_id)
+
+    def rows() -> list[Any]:
+        with backend.engine.connect() as conn:
+            return list(conn.execute(sa.text(_OPEN_SQL), {"t": trial_id}).all())
+
+    got = with_retry(rows, what="open trial")
+    if not got:
+        raise KeyError(f"No trial with trial id {trial_id} exists.")
+    state = _state(got[0][0])
+    if state != TrialState.RUNNING or got[0][5]:
+        return optuna.Trial(study, trial_id)
+    attrs: dict[str, dict[str, Any]] = {"u": {}, "s": {}}
+    for _, _, kind, key, value_json, _ in got:
+        if kind is not None:
+            attrs[kind][key] = json.loads(value_json)
+    started = got[0][1]
+    frozen = FrozenTrial(number=number, state=state, value=None,
+                         datetime_start=datetime.fromisoformat(started)
+                         if isinstance(started, str) else started,
+                         datetime_complete=None, params={}, distributions={},
+                         user_attrs=attrs["u"], system_attrs=attrs["s"],
+                         intermediate_values={}, trial_id=trial_id)
+    return trial_from_frozen(study, frozen)
+
+
+def _state(value: Any) -> TrialState:
+    return value if isinstance(value, TrialState) else TrialState[value] \
+        if isinstance(value, str) else TrialState(value)

@@ -239,3 +239,43 @@ def test_no_indexes_starts_no_worker(tmp_path: Path, sqlite_url: str) -> None:
     assert result == RunResult()
     assert not (tmp_path / "logs").exists()
     assert _states(sweep, 0) == [TrialState.WAITING]
+
+
+def test_workers_behind_the_in_process_proxy_finish_every_index_once(
+        workdir: Path, storage_url: str) -> None:
+    """proxy=True: the workers get grpc://127.0.0.1:PORT, not the database URL; a killed worker
+    is retried through the proxy as through the database; the proxy saw every claim."""
+    from prometheus_client import CollectorRegistry
+
+    sweep = _sweep(storage_url, "objectives:train", n=4, retries=1)
+    registry = CollectorRegistry()
+    result = _run(LocalBackend(workdir / "logs", proxy=True, metrics=registry), sweep,
+                  range(4), storage_url, lambda: None)
+    assert result.finished == (0, 1, 2, 3) and result.failed == ()
+    assert _states(sweep, 1) == [TrialState.FAIL, TrialState.COMPLETE]
+    for i in (0, 2, 3):
+        assert _states(sweep, i) == [TrialState.COMPLETE]
+    # 4 WAITING trials claimed + 1 new attempt for the killed index, all through the proxy
+    assert registry.get_sample_value("sweeper_index_claim_seconds_count") == 5
+    assert registry.get_sample_value("sweeper_tell_seconds_count") == 4
+    worker_logs = "\n".join(p.read_text() for p in (workdir / "logs").glob("*.log"))
+    assert storage_url not in worker_logs
+
+
+def test_the_proxy_is_on_by_default_only_where_it_pays() -> None:
+    from sweeper.proxy.client import PROXY_AUTO_PARALLELISM, proxy_pays
+
+    pg = "postgresql://u:p@db/sweeps"
+    assert proxy_pays(pg, PROXY_AUTO_PARALLELISM)
+    assert not proxy_pays(pg, PROXY_AUTO_PARALLELISM - 1)
+    assert not proxy_pays("sqlite:///sweeps.db", 1000)  # no connections to save
+
+
+def test_run_help_states_the_measured_threshold() -> None:
+    from click.testing import CliRunner
+
+    from sweeper.cli import cli
+    from sweeper.proxy.client import PROXY_AUTO_PARALLELISM
+
+    out = CliRunner().invoke(cli, ["run", "--help"]).output
+    assert f"from {PROXY_AUTO_PARALLELISM} workers" in " ".join(out.split())

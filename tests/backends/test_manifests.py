@@ -337,3 +337,37 @@ def test_s3_artifact_credentials_come_from_their_secret() -> None:
             "name": "minio-creds", "key": key}}}
     assert validate_k8s_objects([job]) == []
     assert "AWS_ACCESS_KEY_ID" not in _env(m.render_job(_spec()))
+
+
+@pytest.mark.parametrize("address", ["sweeper-storage-proxy:13000", "grpc://proxy.ml.svc",
+                                     "10.0.0.7:7000"])
+def test_storage_proxy_pods_get_grpc_and_no_database_secret(address: str) -> None:
+    spec = _spec(f"kubernetes: {{storage_proxy: '{address}', storage_secret: pg}}")
+    job = m.render_job(spec)
+    expected = {"sweeper-storage-proxy:13000": "grpc://sweeper-storage-proxy:13000",
+                "grpc://proxy.ml.svc": "grpc://proxy.ml.svc:13000",
+                "10.0.0.7:7000": "grpc://10.0.0.7:7000"}[address]
+    assert _env(job)["SWEEPER_STORAGE"] == {"name": "SWEEPER_STORAGE", "value": expected}
+    refs = [e for e in _container(job)["env"] if "valueFrom" in e and
+            "secretKeyRef" in e["valueFrom"]]
+    assert refs == []  # no Secret at all: the database password lives in the proxy's pod
+    assert "pg" not in yaml.safe_dump(job) and "sweeper-db" not in yaml.safe_dump(job)
+    assert validate_k8s_objects([job]) == []
+
+
+def test_storage_proxy_from_the_command_line_and_bad_addresses() -> None:
+    result = CliRunner().invoke(cli, ["render", str(REPO / "search_spaces" / "digits_tpe.yaml"),
+                                      "--storage-proxy", "sweeper-storage-proxy:13000"])
+    assert result.exit_code == 0, result.output
+    objects = list(yaml.safe_load_all(result.stdout))
+    [job] = [o for o in objects if o["kind"] == "Job"]
+    assert _env(job)["SWEEPER_STORAGE"]["value"] == "grpc://sweeper-storage-proxy:13000"
+    assert validate_k8s_objects(objects) == []
+    for bad in ("user:pw@proxy:13000", "proxy:99999", "proxy/db", "-proxy"):
+        out = CliRunner().invoke(cli, ["render", str(REPO / "search_spaces" /
+                                                     "digits_tpe.yaml"), "--storage-proxy", bad])
+        assert out.exit_code == 2, out.output
+        assert out.output.startswith("error: command line: --storage-proxy:"), out.output
+        assert "pw" not in out.output
+    with pytest.raises(SpecError, match="storage_proxy"):
+        _spec("kubernetes: {storage_proxy: 'postgresql://u:secret@db/x'}")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 import inspect
+import re
 from pathlib import Path
 
 import optuna
@@ -61,7 +62,8 @@ def test_no_other_module_imports_optuna_private_modules_or_touches_wrapped_names
     wrapped = {"_storage", "_study_id", "_trial_id", "_thread_local", "_cached_frozen_trial",
                "_backend", "_studies", "_add_trials_to_cache", "_tell_with_warning",
                "_get_stale_trial_ids", "_create_new_trial", "_set_trial_param", "_get_trials",
-               "_get_best_trial_id", "_get_prepared_new_trial", "_create_scoped_session"}
+               "_get_best_trial_id", "_get_prepared_new_trial", "_create_scoped_session",
+               "_channel", "_stub", "_cache", "_setup", "_trial_id_to_study_id_and_number"}
     offenders = []
     for path in [*(REPO / "sweeper").rglob("*.py"), *(REPO / "trial_runner").rglob("*.py")]:
         if path.name == "_optuna_compat.py":
@@ -351,3 +353,132 @@ def test_create_new_study_behaves_as_optunas(storage: RetryingRDBStorage) -> Non
         storage.create_new_study([StudyDirection.MINIMIZE], "two")
     unnamed = storage.create_new_study([StudyDirection.MINIMIZE])
     assert storage.get_study_name_from_id(unnamed).startswith("no-name-")
+
+
+# --------------------------------------------------------------------------- gRPC storage proxy
+
+
+def test_optuna_proxy_server_is_what_add_optuna_storage_servicer_serves() -> None:
+    """optuna.storages._grpc.server.make_server = grpc.server + add_StorageServiceServicer_to_
+    server(OptunaStorageProxyService(storage)): what sweeper's server adds beside its own."""
+    from optuna.storages._grpc import server as grpc_server
+    from optuna.storages._grpc.auto_generated import api_pb2_grpc
+    from optuna.storages._grpc.servicer import OptunaStorageProxyService
+
+    src = inspect.getsource(grpc_server.make_server)
+    assert "add_StorageServiceServicer_to_server" in src and "OptunaStorageProxyService" in src
+    assert list(inspect.signature(OptunaStorageProxyService).parameters) == ["storage"]
+    assert callable(api_pb2_grpc.add_StorageServiceServicer_to_server)
+    assert "cached" in optuna.storages.run_grpc_proxy_server.__doc__.lower() or \
+        "get_storage" in optuna.storages.run_grpc_proxy_server.__doc__
+
+
+def test_is_finishing_request_reads_set_trial_state_values() -> None:
+    """api_pb2.SetTrialStateValuesRequest.state and the TrialState enum values."""
+    from optuna.storages._grpc.auto_generated import api_pb2
+
+    method = compat.OPTUNA_SERVICE_PREFIX + "SetTrialStateValues"
+    for state, finishing in ((api_pb2.COMPLETE, True), (api_pb2.PRUNED, True),
+                             (api_pb2.FAIL, True), (api_pb2.RUNNING, False),
+                             (api_pb2.WAITING, False)):
+        request = api_pb2.SetTrialStateValuesRequest(trial_id=1, state=state)
+        assert compat.is_finishing_request(method, request) is finishing
+    assert not compat.is_finishing_request(compat.OPTUNA_SERVICE_PREFIX + "GetTrial", object())
+
+
+def test_grpc_client_setup_is_what_grpc_storage_proxy_on_channel_replaces() -> None:
+    """GrpcStorageProxy._setup() sets _channel, _stub and _cache from _host and _port (and
+    __setstate__ calls it); the subclass builds the same three on its own channel."""
+    from optuna.storages import GrpcStorageProxy
+    from optuna.storages._grpc.client import GrpcClientCache
+
+    src = inspect.getsource(GrpcStorageProxy._setup)
+    for name in ("self._channel", "self._stub", "self._cache", "self._host", "self._port"):
+        assert name in src
+    assert "_setup" in inspect.getsource(GrpcStorageProxy.__init__)
+    assert "_setup" in inspect.getsource(GrpcStorageProxy.__setstate__)
+    proxy = compat.GrpcStorageProxyOnChannel(host="127.0.0.1", port=1, options=[])
+    try:
+        assert isinstance(proxy._cache, GrpcClientCache)
+        assert proxy.channel is proxy._channel and (proxy.host, proxy.port) == ("127.0.0.1", 1)
+    finally:
+        proxy.close()
+
+
+def test_proxy_trial_cache_registers_trials_it_did_not_create(
+        storage: RetryingRDBStorage) -> None:
+    """_CachedStorage.set_trial_param looks the trial up in _trial_id_to_study_id_and_number
+    (KeyError for a trial it has not seen); the proxy's cache registers it first."""
+    src = inspect.getsource(_CachedStorage.set_trial_param)
+    assert "_trial_id_to_study_id_and_number" in src
+    assert list(inspect.signature(_CachedStorage.set_trial_param).parameters) == \
+        ["self", "trial_id", "param_name", "param_value_internal", "distribution"]
+    sid = storage.create_new_study([optuna.study.StudyDirection.MINIMIZE], "cache")
+    with exclusive(storage.engine, sid) as conn:
+        [tid] = insert_trials(conn, sid, [TrialRow(index=0, params=None,
+                                                   state=TrialState.RUNNING)])
+    with pytest.raises(KeyError):
+        _CachedStorage(storage).set_trial_param(tid, "x", 0.5, FloatDistribution(0, 1))
+    cache = compat.cached_storage(storage)
+    assert isinstance(cache, _CachedStorage)
+    cache.set_trial_param(tid, "x", 0.5, FloatDistribution(0, 1))
+    assert storage.get_trial(tid).params == {"x": 0.5}
+    assert [t.params for t in cache.get_all_trials(sid)] == [{"x": 0.5}]  # re-read: unfinished
+    storage.set_trial_state_values(tid, TrialState.COMPLETE, [1.0])
+    with pytest.raises(optuna.exceptions.UpdateFinishedTrialError):
+        compat.cached_storage(storage).set_trial_param(tid, "y", 0.5, FloatDistribution(0, 1))
+
+
+def test_trial_from_frozen_is_what_the_trial_constructor_builds(
+        storage: RetryingRDBStorage, study: optuna.Study) -> None:
+    """optuna.Trial.__init__ sets study, _trial_id, storage, _cached_frozen_trial (from
+    storage.get_trial), relative_search_space, _relative_params, _fixed_params and calls
+    sampler.before_trial: trial_from_frozen does the same given the frozen trial."""
+    src = inspect.getsource(optuna.Trial.__init__)
+    assigned = set(re.findall(r"self\.(\w+)\s*(?::[^=\n]*)?= ", src))
+    assert assigned == {"study", "_trial_id", "storage", "_cached_frozen_trial",
+                        "relative_search_space", "_relative_params", "_fixed_params"}
+    assert "before_trial" in src and "_filter_study" in src
+    study.enqueue_trial({"x": 0.25})
+    tid = storage.get_all_trials(compat.study_id_of(study))[0]._trial_id
+    storage.set_trial_state_values(tid, TrialState.RUNNING)
+    seen: list[int] = []
+    study.sampler.before_trial = lambda s, t: seen.append(t.number)  # type: ignore[method-assign]
+    real = optuna.Trial(study, tid)
+    mine = compat.trial_from_frozen(study, storage.get_trial(tid))
+    assert seen == [0, 0]
+    assert set(vars(mine)) == set(vars(real))
+    assert mine._fixed_params == real._fixed_params == {"x": 0.25}
+    assert mine.suggest_float("x", 0, 1) == 0.25
+
+
+def test_tell_trial_does_what_tell_with_warning_does(storage: RetryingRDBStorage,
+                                                     study: optuna.Study) -> None:
+    """_tell_with_warning: reset cached_all_trials, read the trial, _check_state_and_values,
+    _check_values_are_feasible (COMPLETE), the last intermediate value as a PRUNED trial's
+    value, sampler.after_trial on the filtered study, then set_trial_state_values; tell_trial
+    does the same from the Trial's own copy, with the same stored result."""
+    from optuna.study import _tell
+
+    src = inspect.getsource(_tell._tell_with_warning)
+    for step in ("cached_all_trials = None", "_get_frozen_trial", "_check_state_and_values",
+                 "_check_values_are_feasible", "last_step", "_filter_study", "after_trial",
+                 "set_trial_state_values"):
+        assert step in src, step
+    results = []
+    for finish in (lambda t, v, s: compat.tell(study, t.number, v, s),
+                   lambda t, v, s: compat.tell_trial(study, t, v, s)):
+        done, pruned, bad = study.ask(), study.ask(), study.ask()
+        done.report(0.5, 0)
+        pruned.report(2.0, 0)
+        pruned.report(1.5, 3)
+        finish(done, [1.25], TrialState.COMPLETE)
+        finish(pruned, None, TrialState.PRUNED)
+        with pytest.raises(ValueError):
+            finish(bad, [float("nan")], TrialState.COMPLETE)
+        got = [storage.get_trial(compat.trial_id_of(t)) for t in (done, pruned, bad)]
+        results.append([(t.state, t.values, t.intermediate_values) for t in got])
+        with pytest.raises(optuna.exceptions.UpdateFinishedTrialError):
+            compat.tell_trial(study, done, [2.0], TrialState.COMPLETE)  # finished: refused
+    assert results[0] == results[1]
+    assert results[1][1][:2] == (TrialState.PRUNED, [1.5])

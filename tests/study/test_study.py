@@ -159,3 +159,27 @@ def test_index_lookup_can_use_the_partial_index(pg_url: str) -> None:
             "AND ua.value_json = '1234' AND t.study_id = :s"), {"s": sweep.study_id}))
     assert "ix_sweeper_index" in plan
     assert len(attempts(storage, sweep.study_id, 1234)) == 1
+
+
+def test_open_trial_reads_what_optuna_trial_reads(storage_url: str) -> None:
+    """The runner's one-query trial equals optuna.Trial(study, id) for a claimed trial, and
+    falls back to Optuna's own read for anything else."""
+    from sweeper.study import attach_trial, open_trial
+
+    storage = open_storage(storage_url)
+    sweep, _ = create_or_resume(storage, make_spec())
+    [a] = attempts(storage, sweep.study_id, 5)
+    assert claim(storage, a.trial_id)
+    study = sweep.study()
+    number = attach_trial(study, a.trial_id)
+    mine = open_trial(study, a.trial_id, number)
+    theirs = optuna.Trial(study, a.trial_id)
+    for key in ("number", "state", "params", "distributions", "user_attrs", "system_attrs",
+                "intermediate_values", "values"):
+        assert getattr(mine._cached_frozen_trial, key) == \
+            getattr(theirs._cached_frozen_trial, key), key  # noqa: SLF001
+    assert mine._cached_frozen_trial.datetime_start == \
+        theirs._cached_frozen_trial.datetime_start  # noqa: SLF001
+    mine.suggest_float("a", 0.0, 1.0, step=0.25)  # now it has a param: Optuna's path
+    again = open_trial(study, a.trial_id, number)
+    assert again.params == {"a": grid_point(sweep.spec, 5)["a"]}

@@ -94,7 +94,9 @@ def _env(pg_url: str, workdir: Path, markers: Path, **extra: str) -> dict[str, s
 
 def run_chaos(pg_url: str, *, indexes: int = 40, parallelism: int = 6, kills: int = 8,
               interval: float = 1.5, duration: float = 1.5, seed: int = 0,
-              workdir: Path | None = None) -> ChaosReport:
+              workdir: Path | None = None, sweep_storage: str | None = None) -> ChaosReport:
+    """``sweep_storage``: the URL the sweep runs on (a storage proxy's grpc://...) when it is
+    not ``pg_url`` itself; the check always reads the database directly."""
     rng = random.Random(seed)
     workdir = workdir or Path(tempfile.mkdtemp(prefix="sweeper-chaos-"))
     markers = workdir / "markers"
@@ -104,6 +106,8 @@ def run_chaos(pg_url: str, *, indexes: int = 40, parallelism: int = 6, kills: in
     spec_path.write_text(yaml.safe_dump(chaos_spec(name, indexes, parallelism, duration,
                                                    retries=kills + 2)))
     env = _env(pg_url, workdir, markers)
+    if sweep_storage is not None:
+        env["SWEEPER_STORAGE"] = sweep_storage
     start = time.monotonic()
     with open(workdir / "run.err", "w") as err:
         proc = subprocess.Popen([str(SWEEPER), "run", str(spec_path), "--log-dir",

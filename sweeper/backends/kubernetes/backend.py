@@ -80,9 +80,11 @@ class KubernetesBackend:
         spec = sweep.spec
         ns = spec.kubernetes.namespace
         if storage_url.startswith("sqlite"):
+            pods_use = f"storage proxy {spec.kubernetes.storage_proxy}" \
+                if spec.kubernetes.storage_proxy else \
+                f"URL in Secret {spec.kubernetes.storage_secret}"
             self.echo(f"warning: the study is in SQLite on this machine, but the pods use the "
-                      f"URL in Secret {spec.kubernetes.storage_secret}; both must name the "
-                      "same database (use PostgreSQL)")
+                      f"{pods_use}; both must name the same database (use PostgreSQL)")
         existing = sweep_jobs(self.clients, ns, spec.name, spec.trials)
         for j in existing:
             if j.active_job:

@@ -1,0 +1,329 @@
+"""``sweeper proxy``: one grpc.Server, one port, three services.
+
+- Optuna's StorageService (what ``optuna.storages.run_grpc_proxy_server`` serves) over Optuna's
+  in-process trial cache, as Optuna's docs advise for the proxy;
+- sweeper's IndexProtocol (:mod:`.service`): each call runs the same function of
+  ``sweeper.study`` the direct path runs, on the proxy's database connection, so every
+  guarantee of the index protocol is the database's, whichever path a runner takes (and any
+  number of proxy replicas may serve one database: each step is one transaction);
+- ``grpc.health.v1.Health/Check`` (kubelet's gRPC probes): service ``""`` (readiness) answers
+  SERVING when the database answers, ``liveness`` whenever the process does.
+
+Every call is timed per method (Prometheus, :mod:`.metrics`); a database error that a retry
+can fix becomes UNAVAILABLE, which the client retries.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
+from typing import Any
+
+import grpc
+import optuna
+import sqlalchemy as sa
+
+from sweeper.errors import SpecError, StorageError, StudyNotFoundError, SweeperError
+from sweeper.protocol import SPEC_ATTR
+from sweeper.proxy import service as wire
+from sweeper.proxy.client import SCHEME, is_proxy_url
+from sweeper.proxy.metrics import ProxyMetrics
+from sweeper.study import index as protocol_steps
+from sweeper.study._optuna_compat import (
+    add_optuna_storage_servicer,
+    cached_storage,
+    is_finishing_request,
+)
+from sweeper.study.retry import StorageFailure, is_transient
+from sweeper.study.storage import RetryingRDBStorage, open_storage
+
+logger = logging.getLogger(__name__)
+
+#: Database connections one proxy holds at most (pool + overflow): with the orchestrator's
+#: two, a sweep of any width stays at 10 connections (PostgreSQL allows 100 by default).
+DEFAULT_POOL_SIZE = 4
+DEFAULT_MAX_OVERFLOW = 4
+#: Threads serving calls. Calls beyond the pool wait for a connection; more threads than
+#: connections keep cheap calls (heartbeats, cached reads) from queueing behind slow ones.
+DEFAULT_THREADS = 16
+
+_HEALTH_CHECK = "/grpc.health.v1.Health/Check"
+_SERVING, _NOT_SERVING = b"\x08\x01", b"\x08\x02"  # HealthCheckResponse{status: 1 | 2}
+
+
+class _IndexProtocol:
+    """The server side of :mod:`.service`: each method runs the ``sweeper.study`` function of
+    the same name on the proxy's database."""
+
+    def __init__(self, storage: RetryingRDBStorage, shown_url: str) -> None:
+        self.storage = storage
+        self.shown_url = shown_url
+
+    def Attempts(self, req: wire.StudyIndex) -> wire.AttemptList:
+        return wire.AttemptList([
+            wire.AttemptMsg(a.trial_id, a.number, a.state.name, a.attempt, a.heartbeat_age_s)
+            for a in protocol_steps.attempts(self.storage, req.study_id, req.index)])
+
+    def Claim(self, req: wire.TrialRef) -> wire.Flag:
+        return wire.Flag(protocol_steps.claim(self.storage, req.trial_id))
+
+    def NewAttempt(self, req: wire.NewAttemptMsg) -> wire.MaybeTrialId:
+        from optuna.trial import TrialState
+
+        a = req.after
+        after = None if a is None else protocol_steps.Attempt(
+            a.trial_id, a.number, TrialState[a.state], a.attempt, a.heartbeat_age_s)
+        return wire.MaybeTrialId(protocol_steps.new_attempt(
+            self.storage, req.study_id, req.index, after=after, params=req.params))
+
+    def MarkFailed(self, req: wire.MarkFailedMsg) -> wire.Flag:
+        return wire.Flag(protocol_steps.mark_failed(self.storage, req.trial_id, req.reason))
+
+    def FailStaleTrials(self, req: wire.StaleSweepMsg) -> wire.TrialIds:
+        return wire.TrialIds(protocol_steps.fail_stale_trials(self.storage, req.study_id,
+                                                              req.grace_s))
+
+    def CreateOrResume(self, req: wire.SpecRecord) -> wire.Created:
+        from sweeper.spec import parse_spec_dict
+        from sweeper.study.record import create_or_resume
+
+        spec = parse_spec_dict(req.record, source="<spec sent to the proxy>")
+        if req.base_dir is not None:
+            spec = replace(spec, base_dir=req.base_dir)
+        sweep, created = create_or_resume(self.storage, spec)
+        return wire.Created(sweep.study_id, created, sweep.grown_from)
+
+    def StateCounts(self, req: wire.StudyRef) -> wire.Counts:
+        from sweeper.study.summaries import state_counts
+
+        return wire.Counts(state_counts(self.storage, req.study_id))
+
+    def IndexTable(self, req: wire.IndexTableMsg) -> wire.IndexRows:
+        from sweeper.spec import parse_spec_dict
+        from sweeper.study.summaries import index_table
+
+        record = self.storage.get_study_user_attrs(req.study_id).get(SPEC_ATTR)
+        if record is None:
+            raise StudyNotFoundError(f"study id {req.study_id} was not created by sweeper")
+        spec = parse_spec_dict(record, source=f"<study {req.study_id}>")
+        return wire.IndexRows([[s.index, s.state, s.attempts, s.trial_number,
+                                list(s.values) if s.values is not None else None,
+                                s.fail_reason]
+                               for s in index_table(self.storage, spec, req.study_id)])
+
+    def StopCheck(self, req: wire.StopCheckMsg) -> wire.MaybeStop:
+        from sweeper.spec import parse_spec_dict
+        from sweeper.study import stop
+
+        spec = parse_spec_dict(req.record, source="<spec sent to the proxy>")
+        check = stop.after_trial if req.after_trial else stop.before_start
+        state = check(self.storage, req.study_id, spec)
+        return wire.MaybeStop(state.to_json() if state is not None else None)
+
+    def IgnoreStop(self, req: wire.StudyRef) -> wire.MaybeStop:
+        from sweeper.study import stop
+
+        state = stop.ignore_stop(self.storage, req.study_id)
+        return wire.MaybeStop(state.to_json() if state is not None else None)
+
+    def SetTrialUserAttrs(self, req: wire.UserAttrsMsg) -> wire.Empty:
+        from sweeper.study.trials import write_user_attrs
+
+        write_user_attrs(self.storage, req.trial_id, req.attrs)
+        return wire.Empty()
+
+    def Heartbeat(self, req: wire.TrialRef) -> wire.Empty:
+        self.storage.record_heartbeat(req.trial_id)
+        return wire.Empty()
+
+    def Stats(self, req: wire.StatsMsg) -> wire.StatsList:
+        from sweeper.study.stats import study_stats
+
+        return wire.StatsList([
+            wire.StudyStatsMsg(s.study, s.states, s.duration_buckets, s.duration_sum_s, s.best)
+            for s in study_stats(self.storage, req.study_id, req.buckets)])
+
+    def Info(self, req: wire.Empty) -> wire.Info:
+        import sweeper
+
+        return wire.Info(self.shown_url, getattr(sweeper, "__version__", "0"))
+
+
+def _abort(context: grpc.ServicerContext, code: grpc.StatusCode, kind: str, message: str,
+           field: str | None = None) -> None:
+    context.abort(code, wire.RemoteError(kind, message, field).details())
+
+
+def _handler(fn: Callable[[Any], wire.Wire], request: type[wire.Wire]) -> grpc.RpcMethodHandler:
+    def behavior(raw: bytes, context: grpc.ServicerContext) -> bytes:
+        try:
+            return fn(request.decode(raw)).encode()
+        except KeyError as e:
+            _abort(context, grpc.StatusCode.NOT_FOUND, "KeyError", str(e.args[0] if e.args
+                                                                        else e))
+        except optuna.exceptions.UpdateFinishedTrialError as e:
+            _abort(context, grpc.StatusCode.FAILED_PRECONDITION, "UpdateFinishedTrialError",
+                   str(e))
+        except SpecError as e:
+            _abort(context, grpc.StatusCode.INVALID_ARGUMENT, "SpecError", e.message, e.field)
+        except StudyNotFoundError as e:
+            _abort(context, grpc.StatusCode.NOT_FOUND, "StudyNotFoundError", str(e))
+        except StorageFailure as e:  # no retry fixes it: the client must not retry either
+            _abort(context, grpc.StatusCode.FAILED_PRECONDITION, "StorageError", str(e))
+        except StorageError as e:
+            _abort(context, grpc.StatusCode.UNAVAILABLE, "StorageError", str(e))
+        except SweeperError as e:
+            _abort(context, grpc.StatusCode.FAILED_PRECONDITION, "SweeperError", str(e))
+        raise AssertionError("unreachable: context.abort raises")
+
+    return grpc.unary_unary_rpc_method_handler(behavior)
+
+
+class _Health:
+    """``grpc.health.v1.Health/Check`` by hand (two tiny protobuf messages, no extra
+    package): readiness pings the database at most once a second."""
+
+    def __init__(self, storage: RetryingRDBStorage) -> None:
+        self.storage = storage
+        self._checked_at = 0.0
+        self._ok = False
+        self._lock = threading.Lock()
+
+    def check(self, raw: bytes, context: grpc.ServicerContext) -> bytes:
+        service = _health_service(raw)
+        if service == "liveness":
+            return _SERVING
+        if service != "":
+            context.abort(grpc.StatusCode.NOT_FOUND, f"unknown service {service!r}")
+        with self._lock:
+            if time.monotonic() - self._checked_at > 1.0:
+                self._ok = self._ping()
+                self._checked_at = time.monotonic()
+            return _SERVING if self._ok else _NOT_SERVING
+
+    def _ping(self) -> bool:
+        try:
+            with self.storage.engine.connect() as conn:
+                conn.execute(sa.text("SELECT 1"))
+            return True
+        except sa.exc.SQLAlchemyError as e:
+            logger.warning("readiness: database unreachable (%s)", type(e.__cause__ or e).__name__)
+            return False
+
+
+def _health_service(raw: bytes) -> str:
+    """HealthCheckRequest{string service = 1}: empty, or 0x0a, a length byte, the name."""
+    if len(raw) >= 2 and raw[0] == 0x0A and raw[1] == len(raw) - 2:
+        return raw[2:].decode(errors="replace")
+    return ""
+
+
+class _Observe(grpc.ServerInterceptor):
+    """Times every unary call by method; turns a retryable database error into UNAVAILABLE."""
+
+    def __init__(self, metrics: ProxyMetrics | None) -> None:
+        self.metrics = metrics
+
+    def intercept_service(self, continuation: Callable[[Any], Any], details: Any) -> Any:
+        handler = continuation(details)
+        if handler is None or handler.unary_unary is None:
+            return handler
+        method: str = details.method
+        inner = handler.unary_unary
+        metrics = self.metrics
+
+        def behavior(request: Any, context: grpc.ServicerContext) -> Any:
+            start = time.perf_counter()
+            try:
+                return inner(request, context)
+            except Exception as e:
+                if is_transient(e):
+                    _abort(context, grpc.StatusCode.UNAVAILABLE, "StorageError",
+                           f"database unavailable: {type(e.__cause__ or e).__name__}")
+                raise
+            finally:
+                if metrics is not None:
+                    metrics.observe(method, time.perf_counter() - start,
+                                    tell=is_finishing_request(method, request))
+
+        return grpc.unary_unary_rpc_method_handler(
+            behavior, request_deserializer=handler.request_deserializer,
+            response_serializer=handler.response_serializer)
+
+
+class ProxyServer:
+    """The storage proxy on ``host:port`` (port 0: any free port), fronting ``url``."""
+
+    def __init__(self, url: str, *, host: str = "127.0.0.1", port: int = 13000,
+                 metrics: ProxyMetrics | None = None, pool_size: int = DEFAULT_POOL_SIZE,
+                 max_overflow: int = DEFAULT_MAX_OVERFLOW, threads: int = DEFAULT_THREADS,
+                 connect_deadline_s: float = 0.0) -> None:
+        from sweeper.study.urls import redact
+
+        if is_proxy_url(url):
+            raise StorageError(f"the proxy's storage must be a database, not {url}: use "
+                               "postgresql://... or sqlite:///...")
+        storage = open_storage(url, pool_size=pool_size, max_overflow=max_overflow,
+                               connect_deadline_s=connect_deadline_s)
+        assert isinstance(storage, RetryingRDBStorage)
+        self.storage = storage
+        self.metrics = metrics
+        self.host = host
+        self.shown_url = redact(url)
+        self._server = grpc.server(ThreadPoolExecutor(max_workers=threads,
+                                                      thread_name_prefix="sweeper-proxy"),
+                                   interceptors=[_Observe(metrics)],
+                                   options=[("grpc.so_reuseport", 0)])
+        add_optuna_storage_servicer(self._server, cached_storage(storage))
+        protocol = _IndexProtocol(storage, self.shown_url)
+        self._server.add_generic_rpc_handlers([grpc.method_handlers_generic_handler(
+            wire.SERVICE, {m.name: _handler(getattr(protocol, m.name), m.request)
+                           for m in wire.METHODS.values()})])
+        health = _Health(storage)
+        self._server.add_generic_rpc_handlers([grpc.method_handlers_generic_handler(
+            "grpc.health.v1.Health", {"Check": grpc.unary_unary_rpc_method_handler(
+                health.check)})])
+        try:
+            self.port = self._server.add_insecure_port(f"{host}:{port}")
+        except RuntimeError:
+            self.port = 0
+        if not self.port:
+            storage.engine.dispose()
+            raise StorageError(f"cannot serve the storage proxy on {host}:{port}: the "
+                               "address is in use or not available here")
+
+    @property
+    def url(self) -> str:
+        """``grpc://`` URL a runner on this machine reaches the proxy at."""
+        host = "127.0.0.1" if self.host in ("0.0.0.0", "::", "[::]", "") else self.host
+        return f"{SCHEME}{host}:{self.port}"
+
+    def start(self) -> ProxyServer:
+        self._server.start()
+        logger.info("storage proxy for %s on %s:%d", self.shown_url, self.host, self.port)
+        return self
+
+    def stop(self, grace_s: float | None = 2.0) -> None:
+        """Stop serving (calls in flight get ``grace_s`` to finish) and close the database."""
+        self._server.stop(grace_s).wait()
+        self.storage.engine.dispose()
+
+    def wait(self) -> None:
+        self._server.wait_for_termination()
+
+    def __enter__(self) -> ProxyServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def start_local_proxy(storage_url: str, registry: Any = None) -> ProxyServer:
+    """A proxy in this process for local workers: loopback only, any free port, its metrics in
+    ``registry`` (a prometheus_client CollectorRegistry) when given."""
+    metrics = ProxyMetrics(registry) if registry is not None else None
+    return ProxyServer(storage_url, host="127.0.0.1", port=0, metrics=metrics).start()
