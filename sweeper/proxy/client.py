@@ -187,18 +187,19 @@ class ProxyStorage(GrpcStorageProxyOnChannel):
         return [Attempt(a.trial_id, a.number, TrialState[a.state], a.attempt,
                         a.heartbeat_age_s) for a in reply.attempts]
 
-    def claim(self, trial_id: int) -> bool:
-        return self._call("Claim", wire.TrialRef(trial_id), wire.Flag).value
+    def claim(self, trial_id: int, token: str | None = None) -> bool:
+        return self._call("Claim", wire.ClaimMsg(trial_id, token), wire.Flag).value
 
     def new_attempt(self, study_id: int, index: int, *, after: Attempt | None,
-                    params: dict[str, Any] | None) -> int | None:
+                    params: dict[str, Any] | None, token: str | None = None) -> int | None:
         msg = None if after is None else wire.AttemptMsg(
             after.trial_id, after.number, after.state.name, after.attempt, after.heartbeat_age_s)
-        return self._call("NewAttempt", wire.NewAttemptMsg(study_id, index, msg, params),
+        return self._call("NewAttempt", wire.NewAttemptMsg(study_id, index, msg, params, token),
                           wire.MaybeTrialId).trial_id
 
-    def mark_failed(self, trial_id: int, reason: str) -> bool:
-        return self._call("MarkFailed", wire.MarkFailedMsg(trial_id, reason), wire.Flag).value
+    def mark_failed(self, trial_id: int, reason: str, token: str | None = None) -> bool:
+        return self._call("MarkFailed", wire.MarkFailedMsg(trial_id, reason, token),
+                          wire.Flag).value
 
     def fail_stale_trials(self, study_id: int, grace_s: float) -> list[int]:
         return self._call("FailStaleTrials", wire.StaleSweepMsg(study_id, grace_s),

@@ -68,8 +68,8 @@ class _IndexProtocol:
             wire.AttemptMsg(a.trial_id, a.number, a.state.name, a.attempt, a.heartbeat_age_s)
             for a in protocol_steps.attempts(self.storage, req.study_id, req.index)])
 
-    def Claim(self, req: wire.TrialRef) -> wire.Flag:
-        return wire.Flag(protocol_steps.claim(self.storage, req.trial_id))
+    def Claim(self, req: wire.ClaimMsg) -> wire.Flag:
+        return wire.Flag(protocol_steps.claim(self.storage, req.trial_id, token=req.token))
 
     def NewAttempt(self, req: wire.NewAttemptMsg) -> wire.MaybeTrialId:
         from optuna.trial import TrialState
@@ -78,10 +78,12 @@ class _IndexProtocol:
         after = None if a is None else protocol_steps.Attempt(
             a.trial_id, a.number, TrialState[a.state], a.attempt, a.heartbeat_age_s)
         return wire.MaybeTrialId(protocol_steps.new_attempt(
-            self.storage, req.study_id, req.index, after=after, params=req.params))
+            self.storage, req.study_id, req.index, after=after, params=req.params,
+            token=req.token))
 
     def MarkFailed(self, req: wire.MarkFailedMsg) -> wire.Flag:
-        return wire.Flag(protocol_steps.mark_failed(self.storage, req.trial_id, req.reason))
+        return wire.Flag(protocol_steps.mark_failed(self.storage, req.trial_id, req.reason,
+                                                    token=req.token))
 
     def FailStaleTrials(self, req: wire.StaleSweepMsg) -> wire.TrialIds:
         return wire.TrialIds(protocol_steps.fail_stale_trials(self.storage, req.study_id,

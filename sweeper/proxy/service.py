@@ -84,11 +84,20 @@ class NewAttemptMsg(Wire):
     index: int
     after: AttemptMsg | None
     params: dict[str, Any] | None
+    #: The write token (``sweeper.study.writes``), made by the client so that a call it
+    #: retries is recognised as the same write.
+    token: str | None = None
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> NewAttemptMsg:
         after = AttemptMsg.from_dict(d["after"]) if d.get("after") is not None else None
-        return cls(d["study_id"], d["index"], after, d.get("params"))
+        return cls(d["study_id"], d["index"], after, d.get("params"), d.get("token"))
+
+
+@dataclass(frozen=True)
+class ClaimMsg(Wire):
+    trial_id: int
+    token: str | None = None
 
 
 @dataclass(frozen=True)
@@ -110,6 +119,7 @@ class TrialIds(Wire):
 class MarkFailedMsg(Wire):
     trial_id: int
     reason: str
+    token: str | None = None
 
 
 @dataclass(frozen=True)
@@ -229,7 +239,7 @@ class Method:
 #: Every method of the service: name -> (request, reply).
 METHODS: dict[str, Method] = {m.name: m for m in [
     Method("Attempts", StudyIndex, AttemptList),
-    Method("Claim", TrialRef, Flag),
+    Method("Claim", ClaimMsg, Flag),
     Method("NewAttempt", NewAttemptMsg, MaybeTrialId),
     Method("MarkFailed", MarkFailedMsg, Flag),
     Method("FailStaleTrials", StaleSweepMsg, TrialIds),

@@ -93,15 +93,18 @@ def attempts(storage: RDBStorage | proxy.ProxyStorage, study_id: int,
     return with_retry(query, what="find index", url=storage.url)
 
 
-def claim(storage: RDBStorage | proxy.ProxyStorage, trial_id: int) -> bool:
+def claim(storage: RDBStorage | proxy.ProxyStorage, trial_id: int, *,
+          token: str | None = None) -> bool:
     """WAITING -> RUNNING for exactly one caller: a conditional UPDATE, atomic on PostgreSQL
     and SQLite alike (Optuna's read-then-write claim is not, on SQLite). Records the first
     heartbeat and the claim's token in the same transaction: a retry whose first attempt won
-    (the acknowledgement lost) finds the token and reports the win."""
+    (the acknowledgement lost) finds the token and reports the win. Through a proxy the
+    token is made here and sent, so a call the client retries (its reply lost with a proxy
+    restart) is recognised too; the proxy passes it on as ``token``."""
+    token = token or writes.new_token()
     if isinstance(storage, proxy.ProxyStorage):
-        return storage.claim(trial_id)
+        return storage.claim(trial_id, token)
     writes.ensure_table(storage.engine)
-    token = writes.new_token()
 
     def update() -> bool:
         with storage.engine.begin() as conn:
@@ -111,15 +114,16 @@ def claim(storage: RDBStorage | proxy.ProxyStorage, trial_id: int) -> bool:
 
 
 def new_attempt(storage: RDBStorage | proxy.ProxyStorage, study_id: int, index: int, *,
-                after: Attempt | None, params: dict[str, Any] | None) -> int | None:
+                after: Attempt | None, params: dict[str, Any] | None,
+                token: str | None = None) -> int | None:
     """Create the next attempt of ``index`` as RUNNING (owned by the caller), linked to
     ``after``. Returns its trial id, or None when another runner got there first (the latest
     attempt is no longer ``after``): the caller looks again. The new trial and the call's
     token are one transaction: a retry that finds the token returns the trial it created."""
+    token = token or writes.new_token()
     if isinstance(storage, proxy.ProxyStorage):
-        return storage.new_attempt(study_id, index, after=after, params=params)
+        return storage.new_attempt(study_id, index, after=after, params=params, token=token)
     writes.ensure_table(storage.engine)
-    token = writes.new_token()
 
     def create() -> int | None:
         with exclusive(storage.engine, study_id) as conn:
@@ -139,14 +143,15 @@ def new_attempt(storage: RDBStorage | proxy.ProxyStorage, study_id: int, index: 
     return with_retry(create, what="create attempt", url=storage.url)
 
 
-def mark_failed(storage: RDBStorage | proxy.ProxyStorage, trial_id: int, reason: str) -> bool:
+def mark_failed(storage: RDBStorage | proxy.ProxyStorage, trial_id: int, reason: str, *,
+                token: str | None = None) -> bool:
     """RUNNING -> FAIL with the reason stored on the trial, in one transaction with the call's
     token. True if this call failed it (also when a retry finds its own landed FAIL); False if
     the trial had already finished (completed, or failed by someone else)."""
+    token = token or writes.new_token()
     if isinstance(storage, proxy.ProxyStorage):
-        return storage.mark_failed(trial_id, reason)
+        return storage.mark_failed(trial_id, reason, token)
     writes.ensure_table(storage.engine)
-    token = writes.new_token()
 
     def fail() -> bool:
         with storage.engine.begin() as conn:

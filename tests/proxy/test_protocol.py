@@ -277,3 +277,26 @@ def test_list_and_delete_ask_for_the_database_url(proxy_url: str) -> None:
         assert "needs the database's URL, not the storage proxy" in out.output
         assert "Traceback" not in out.output
     assert load_sweep(open_storage(proxy_url), "t-sweep").spec.trials == 10  # not deleted
+
+
+def test_a_write_the_client_retries_through_the_proxy_is_recognised(proxy_url: str) -> None:
+    """The write token is made by the client and sent: when a proxy restart loses the reply
+    and the client calls again, the second call finds the first one's commit and reports it
+    (the claim won, the attempt it created, the FAIL it wrote) instead of losing the trial."""
+    storage = open_storage(proxy_url)
+    sweep, _ = create_or_resume(storage, make_spec())
+    [a] = attempts(storage, sweep.study_id, 0)
+    assert claim(storage, a.trial_id, token="claim-1")
+    assert claim(storage, a.trial_id, token="claim-1")       # the same call, retried
+    assert not claim(storage, a.trial_id, token="claim-2")   # another runner
+    assert mark_failed(storage, a.trial_id, "lost", token="fail-1")
+    assert mark_failed(storage, a.trial_id, "lost", token="fail-1")
+    assert not mark_failed(storage, a.trial_id, "lost", token="fail-2")
+    [failed] = attempts(storage, sweep.study_id, 0)
+    tid = new_attempt(storage, sweep.study_id, 0, after=failed, params=None, token="new-1")
+    assert tid is not None
+    assert new_attempt(storage, sweep.study_id, 0, after=failed, params=None,
+                       token="new-1") == tid
+    assert new_attempt(storage, sweep.study_id, 0, after=failed, params=None,
+                       token="new-2") is None
+    assert [x.trial_id for x in attempts(storage, sweep.study_id, 0)] == [a.trial_id, tid]
