@@ -156,15 +156,35 @@ def before_start(storage: RDBStorage | proxy.ProxyStorage, study_id: int,
                  spec: SweepSpec) -> StopState | None:
     """What a runner (or the local backend) checks before starting an index: the recorded
     stop, or ``max_duration`` running out now. None: go ahead. Free when no rule is set."""
+    return _evaluate(storage, study_id, spec, after_trial=False)
+
+
+def after_trial(storage: RDBStorage | proxy.ProxyStorage, study_id: int,
+                spec: SweepSpec) -> StopState | None:
+    """Evaluate the rules once a trial finished (any state); record the first that fires."""
+    return _evaluate(storage, study_id, spec, after_trial=True)
+
+
+def _evaluate(storage: RDBStorage | proxy.ProxyStorage, study_id: int, spec: SweepSpec, *,
+              after_trial: bool) -> StopState | None:
+    """The stop state once the rules are checked: a stop already recorded stands (an ignored
+    one turns the rules off); else ``max_duration`` alone before a start, every rule after a
+    trial. Through a proxy, the proxy runs this on its database."""
     if not spec.stop.any:
         return None
     if isinstance(storage, proxy.ProxyStorage):
-        return _parse(storage.stop_check(study_id, spec, after_trial=False))
+        return _parse(storage.stop_check(study_id, spec, after_trial=after_trial))
     state, started = read_stop(storage, study_id)
     if state is not None:
         return state if state.stopped else None
-    why = check_duration(spec, started)
-    return record_stop(storage, study_id, "max_duration", why) if why else None
+    if not after_trial:
+        why = check_duration(spec, started)
+        return record_stop(storage, study_id, "max_duration", why) if why else None
+    fired = _fired(storage, study_id, spec, started)
+    if fired is None:
+        return None
+    rule, reason, trial = fired
+    return record_stop(storage, study_id, rule, reason, trial)
 
 
 _BEST_SQL = """
@@ -180,23 +200,6 @@ SELECT COUNT(DISTINCT ix.value_json) FROM trial_user_attributes ff
 JOIN trials t ON t.trial_id = ff.trial_id
 JOIN trial_user_attributes ix ON ix.trial_id = t.trial_id AND ix.key = 'sweeper:index'
 WHERE ff.key = '{FAILED_FOR_GOOD_ATTR}' AND t.study_id = :s AND t.state = 'FAIL'"""
-
-
-def after_trial(storage: RDBStorage | proxy.ProxyStorage, study_id: int,
-                spec: SweepSpec) -> StopState | None:
-    """Evaluate the rules once a trial finished (any state); record the first that fires."""
-    if not spec.stop.any:
-        return None
-    if isinstance(storage, proxy.ProxyStorage):
-        return _parse(storage.stop_check(study_id, spec, after_trial=True))
-    state, started = read_stop(storage, study_id)
-    if state is not None:
-        return state if state.stopped else None
-    fired = _fired(storage, study_id, spec, started)
-    if fired is None:
-        return None
-    rule, reason, trial = fired
-    return record_stop(storage, study_id, rule, reason, trial)
 
 
 def _fired(storage: RDBStorage, study_id: int, spec: SweepSpec,
