@@ -273,17 +273,20 @@ def _run_trial(sweep: Sweep, study: optuna.Study, index: int, trial_id: int, num
             checkpoint_mirror=mirror,
             data_factory=(lambda: data_dir(spec.data)) if spec.data.configured else None)
         logger.info("index %d: trial #%d attempt %d %s", index, number, attempt, params)
+        # Finishing from the Trial's own copy skips re-reading it, but under torchrun rank 0
+        # reported the intermediate values from its own process: re-read then.
+        own = trial if spec.trial.ranks == 1 else None
         why = _restore(mirror, ctx)
         if why is not None:
             return fail(why, protocol.EXIT_RETRY)
         try:
             result = objective(ctx)
         except optuna.TrialPruned:
-            return _finish_pruned(study, trial_id, index, number, trial=trial)
+            return _finish_pruned(study, trial_id, index, number, trial=own)
         except (TrialTimeout, DataError, SuggestNotAllowed) as e:
             return fail(str(e), _exit_code_of(e))
         if result is None and ctx.should_prune():
-            return _finish_pruned(study, trial_id, index, number, trial=trial)
+            return _finish_pruned(study, trial_id, index, number, trial=own)
         try:
             values, extra = objective_values(result, metrics)
         except InvalidResult as e:
@@ -291,7 +294,7 @@ def _run_trial(sweep: Sweep, study: optuna.Study, index: int, trial_id: int, num
         for k, v in extra.items():
             if _jsonable(v):
                 trial.set_user_attr(k, v)
-        if not _tell(study, trial_id, TrialState.COMPLETE, values, number=number, trial=trial):
+        if not _tell(study, trial_id, TrialState.COMPLETE, values, number=number, trial=own):
             return _superseded(index, number)
         return Outcome(index, protocol.EXIT_OK, "COMPLETE", number,
                        f"index {index}: trial #{number} complete: "
