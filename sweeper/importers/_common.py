@@ -13,7 +13,7 @@ from typing import Any
 import yaml
 
 from sweeper.errors import SpecError
-from sweeper.spec._yaml import Path_, _Doc, _load_yaml
+from sweeper.spec._yaml import Path_, _Doc, _load_yaml, read_text
 
 _NUMBER_RE = re.compile(r"^[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$")
 _NAME_CHARS = re.compile(r"[^a-z0-9-]+")
@@ -38,12 +38,7 @@ class Importer:
 
 def read(path: str | Path) -> tuple[Any, _Doc]:
     p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise SpecError("no such file", source=str(p)) from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise SpecError(f"cannot read: {e}", source=str(p)) from None
+    text = read_text(p)
     return _load_yaml(text, str(p))
 
 

@@ -14,7 +14,6 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from sweeper.errors import SpecError
 from sweeper.spec import registry
 from sweeper.spec._data import data_section
 from sweeper.spec._kubernetes import kubernetes
@@ -40,7 +39,7 @@ from sweeper.spec._sampler import (
     sampler_warnings,
 )
 from sweeper.spec._stop import stop_spec
-from sweeper.spec._yaml import Path_, _Doc, _load_yaml
+from sweeper.spec._yaml import Path_, _Doc, _load_yaml, read_text
 from sweeper.spec.model import (
     ARTIFACT_STORES,
     DIRECTIONS,
@@ -81,12 +80,7 @@ def load_spec(path: str | Path, overrides: Sequence[str] = ()) -> SweepSpec:
     from sweeper.spec.paths import anchored
 
     p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise SpecError("no such file", source=str(p)) from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise SpecError(f"cannot read: {e}", source=str(p)) from None
+    text = read_text(p)
     return anchored(parse_spec(text, source=str(p), overrides=overrides), p)
 
 

@@ -3,6 +3,7 @@ a validation error can name ``file:line: field``."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import yaml
@@ -60,6 +61,16 @@ def _dotted(path: Path_) -> str:
             part = repr(part)  # keeps the message one readable line
         out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
     return out
+
+
+def read_text(path: Path) -> str:
+    """A spec-like file's text; a missing or unreadable file is one SpecError naming it."""
+    try:
+        return path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise SpecError("no such file", source=str(path)) from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise SpecError(f"cannot read: {e}", source=str(path)) from None
 
 
 def _load_yaml(text: str, source: str) -> tuple[Any, _Doc]:
