@@ -114,12 +114,26 @@ def run_command(ctx: TrialContext, template: Sequence[str], timeout_s: float | N
     if ranks is not None:
         from trial_runner.launcher import torchrun_argv
 
-        argv = torchrun_argv(ranks, "--no-python", *argv, rank0_output=True)
+        argv = torchrun_argv(ranks, "--no-python", sys.executable, "-c", _RANK_FILES, *argv,
+                             rank0_output=True)
+    with tempfile.TemporaryDirectory(prefix=f"sweeper-trial-{ctx.trial_number}-") as workdir:
+        return _run_in(Path(workdir), ctx, argv, values, timeout_s, how)
+
+
+#: Under torchrun, ranks other than 0 get their own ``$SWEEPER_METRICS_FILE`` (rank 0's is the
+#: one read, as its stdout is the one followed), then the program replaces this shim.
+_RANK_FILES = (
+    f"import os, sys; r = os.environ.get('RANK', '0'); k = {protocol.ENV_METRICS_FILE!r}\n"
+    "if r != '0' and k in os.environ: os.environ[k] += '.rank' + r\n"
+    "os.execvp(sys.argv[1], sys.argv[1:])")
+
+
+def _run_in(workdir: Path, ctx: TrialContext, argv: list[str], values: dict[str, Any],
+            timeout_s: float | None, how: MetricsSpec) -> dict[str, float]:
     seen = Metrics(lambda step, m: _report(ctx, step, m))
     fmt = re.compile(how.format) if how.format is not None else None
     tail = JsonLinesTail(Path(how.file.format_map(values)), seen, lambda: _terminate(proc),
                          fmt) if how.file is not None else None
-    workdir = Path(tempfile.mkdtemp(prefix=f"sweeper-trial-{ctx.trial_number}-"))
     params_file = workdir / "params.json"
     params_file.write_text(json.dumps(ctx.params))
     metrics_file = workdir / "metrics.json"

@@ -93,8 +93,11 @@ def test_fractional_gpus_pack_workers_onto_a_gpu() -> None:
 
 
 def test_a_command_under_torchrun_reports_rank_0s_metrics(tmp_path: Path) -> None:
-    script = ("import os; r = int(os.environ['RANK']); "
-              "print('step=0 loss=%d' % (10 + r), flush=True); print('loss=%d' % (1 + r + {x}))")
+    # Every rank writes $SWEEPER_METRICS_FILE, rank 1 last: only rank 0's is read.
+    script = ("import json, os, time; r = int(os.environ['RANK']); "
+              "print('step=0 loss=%d' % (10 + r), flush=True); print('loss=%d' % (1 + r + {x})); "
+              "time.sleep(0.5 * r); "
+              "open(os.environ['SWEEPER_METRICS_FILE'], 'w').write(json.dumps({{'rank': r}}))")
     spec = {"name": "ddp-cmd", "method": "grid", "parallelism": 1,
             "objective": {"metric": "loss", "direction": "minimize"},
             "trial": {"command": ["python", "-c", script], "launcher": "torchrun", "nproc": 2,
@@ -102,12 +105,15 @@ def test_a_command_under_torchrun_reports_rank_0s_metrics(tmp_path: Path) -> Non
             "parameters": {"x": {"type": "int", "values": [5]}}}
     path = tmp_path / "ddp-cmd.yaml"
     path.write_text(yaml.safe_dump(spec, sort_keys=False))
+    (tmp_path / "tmp").mkdir()
     result = CliRunner().invoke(cli, ["run", str(path), "--storage", _url(tmp_path),
                                       "--log-dir", str(tmp_path / "logs")],
-                                catch_exceptions=False)
+                                env={"TMPDIR": str(tmp_path / "tmp")}, catch_exceptions=False)
     assert result.exit_code == 0, result.output
     (trial,) = optuna.load_study(study_name="ddp-cmd", storage=driver_url(_url(tmp_path))).trials
     assert trial.value == 6.0 and trial.intermediate_values == {0: 10.0}  # rank 0's lines
+    assert trial.user_attrs["rank"] == 0
+    assert not list((tmp_path / "tmp").glob("sweeper-trial-*"))  # the trial's files are removed
 
 
 def test_the_digits_example_trains_with_ddp(tmp_path: Path) -> None:
