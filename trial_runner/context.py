@@ -55,7 +55,6 @@ class TrialContext:
     objective_metrics: tuple[str, ...]
     _history: dict[str, list[list[float]]] = field(default_factory=dict)
     _device: str | None = None
-    _stored: Callable[[str, Any], None] | None = None
     resumed_from_step: int | None = None
     #: Returns the sweep's artifact store (built lazily: only trials that save files pay for it).
     artifact_store_factory: Callable[[], Any] | None = None
@@ -168,16 +167,19 @@ class TrialContext:
                 clean[name] = float(value)
             except (TypeError, ValueError):
                 raise ValueError(f"metric {name}={value!r} is not a number") from None
-        primary = self.objective_metrics[0]
-        if len(self.objective_metrics) == 1 and primary in clean and math.isfinite(clean[primary]):
-            self.trial.report(clean[primary], step)
+        primary = clean.get(self.objective_metrics[0])
+        single = len(self.objective_metrics) == 1
         attrs: dict[str, Any] = {}
         for name, value in clean.items():
             self._history.setdefault(name, []).append([step, value])
             if math.isfinite(value):
                 attrs[name] = value
         attrs[HISTORY_ATTR] = self._history
-        self._set_attrs(attrs)
+        from sweeper.study import write_trial
+
+        # The intermediate value and the metrics: one transaction.
+        write_trial(self.trial, user_attrs=attrs, report=(step, primary)
+                    if single and primary is not None and math.isfinite(primary) else None)
 
     def should_prune(self) -> bool:
         """True when the sweep's pruner says this trial is unpromising: stop and
@@ -191,20 +193,7 @@ class TrialContext:
         self._set_attr(key, value)
 
     def _set_attr(self, key: str, value: Any) -> None:
-        if self._stored is not None:
-            self._stored(key, value)
-        else:
-            self.trial.set_user_attr(key, value)
-
-    def _set_attrs(self, attrs: dict[str, Any]) -> None:
-        """Several attrs, in order; one database transaction when the trial is stored in one."""
-        if self._stored is not None:
-            for key, value in attrs.items():
-                self._stored(key, value)
-        else:
-            from sweeper.study import set_trial_user_attrs
-
-            set_trial_user_attrs(self.trial, attrs)
+        self.trial.set_user_attr(key, value)
 
     # ---- artifacts
 

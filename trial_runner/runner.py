@@ -26,7 +26,12 @@ from pathlib import Path
 from typing import Any
 
 import optuna
-from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
+from optuna.distributions import (
+    BaseDistribution,
+    CategoricalDistribution,
+    FloatDistribution,
+    IntDistribution,
+)
 from optuna.trial import TrialState
 
 from sweeper import protocol
@@ -48,11 +53,13 @@ from sweeper.study import (
     attach_trial,
     attempts,
     claim,
+    enqueued_params,
     mark_failed,
     new_attempt,
     open_trial,
     set_trial_user_attrs,
     stop,
+    write_trial,
 )
 from sweeper.study._optuna_compat import storage_of, tell, tell_trial
 from trial_runner.checkpoints import CheckpointMirror
@@ -114,6 +121,20 @@ def suggest_active(trial: optuna.Trial, params: Sequence[Parameter]) -> dict[str
         if is_active(p, values):
             values[p.name] = suggest(trial, p)
     return values
+
+
+def planned(trial: optuna.Trial, params: Sequence[Parameter]
+            ) -> dict[str, tuple[Any, BaseDistribution]]:
+    """The values ``suggest_active`` would return for a planned trial (its enqueued ones, for
+    the parameters it has), with their distributions: to be written in one go."""
+    fixed = enqueued_params(trial)
+    values: dict[str, Any] = {}
+    out: dict[str, tuple[Any, BaseDistribution]] = {}
+    for p in dependency_order(params):
+        if p.name in fixed and is_active(p, values):
+            values[p.name] = fixed[p.name]
+            out[p.name] = (fixed[p.name], distribution(p))
+    return out
 
 
 def suggest(trial: optuna.Trial, p: Parameter) -> Any:
@@ -259,9 +280,11 @@ def _run_trial(sweep: Sweep, study: optuna.Study, index: int, trial_id: int, num
 
     try:
         trial = open_trial(study, trial_id, number)  # as optuna.Trial(...), one query
-        # Provenance for comparing trials: one transaction, code version computed once.
-        set_trial_user_attrs(trial, {SPEC_HASH_ATTR: spec.spec_hash,
-                                     CODE_VERSION_ATTR: process_code_version()})
+        # Provenance for comparing trials (code version computed once) and a planned trial's
+        # params: one transaction; suggest_active then finds the params in the trial.
+        write_trial(trial, user_attrs={SPEC_HASH_ATTR: spec.spec_hash,
+                                       CODE_VERSION_ATTR: process_code_version()},
+                    params=None if spec.is_adaptive else planned(trial, spec.parameters))
         params = suggest_active(trial, spec.parameters)
         mirror = CheckpointMirror.for_index(spec, storage.url, index)
         ctx = TrialContext(
@@ -291,9 +314,7 @@ def _run_trial(sweep: Sweep, study: optuna.Study, index: int, trial_id: int, num
             values, extra = objective_values(result, metrics)
         except InvalidResult as e:
             return fail(str(e), protocol.EXIT_NO_RETRY)
-        for k, v in extra.items():
-            if _jsonable(v):
-                trial.set_user_attr(k, v)
+        set_trial_user_attrs(trial, {k: v for k, v in extra.items() if _jsonable(v)})
         if not _tell(study, trial_id, TrialState.COMPLETE, values, number=number, trial=own):
             return _superseded(index, number)
         return Outcome(index, protocol.EXIT_OK, "COMPLETE", number,

@@ -53,7 +53,13 @@ from sweeper.study.summaries import (
     study_names,
     unfinished_indexes,
 )
-from sweeper.study.trials import attach_trial, open_trial, set_trial_user_attrs
+from sweeper.study.trials import (
+    attach_trial,
+    enqueued_params,
+    open_trial,
+    set_trial_user_attrs,
+    write_trial,
+)
 from sweeper.study.urls import driver_url, redact, resolve_storage_url, scrub
 
 __all__ = [
@@ -80,6 +86,7 @@ __all__ = [
     "claim",
     "create_or_resume",
     "driver_url",
+    "enqueued_params",
     "fail_stale_trials",
     "index_table",
     "list_sweeps",
@@ -97,4 +104,5 @@ __all__ = [
     "trial_id_of",
     "unfinished_indexes",
     "with_retry",
+    "write_trial",
 ]

@@ -39,32 +39,13 @@ if TYPE_CHECKING:
     from optuna.artifacts._protocol import ArtifactStore
 
 __all__ = [
-    "PRIVATE_TRIAL_PATH",
-    "SUPPORTED_SERIES",
-    "ArtifactStore",
-    "FrozenStudy",
-    "GrpcStorageProxyOnChannel",
-    "RDBStoragePrivateRetries",
-    "RDBTables",
-    "UnsupportedOptunaError",
-    "add_optuna_storage_servicer",
-    "add_to_cache",
-    "cached_rdb_backend",
-    "cached_storage",
-    "check_version",
-    "distribution_contains",
-    "is_finishing_request",
-    "rdb_backend",
-    "rdb_tables",
-    "reset_trials_cache",
-    "set_cached_user_attrs",
-    "storage_of",
-    "study_id_of",
-    "tell",
-    "tell_trial",
-    "trial_from_frozen",
-    "trial_id_of",
-    "trial_value",
+    "PRIVATE_TRIAL_PATH", "SUPPORTED_SERIES", "ArtifactStore", "FrozenStudy",
+    "GrpcStorageProxyOnChannel", "RDBStoragePrivateRetries", "RDBTables",
+    "UnsupportedOptunaError", "add_optuna_storage_servicer", "add_to_cache", "cached_rdb_backend",
+    "cached_storage", "check_version", "distribution_contains", "fixed_params_of",
+    "is_finishing_request", "rdb_backend", "rdb_tables", "reported_steps", "reset_trials_cache",
+    "storage_of", "study_id_of", "tell", "tell_trial", "trial_from_frozen", "trial_id_of",
+    "trial_value", "update_cached_trial",
 ]
 
 T = TypeVar("T")
@@ -182,10 +163,29 @@ def tell_trial(study: optuna.Study, trial: optuna.Trial, values: Sequence[float]
         study._storage.set_trial_state_values(frozen._trial_id, state, floats)
 
 
-def set_cached_user_attrs(trial: optuna.Trial, attrs: Mapping[str, Any]) -> None:
-    """Make ``trial.user_attrs`` show attrs written to the storage behind Optuna's back."""
-    for key, value in attrs.items():
-        trial._cached_frozen_trial.user_attrs[key] = value
+def update_cached_trial(trial: optuna.Trial, *, user_attrs: Mapping[str, Any] | None = None,
+                        params: Mapping[str, tuple[Any, BaseDistribution]] | None = None,
+                        report: tuple[int, float] | None = None) -> None:
+    """Make the trial's own copy show what was written to the storage behind Optuna's back
+    (as ``Trial.suggest_*``, ``report`` and ``set_user_attr`` keep it): a param in it is not
+    suggested again, a step in it is not reported again."""
+    frozen = trial._cached_frozen_trial
+    frozen.user_attrs.update(user_attrs or {})
+    for name, (value, distribution) in (params or {}).items():
+        frozen.distributions[name] = distribution
+        frozen.params[name] = value
+    if report is not None:
+        frozen.intermediate_values.setdefault(report[0], report[1])
+
+
+def reported_steps(trial: optuna.Trial) -> set[int]:
+    """The steps ``trial.report`` has recorded (a second report of one is ignored)."""
+    return set(trial._cached_frozen_trial.intermediate_values)
+
+
+def fixed_params_of(trial: optuna.Trial) -> dict[str, Any]:
+    """The params the trial was enqueued with (``enqueue_trial``), which ``suggest_*`` returns."""
+    return dict(trial._fixed_params)
 
 
 def distribution_contains(distribution: BaseDistribution, value: Any) -> bool:
@@ -247,6 +247,8 @@ class RDBTables:
     trial_user_attributes: sa.Table
     trial_system_attributes: sa.Table
     trial_heartbeats: sa.Table
+    trial_params: sa.Table
+    trial_intermediate_values: sa.Table
 
 
 @functools.cache
@@ -260,7 +262,9 @@ def rdb_tables() -> RDBTables:
     return RDBTables(trials=table(models.TrialModel),
                      trial_user_attributes=table(models.TrialUserAttributeModel),
                      trial_system_attributes=table(models.TrialSystemAttributeModel),
-                     trial_heartbeats=table(models.TrialHeartbeatModel))
+                     trial_heartbeats=table(models.TrialHeartbeatModel),
+                     trial_params=table(models.TrialParamModel),
+                     trial_intermediate_values=table(models.TrialIntermediateValueModel))
 
 
 #: The private RDBStorage methods Optuna itself calls on a trial's path (its trial cache,

@@ -11,6 +11,7 @@ from typing import Any
 
 import optuna
 import sqlalchemy as sa
+from optuna.distributions import BaseDistribution, distribution_to_json
 from optuna.storages import RDBStorage
 from optuna.trial import FrozenTrial, TrialState
 
@@ -18,12 +19,14 @@ from sweeper.proxy import client as proxy
 from sweeper.study._optuna_compat import (
     add_to_cache,
     cached_rdb_backend,
+    fixed_params_of,
     rdb_backend,
     rdb_tables,
-    set_cached_user_attrs,
+    reported_steps,
     storage_of,
     trial_from_frozen,
     trial_id_of,
+    update_cached_trial,
 )
 from sweeper.study.retry import with_retry
 
@@ -31,9 +34,11 @@ from sweeper.study.retry import with_retry
 def set_trial_user_attrs(trial: optuna.Trial, attrs: Mapping[str, Any]) -> None:
     """``trial.set_user_attr`` for several keys in one transaction (Optuna commits each key
     separately: one commit, an fsync on PostgreSQL, per metric per report)."""
+    if not attrs:
+        return
     if isinstance(trial.storage, proxy.ProxyStorage):  # one call; the proxy runs the upsert
         trial.storage.set_trial_user_attrs(trial_id_of(trial), dict(attrs))
-        set_cached_user_attrs(trial, attrs)
+        update_cached_trial(trial, user_attrs=attrs)
         return
     backend = rdb_backend(trial.storage)
     if backend is None or len(attrs) < 2 or not _can_upsert(backend):
@@ -41,7 +46,43 @@ def set_trial_user_attrs(trial: optuna.Trial, attrs: Mapping[str, Any]) -> None:
             trial.set_user_attr(key, value)
         return
     write_user_attrs(backend, trial_id_of(trial), attrs)
-    set_cached_user_attrs(trial, attrs)
+    update_cached_trial(trial, user_attrs=attrs)
+
+
+def enqueued_params(trial: optuna.Trial) -> dict[str, Any]:
+    """The params a planned trial was enqueued with (what its ``suggest_*`` calls return)."""
+    return fixed_params_of(trial)
+
+
+def write_trial(trial: optuna.Trial, *, user_attrs: Mapping[str, Any] | None = None,
+                params: Mapping[str, tuple[Any, BaseDistribution]] | None = None,
+                report: tuple[int, float] | None = None) -> None:
+    """What ``suggest_*`` (known values: a planned trial's), ``report(value, step)`` (a finite
+    value) and ``set_user_attr`` write for a running trial, in one transaction where the
+    storage is a database (Optuna commits each separately: a commit, an fsync on PostgreSQL,
+    per param and per report). Every statement is an upsert, so a retry after a lost
+    acknowledgement writes nothing twice. Elsewhere (the proxy, old SQLite): Optuna's calls."""
+    if report is not None and report[0] in reported_steps(trial):
+        trial.report(report[1], report[0])  # Optuna's warning; nothing is written
+        report = None
+    backend = rdb_backend(trial.storage)
+    if isinstance(trial.storage, proxy.ProxyStorage) or backend is None \
+            or not _can_upsert(backend):
+        for name, (value, distribution) in (params or {}).items():
+            trial.storage.set_trial_param(trial_id_of(trial), name,
+                                          distribution.to_internal_repr(value), distribution)
+            update_cached_trial(trial, params={name: (value, distribution)})
+        if report is not None:
+            trial.report(report[1], report[0])
+        if user_attrs:
+            set_trial_user_attrs(trial, user_attrs)
+        return
+    tid = trial_id_of(trial)
+    statements = [*_param_rows(backend, tid, params or {}), *_report_rows(backend, tid, report),
+                  *_attr_rows(backend, tid, user_attrs or {})]
+    if statements:
+        with_retry(lambda: _write(backend, tid, statements), what="write trial")
+    update_cached_trial(trial, user_attrs=user_attrs, params=params, report=report)
 
 
 def _can_upsert(backend: RDBStorage) -> bool:
@@ -61,28 +102,62 @@ def write_user_attrs(backend: RDBStorage, trial_id: int, attrs: Mapping[str, Any
         for key, value in attrs.items():
             backend.set_trial_user_attr(trial_id, key, value)
         return
-    from sqlalchemy.dialects import postgresql, sqlite
+    statements = _attr_rows(backend, trial_id, attrs)
+    with_retry(lambda: _write(backend, trial_id, statements), what="set user attrs")
 
-    insert: Any = postgresql.insert if backend.engine.dialect.name == "postgresql" \
-        else sqlite.insert
-    tables = rdb_tables()
-    # The same rows Optuna writes (value_json = json.dumps(value)), as one upsert statement.
-    stmt = insert(tables.trial_user_attributes).values(
-        [{"trial_id": trial_id, "key": k, "value_json": json.dumps(v)} for k, v in attrs.items()])
-    stmt = stmt.on_conflict_do_update(index_elements=["trial_id", "key"],
-                                      set_={"value_json": stmt.excluded.value_json})
-    trials = tables.trials
 
-    def write() -> None:
-        with backend.engine.begin() as conn:
-            state = conn.execute(sa.select(trials.c.state).where(
-                trials.c.trial_id == trial_id)).scalar_one_or_none()
-            if state is None:
-                raise KeyError(f"No trial with trial id {trial_id} exists.")
-            backend.check_trial_is_updatable(trial_id, state)  # finished: UpdateFinishedTrialError
+def _write(backend: RDBStorage, trial_id: int, statements: list[Any]) -> None:
+    """One transaction: the trial must exist and be unfinished, then the upserts."""
+    trials = rdb_tables().trials
+    with backend.engine.begin() as conn:
+        state = conn.execute(sa.select(trials.c.state).where(
+            trials.c.trial_id == trial_id)).scalar_one_or_none()
+        if state is None:
+            raise KeyError(f"No trial with trial id {trial_id} exists.")
+        backend.check_trial_is_updatable(trial_id, state)  # finished: UpdateFinishedTrialError
+        for stmt in statements:
             conn.execute(stmt)
 
-    with_retry(write, what="set user attrs")
+
+def _insert(backend: RDBStorage) -> Any:
+    from sqlalchemy.dialects import postgresql, sqlite
+
+    return postgresql.insert if backend.engine.dialect.name == "postgresql" else sqlite.insert
+
+
+def _attr_rows(backend: RDBStorage, trial_id: int, attrs: Mapping[str, Any]) -> list[Any]:
+    """The rows Optuna writes (value_json = json.dumps(value)), as one upsert."""
+    if not attrs:
+        return []
+    stmt = _insert(backend)(rdb_tables().trial_user_attributes).values(
+        [{"trial_id": trial_id, "key": k, "value_json": json.dumps(v)} for k, v in attrs.items()])
+    return [stmt.on_conflict_do_update(index_elements=["trial_id", "key"],
+                                       set_={"value_json": stmt.excluded.value_json})]
+
+
+def _param_rows(backend: RDBStorage, trial_id: int,
+                params: Mapping[str, tuple[Any, BaseDistribution]]) -> list[Any]:
+    """Optuna's rows for suggested params; a param stored already keeps its value (as a second
+    ``suggest_*`` of the same name returns the first)."""
+    if not params:
+        return []
+    rows = [{"trial_id": trial_id, "param_name": name, "param_value": d.to_internal_repr(v),
+             "distribution_json": distribution_to_json(d)} for name, (v, d) in params.items()]
+    return [_insert(backend)(rdb_tables().trial_params).values(rows).on_conflict_do_nothing(
+        index_elements=["trial_id", "param_name"])]
+
+
+def _report_rows(backend: RDBStorage, trial_id: int,
+                 report: tuple[int, float] | None) -> list[Any]:
+    """Optuna's row for a finite intermediate value; a step reported already keeps its value
+    (``Trial.report`` ignores a second report of a step)."""
+    if report is None:
+        return []
+    step, value = report
+    row = {"trial_id": trial_id, "step": step, "intermediate_value": float(value),
+           "intermediate_value_type": "FINITE"}
+    return [_insert(backend)(rdb_tables().trial_intermediate_values).values([row])
+            .on_conflict_do_nothing(index_elements=["trial_id", "step"])]
 
 
 def attach_trial(study: optuna.Study, trial_id: int) -> int:

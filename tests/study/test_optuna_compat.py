@@ -63,7 +63,8 @@ def test_no_other_module_imports_optuna_private_modules_or_touches_wrapped_names
                "_backend", "_studies", "_add_trials_to_cache", "_tell_with_warning",
                "_get_stale_trial_ids", "_create_new_trial", "_set_trial_param", "_get_trials",
                "_get_best_trial_id", "_get_prepared_new_trial", "_create_scoped_session",
-               "_channel", "_stub", "_cache", "_setup", "_trial_id_to_study_id_and_number"}
+               "_channel", "_stub", "_cache", "_setup", "_trial_id_to_study_id_and_number",
+               "_fixed_params"}
     offenders = []
     for path in [*(REPO / "sweeper").rglob("*.py"), *(REPO / "trial_runner").rglob("*.py")]:
         if path.name == "_optuna_compat.py":
@@ -135,11 +136,29 @@ def test_tell_with_warning_takes_what_we_pass(storage: RetryingRDBStorage,
         compat.tell(study, first.number, [2.0], TrialState.COMPLETE)
 
 
-def test_set_cached_user_attrs_is_what_trial_user_attrs_shows(study: optuna.Study) -> None:
-    """Trial._cached_frozen_trial.user_attrs backs Trial.user_attrs."""
+def test_update_cached_trial_is_what_the_trial_shows_and_suggest_reuses(
+        study: optuna.Study) -> None:
+    """Trial._cached_frozen_trial backs Trial.user_attrs, params and distributions; a param in
+    it is returned by suggest_* without a storage write, a step in it is not reported again."""
     trial = study.ask()
-    compat.set_cached_user_attrs(trial, {"a": 1, "b": [2]})
+    dist = FloatDistribution(0, 1)
+    compat.update_cached_trial(trial, user_attrs={"a": 1, "b": [2]}, params={"x": (0.5, dist)},
+                               report=(3, 0.25))
     assert trial.user_attrs == {"a": 1, "b": [2]}
+    assert trial.params == {"x": 0.5} and trial.distributions == {"x": dist}
+    assert trial.suggest_float("x", 0, 1) == 0.5
+    with pytest.warns(UserWarning, match="already reported"):
+        trial.report(9.0, 3)
+    stored = study._storage.get_trial(compat.trial_id_of(trial))
+    assert stored.params == {} and stored.intermediate_values == {}  # nothing was written
+
+
+def test_fixed_params_of_is_what_enqueue_trial_set(study: optuna.Study) -> None:
+    """Trial._fixed_params: the enqueued params that suggest_* returns."""
+    study.enqueue_trial({"x": 0.75})
+    trial = study.ask()
+    assert compat.fixed_params_of(trial) == {"x": 0.75}
+    assert trial.suggest_float("x", 0, 1) == 0.75
 
 
 def test_distribution_contains() -> None:

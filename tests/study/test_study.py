@@ -183,3 +183,60 @@ def test_open_trial_reads_what_optuna_trial_reads(storage_url: str) -> None:
     mine.suggest_float("a", 0.0, 1.0, step=0.25)  # now it has a param: Optuna's path
     again = open_trial(study, a.trial_id, number)
     assert again.params == {"a": grid_point(sweep.spec, 5)["a"]}
+
+
+def _claimed_trial(storage_url: str, index: int = 5) -> tuple[object, optuna.Trial]:
+    from sweeper.study import attach_trial, open_trial
+
+    storage = open_storage(storage_url)
+    sweep, _ = create_or_resume(storage, make_spec())
+    [a] = attempts(storage, sweep.study_id, index)
+    assert claim(storage, a.trial_id)
+    study = sweep.study()
+    return storage, open_trial(study, a.trial_id, attach_trial(study, a.trial_id))
+
+
+def test_write_trial_is_one_transaction_that_suggest_and_report_then_reuse(
+        storage_url: str) -> None:
+    """A planned trial's params, a report and user attrs: one commit; the stored trial is what
+    Optuna's own calls would have written; suggest_* then returns the value without a write."""
+    from optuna.distributions import FloatDistribution
+
+    from sweeper.study import enqueued_params, write_trial
+
+    storage, trial = _claimed_trial(storage_url)
+    a = enqueued_params(trial)["a"]
+    dist = FloatDistribution(0.0, 1.0, step=0.25)
+    commits: list[int] = []
+    sa.event.listen(storage.engine, "commit", lambda conn: commits.append(1))
+    write_trial(trial, user_attrs={"loss": 0.5, "history": {"loss": [[0, 0.5]]}},
+                params={"a": (a, dist)}, report=(0, 0.5))
+    assert len(commits) == 1
+    stored = storage.get_trial(trial._trial_id)  # noqa: SLF001
+    assert stored.params == {"a": a} and stored.distributions == {"a": dist}
+    assert stored.intermediate_values == {0: 0.5}
+    assert stored.user_attrs["loss"] == 0.5
+    assert stored.user_attrs["history"] == {"loss": [[0, 0.5]]}
+    commits.clear()
+    assert trial.suggest_float("a", 0.0, 1.0, step=0.25) == a
+    assert trial.params == {"a": a} and trial.user_attrs["loss"] == 0.5
+    assert commits == []
+    with pytest.warns(UserWarning, match="already reported"):
+        write_trial(trial, report=(0, 9.0))  # as Trial.report: the first value stays
+    assert storage.get_trial(trial._trial_id).intermediate_values == {0: 0.5}  # noqa: SLF001
+
+
+def test_write_trial_on_a_finished_trial_writes_nothing(storage_url: str) -> None:
+    from optuna.distributions import FloatDistribution
+
+    from sweeper.study import write_trial
+
+    storage, trial = _claimed_trial(storage_url)
+    tid = trial._trial_id  # noqa: SLF001
+    assert mark_failed(storage, tid, "gone")
+    with pytest.raises(optuna.exceptions.UpdateFinishedTrialError):
+        write_trial(trial, user_attrs={"x": 1}, params={"b": (0.5, FloatDistribution(0, 1))},
+                    report=(1, 2.0))
+    stored = storage.get_trial(tid)
+    assert stored.params == {} and stored.intermediate_values == {}
+    assert "x" not in stored.user_attrs
