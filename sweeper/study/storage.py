@@ -38,9 +38,10 @@ OPEN_ERRORS = (sa.exc.SQLAlchemyError, optuna.exceptions.OptunaError, ImportErro
 
 
 class RetryingRDBStorage(RDBStoragePrivateRetries):
-    """RDBStorage whose every database call survives a database restart (pool_pre_ping
-    reconnects; :meth:`_retry` retries the call that was in flight), and whose writes know
-    what "already done" looks like when the acknowledgement of a commit was lost.
+    """RDBStorage whose every database call survives a database restart (idle connections
+    are pinged, :func:`ping_when_idle`; :meth:`_retry` retries the call that was in flight),
+    and whose writes know what "already done" looks like when the acknowledgement of a commit
+    was lost.
 
     The public methods below and the private ones of :class:`RDBStoragePrivateRetries` are
     every RDBStorage method that talks to the database; the rest only call these
@@ -48,6 +49,11 @@ class RetryingRDBStorage(RDBStoragePrivateRetries):
     ``get_n_trials``). The signatures are Optuna 5.0's (contract tests compare them)."""
 
     retry_deadline_s = 300.0
+
+    def __init__(self, url: str, **kwargs: Any) -> None:
+        super().__init__(url, **kwargs)
+        if self.engine.dialect.name == "postgresql":
+            ping_when_idle(self.engine)
 
     def _retry(self, name: str, fn: Callable[..., T], *args: Any,
                landed: Callable[[], Any] | None = None, **kwargs: Any) -> T:
@@ -216,9 +222,37 @@ def open_storage(url: str, *, connect_deadline_s: float = 0.0, pool_size: int = 
         raise StorageError(scrub(f"cannot open storage {redact(url)}: {reason}", url)) from None
 
 
+#: A pooled PostgreSQL connection idle this long is pinged before use (the server may have
+#: restarted or closed it meanwhile). One in steady use, as a runner's between the statements
+#: of a trial, is not: a ping per checkout was a round trip per statement, and a connection
+#: that died since its last use fails its statement, which the retry layer repeats.
+IDLE_PING_S = 2.0
+
+
+def ping_when_idle(engine: sa.Engine, idle_s: float = IDLE_PING_S) -> None:
+    """SQLAlchemy's ``pool_pre_ping``, for connections idle more than ``idle_s`` only."""
+    def checkin(dbapi_connection: Any, record: Any) -> None:
+        record.info["sweeper_idle_since"] = time.monotonic()
+
+    def checkout(dbapi_connection: Any, record: Any, proxy: Any) -> None:
+        since = record.info.pop("sweeper_idle_since", None)
+        if since is None or time.monotonic() - since < idle_s:
+            return
+        try:
+            alive = engine.dialect.do_ping(dbapi_connection)
+        except Exception:  # noqa: BLE001 - any failure: the pool replaces the connection
+            alive = False
+        if not alive:
+            raise sa.exc.DisconnectionError("connection lost while idle")
+
+    sa.event.listen(engine, "checkin", checkin)
+    sa.event.listen(engine, "checkout", checkout)
+
+
 def engine_options(url: str, *, pool_size: int = 1, max_overflow: int = 1) -> dict[str, Any]:
     """The SQLAlchemy engine options :func:`open_storage` uses for ``url`` (SQLite busy
-    timeout; PostgreSQL pool size, pre-ping, connect timeout)."""
+    timeout; PostgreSQL pool size, connect timeout; the storage adds a ping of connections
+    that sat idle, :func:`ping_when_idle`)."""
     return _engine_kwargs(url, driver_url(url), pool_size, max_overflow)
 
 
@@ -227,7 +261,7 @@ def _engine_kwargs(url: str, real: str, pool_size: int, max_overflow: int) -> di
     if scheme.startswith("sqlite"):
         return {"connect_args": {"timeout": 60}}
     if scheme.startswith("postgresql"):
-        return {"pool_size": pool_size, "max_overflow": max_overflow, "pool_pre_ping": True,
+        return {"pool_size": pool_size, "max_overflow": max_overflow,
                 "pool_recycle": 1800,
                 "connect_args": {"connect_timeout": 10, "application_name": "sweeper"}}
     raise StorageError(f"unsupported storage URL {redact(url)}: use sqlite:///path.db or "

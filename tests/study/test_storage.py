@@ -34,7 +34,8 @@ DELEGATING = {"create_new_trial", "set_trial_param", "get_all_trials", "get_best
 def _overridden() -> set[str]:
     return {name for cls in (RetryingRDBStorage, RDBStoragePrivateRetries)
             for name, value in vars(cls).items()
-            if inspect.isfunction(value) and hasattr(RDBStorage, name) and name != "_retry"}
+            if inspect.isfunction(value) and hasattr(RDBStorage, name)
+            and name not in ("_retry", "__init__")}
 
 
 def _talks_to_the_database(fn: object) -> bool:
@@ -114,3 +115,46 @@ def test_the_storage_pickles_as_optuna_expects(sqlite_url: str) -> None:
     restored = pickle.loads(pickle.dumps(storage))
     assert type(restored) is RetryingRDBStorage
     assert restored.get_all_studies() == []
+
+
+def _backend_pid(engine: sa.Engine) -> int:
+    with engine.connect() as conn:
+        return int(conn.execute(sa.text("SELECT pg_backend_pid()")).scalar_one())
+
+
+def _terminate(pg_admin: sa.Engine, pid: int) -> None:
+    with pg_admin.connect() as conn:
+        conn.execute(sa.text("SELECT pg_terminate_backend(:p)"), {"p": pid})
+
+
+@pytest.mark.postgres
+def test_an_idle_connection_is_pinged_and_replaced_a_busy_one_is_not(
+        pg_url: str, pg_admin: sa.Engine) -> None:
+    """A connection idle past the limit is checked before use: one the server closed meanwhile
+    is replaced without the caller seeing an error. One in steady use is not pinged (the
+    round trip per statement this saves): its statement fails, and the storage's retry runs
+    it again on a new connection."""
+    import time
+
+    from sweeper.study.storage import ping_when_idle
+    from sweeper.study.urls import driver_url
+
+    idle = sa.create_engine(driver_url(pg_url), pool_size=1, max_overflow=0)
+    ping_when_idle(idle, idle_s=0.05)
+    first = _backend_pid(idle)
+    _terminate(pg_admin, first)
+    time.sleep(0.2)
+    assert _backend_pid(idle) != first  # no error: the ping found it dead
+    idle.dispose()
+
+    busy = sa.create_engine(driver_url(pg_url), pool_size=1, max_overflow=0)
+    ping_when_idle(busy, idle_s=60.0)
+    _terminate(pg_admin, _backend_pid(busy))
+    with pytest.raises(sa.exc.OperationalError):
+        _backend_pid(busy)  # not pinged: the statement meets the closed connection
+    busy.dispose()
+
+    storage = open_storage(pg_url)
+    optuna.create_study(study_name="ping", storage=storage)
+    _terminate(pg_admin, _backend_pid(storage.engine))
+    assert storage.get_study_id_from_name("ping") >= 0  # retried on a new connection
