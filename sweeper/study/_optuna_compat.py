@@ -16,6 +16,7 @@ No other module of ``sweeper`` or ``trial_runner`` touches an ``_underscored`` O
 from __future__ import annotations
 
 import copy
+import dataclasses
 import functools
 import uuid
 from collections.abc import Callable, Container, Mapping, Sequence
@@ -249,22 +250,16 @@ class RDBTables:
     trial_heartbeats: sa.Table
     trial_params: sa.Table
     trial_intermediate_values: sa.Table
+    trial_values: sa.Table
 
 
 @functools.cache
 def rdb_tables() -> RDBTables:
     from optuna.storages._rdb import models
 
-    def table(model: Any) -> sa.Table:
-        t: sa.Table = model.__table__
-        return t
-
-    return RDBTables(trials=table(models.TrialModel),
-                     trial_user_attributes=table(models.TrialUserAttributeModel),
-                     trial_system_attributes=table(models.TrialSystemAttributeModel),
-                     trial_heartbeats=table(models.TrialHeartbeatModel),
-                     trial_params=table(models.TrialParamModel),
-                     trial_intermediate_values=table(models.TrialIntermediateValueModel))
+    tables = {m.__table__.name: m.__table__ for m in vars(models).values()
+              if isinstance(m, type) and hasattr(m, "__table__")}
+    return RDBTables(**{f.name: tables[f.name] for f in dataclasses.fields(RDBTables)})
 
 
 #: The private RDBStorage methods Optuna itself calls on a trial's path (its trial cache,

@@ -4,6 +4,7 @@ per database, and the schema additions the index protocol needs."""
 from __future__ import annotations
 
 import logging
+import math
 import os
 import random
 import time
@@ -20,7 +21,7 @@ from optuna.trial import FrozenTrial, TrialState
 from sweeper.errors import StorageError, StorageMissingError
 from sweeper.protocol import INDEX_ATTR
 from sweeper.study import writes
-from sweeper.study._optuna_compat import FrozenStudy, RDBStoragePrivateRetries
+from sweeper.study._optuna_compat import FrozenStudy, RDBStoragePrivateRetries, rdb_tables
 from sweeper.study.retry import NOT_DONE, with_retry
 from sweeper.study.urls import driver_url, redact, scrub
 
@@ -125,8 +126,32 @@ class RetryingRDBStorage(RDBStoragePrivateRetries):
             same = trial.state == state and (wanted is None or trial.values == wanted)
             return True if same else NOT_DONE
 
-        return self._retry("set_trial_state_values", super().set_trial_state_values,
-                           trial_id, state, values, landed=landed)
+        return self._retry("set_trial_state_values", self._finish, trial_id, state, wanted,
+                           landed=landed)
+
+    def _finish(self, trial_id: int, state: TrialState, values: list[float] | None) -> bool:
+        """RDBStorage.set_trial_state_values for a finishing state, in two statements instead
+        of its four (a locking read of the trial and one of its values come first there): the
+        conditional UPDATE is the check that the trial is unfinished, and a trial has no
+        values before it finishes, so they are inserted, not merged."""
+        tables = rdb_tables()
+        trials = tables.trials
+        with self.engine.begin() as conn:
+            done = conn.execute(sa.update(trials).where(
+                trials.c.trial_id == trial_id,
+                trials.c.state.in_((TrialState.RUNNING, TrialState.WAITING))).values(
+                state=state, datetime_complete=datetime.now())).rowcount
+            if not done:
+                current = conn.execute(sa.select(trials.c.state).where(
+                    trials.c.trial_id == trial_id)).scalar_one_or_none()
+                if current is None:
+                    raise KeyError(f"No trial with trial id {trial_id} exists.")
+                self.check_trial_is_updatable(trial_id, current)  # finished: it raises
+            if values:
+                conn.execute(sa.insert(tables.trial_values), [
+                    {"trial_id": trial_id, "objective": k, "value": _stored_value(v),
+                     "value_type": _value_type(v)} for k, v in enumerate(values)])
+        return True
 
     def _claim(self, trial_id: int) -> bool:
         """Optuna's claim (``study.ask`` taking a WAITING trial) with a token: True exactly
@@ -175,6 +200,15 @@ class RetryingRDBStorage(RDBStoragePrivateRetries):
 
     def record_heartbeat(self, trial_id: int) -> None:
         return self._retry("record_heartbeat", super().record_heartbeat, trial_id)
+
+
+def _stored_value(v: float) -> float | None:
+    """Optuna's column for an objective value: +-inf are NULL, told apart by the type."""
+    return None if math.isinf(v) else v
+
+
+def _value_type(v: float) -> str:
+    return "FINITE" if not math.isinf(v) else "INF_POS" if v > 0 else "INF_NEG"
 
 
 def open_storage(url: str, *, connect_deadline_s: float = 0.0, pool_size: int = 1,
