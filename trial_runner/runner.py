@@ -53,7 +53,7 @@ from sweeper.study import (
     attach_trial,
     attempts,
     claim,
-    enqueued_params,
+    fixed_params_of,
     mark_failed,
     new_attempt,
     open_trial,
@@ -127,7 +127,7 @@ def planned(trial: optuna.Trial, params: Sequence[Parameter]
             ) -> dict[str, tuple[Any, BaseDistribution]]:
     """The values ``suggest_active`` would return for a planned trial (its enqueued ones, for
     the parameters it has), with their distributions: to be written in one go."""
-    fixed = enqueued_params(trial)
+    fixed = fixed_params_of(trial)
     values: dict[str, Any] = {}
     out: dict[str, tuple[Any, BaseDistribution]] = {}
     for p in dependency_order(params):

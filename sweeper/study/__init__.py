@@ -31,7 +31,7 @@ from sweeper.protocol import (
     RETRY_OF_ATTR,
     SPEC_ATTR,
 )
-from sweeper.study._optuna_compat import UnsupportedOptunaError, trial_id_of
+from sweeper.study._optuna_compat import UnsupportedOptunaError, fixed_params_of, trial_id_of
 from sweeper.study.index import (
     FINISHED,
     Attempt,
@@ -55,7 +55,6 @@ from sweeper.study.summaries import (
 )
 from sweeper.study.trials import (
     attach_trial,
-    enqueued_params,
     open_trial,
     set_trial_user_attrs,
     write_trial,
@@ -86,8 +85,8 @@ __all__ = [
     "claim",
     "create_or_resume",
     "driver_url",
-    "enqueued_params",
     "fail_stale_trials",
+    "fixed_params_of",
     "index_table",
     "list_sweeps",
     "load_sweep",

@@ -19,7 +19,6 @@ from sweeper.proxy import client as proxy
 from sweeper.study._optuna_compat import (
     add_to_cache,
     cached_rdb_backend,
-    fixed_params_of,
     rdb_backend,
     rdb_tables,
     reported_steps,
@@ -47,11 +46,6 @@ def set_trial_user_attrs(trial: optuna.Trial, attrs: Mapping[str, Any]) -> None:
         return
     write_user_attrs(backend, trial_id_of(trial), attrs)
     update_cached_trial(trial, user_attrs=attrs)
-
-
-def enqueued_params(trial: optuna.Trial) -> dict[str, Any]:
-    """The params a planned trial was enqueued with (what its ``suggest_*`` calls return)."""
-    return fixed_params_of(trial)
 
 
 def write_trial(trial: optuna.Trial, *, user_attrs: Mapping[str, Any] | None = None,

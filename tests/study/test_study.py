@@ -202,10 +202,10 @@ def test_write_trial_is_one_transaction_that_suggest_and_report_then_reuse(
     Optuna's own calls would have written; suggest_* then returns the value without a write."""
     from optuna.distributions import FloatDistribution
 
-    from sweeper.study import enqueued_params, write_trial
+    from sweeper.study import fixed_params_of, write_trial
 
     storage, trial = _claimed_trial(storage_url)
-    a = enqueued_params(trial)["a"]
+    a = fixed_params_of(trial)["a"]
     dist = FloatDistribution(0.0, 1.0, step=0.25)
     commits: list[int] = []
     sa.event.listen(storage.engine, "commit", lambda conn: commits.append(1))
