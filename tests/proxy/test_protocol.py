@@ -29,7 +29,7 @@ from sweeper.study import (
     open_storage,
     state_counts,
 )
-from tests.support.helpers import make_spec
+from tests.support.helpers import make_spec, race_new_attempts
 from tests.support.proxy import free_port
 
 
@@ -146,20 +146,7 @@ def test_new_attempt_through_the_proxy_is_exclusive_and_linked(proxy_url: str) -
     assert mark_failed(storage, first.trial_id, "boom")
     assert not mark_failed(storage, first.trial_id, "again")  # finished already
     failed = attempts(storage, sweep.study_id, 4)[0]
-    created: list[int | None] = []
-    barrier = threading.Barrier(4)
-
-    def retry() -> None:
-        own = open_storage(proxy_url)
-        barrier.wait()
-        created.append(new_attempt(own, sweep.study_id, 4, after=failed,
-                                   params=grid_point(sweep.spec, 4)))
-
-    threads = [threading.Thread(target=retry) for _ in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    created = race_new_attempts(proxy_url, sweep, 4, after=failed)
     winners = [c for c in created if c is not None]
     assert len(winners) == 1
     atts = attempts(storage, sweep.study_id, 4)

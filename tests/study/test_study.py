@@ -18,11 +18,10 @@ from sweeper.study import (
     create_or_resume,
     load_sweep,
     mark_failed,
-    new_attempt,
     open_storage,
     state_counts,
 )
-from tests.support.helpers import make_spec
+from tests.support.helpers import make_spec, race_new_attempts
 
 
 def test_grid_is_enqueued_up_front_one_waiting_trial_per_index(storage_url: str) -> None:
@@ -122,20 +121,7 @@ def test_new_attempt_is_exclusive_and_linked(storage_url: str) -> None:
     assert storage.set_trial_state_values(first.trial_id, TrialState.RUNNING)
     assert mark_failed(storage, first.trial_id, "boom")
     failed = attempts(storage, sweep.study_id, 4)[0]
-    created: list[int | None] = []
-    barrier = threading.Barrier(4)
-
-    def retry() -> None:
-        own = open_storage(storage_url)
-        barrier.wait()
-        created.append(new_attempt(own, sweep.study_id, 4, after=failed,
-                                   params=grid_point(sweep.spec, 4)))
-
-    threads = [threading.Thread(target=retry) for _ in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    created = race_new_attempts(storage_url, sweep, 4, after=failed)
     winners = [c for c in created if c is not None]
     assert len(winners) == 1
     atts = attempts(storage, sweep.study_id, 4)

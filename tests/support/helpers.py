@@ -47,3 +47,29 @@ def write_spec(tmp_path: Path, **kw: Any) -> Path:
     path = tmp_path / f"{kw.get('name', 't-sweep')}.yaml"
     path.write_text(yaml.safe_dump(spec_dict(**kw), sort_keys=False))
     return path
+
+
+def race_new_attempts(url: str, sweep: Any, index: int, after: Any, racers: int = 4
+                      ) -> list[int | None]:
+    """``racers`` threads, each on its own storage at ``url``, call ``new_attempt`` for
+    ``index`` at the same moment; what each got (a trial id, or None for a loser)."""
+    import threading
+
+    from sweeper.space import grid_point
+    from sweeper.study import new_attempt, open_storage
+
+    created: list[int | None] = []
+    barrier = threading.Barrier(racers)
+
+    def retry() -> None:
+        own = open_storage(url)
+        barrier.wait()
+        created.append(new_attempt(own, sweep.study_id, index, after=after,
+                                   params=grid_point(sweep.spec, index)))
+
+    threads = [threading.Thread(target=retry) for _ in range(racers)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return created
