@@ -1,9 +1,10 @@
 """Local backend: long-lived worker processes on this machine, at most ``parallelism`` at once.
 
-Each worker is ``python -m trial_runner --serve``: it pays interpreter + torch start-up once and
-then runs index after index handed to it over a pipe, with ``JOB_ID`` set per index and one GPU
-slot (``CUDA_VISIBLE_DEVICES``) per worker. The parent retries failed indexes up to
-``trial.retries`` times, fails the trials of workers that die or freeze, and on Ctrl-C stops
+Each worker is ``python -m trial_runner --serve`` (forked from ``sweeper run`` where that is
+safe, see sweeper.backends.forked): it pays interpreter + torch start-up once and then runs
+index after index handed to it over a pipe, with ``JOB_ID`` set per index and one GPU slot
+(``CUDA_VISIBLE_DEVICES``) per worker. The parent retries failed indexes up to ``trial.retries``
+times, fails the trials of workers that die or freeze, and on Ctrl-C stops
 the workers so that their trials end FAIL (resumable by running the same command again).
 """
 
@@ -27,6 +28,13 @@ from optuna.trial import TrialState
 
 from sweeper import protocol
 from sweeper.backends.base import LogTail, RunResult, Tick
+from sweeper.backends.forked import (
+    RUNNER_ARGS,
+    RUNNER_MODULE,
+    ForkedProcess,
+    fork_safe,
+    fork_worker,
+)
 from sweeper.errors import BackendError, SpecError
 from sweeper.spec import SweepSpec
 from sweeper.study import Sweep, attempts, fail_stale_trials, mark_failed
@@ -37,6 +45,8 @@ logger = logging.getLogger(__name__)
 _MAX_STARTUP_FAILURES = 5
 #: Seconds a worker may take from being handed an index to claiming its trial.
 _START_TIMEOUT_S = 30.0
+#: A worker process: exec'd (Popen) or forked from this one.
+Process = subprocess.Popen[bytes] | ForkedProcess
 
 
 def detect_gpus(env: dict[str, str] | None = None) -> list[str]:
@@ -96,7 +106,7 @@ def gpu_slots(gpus: Sequence[str], per_trial: float, parallelism: int) -> list[s
 @dataclass
 class _Worker:
     slot: int
-    proc: subprocess.Popen[bytes]
+    proc: Process
     cmd: IO[str]
     res: IO[bytes]
     buffer: bytes = b""
@@ -127,6 +137,7 @@ class LocalBackend:
         #: share the CPUs and all become ready late; in waves of one per core the first ones
         #: run trials while the rest start (on 2 cores and W=8: ~1 s sooner on average).
         self.max_starting = max(1, max_starting or os.cpu_count() or 1)
+        self._fork = False
 
     # ---------------------------------------------------------------- public
 
@@ -149,10 +160,12 @@ class LocalBackend:
         workers: list[_Worker] = []
         try:
             unstarted = list(range(n))
+            # Forked workers start in milliseconds: no need to start them in waves.
+            starting = n if self._fork else self.max_starting
             last_tick = last_stale = 0.0
             while pending or any(w.index is not None for w in workers):
                 while unstarted and pending and \
-                        sum(not w.ready for w in workers) < self.max_starting:
+                        sum(not w.ready for w in workers) < starting:
                     slot = unstarted.pop(0)
                     workers.append(self._spawn(slot, env, slots[slot], sel))
                 for key, _ in sel.select(timeout=0.2):
@@ -208,6 +221,8 @@ class LocalBackend:
 
         wanted = self.proxy if self.proxy is not None else \
             self.metrics is not None or proxy_pays(storage_url, n_workers)
+        # Workers are forked only with no proxy: its gRPC threads must not be inherited.
+        self._fork = not wanted and fork_safe(os.environ, storage_url)
         if not wanted or is_proxy_url(storage_url):
             return None
         from sweeper.proxy.server import start_local_proxy
@@ -239,14 +254,10 @@ class LocalBackend:
         wenv = dict(env, **{protocol.ENV_CMD_FD: str(cmd_r), protocol.ENV_RESULT_FD: str(res_w)})
         if gpus is not None:
             wenv["CUDA_VISIBLE_DEVICES"] = gpus
-        log = open(self.log_dir / f"worker-{slot}.log", "ab")  # noqa: SIM115
+        log_path = self.log_dir / f"worker-{slot}.log"
         try:
-            # A new session: Ctrl-C reaches only this parent, which stops workers in order.
-            proc = subprocess.Popen([sys.executable, "-m", "trial_runner", "--serve"], env=wenv,
-                                    stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-                                    pass_fds=(cmd_r, res_w), start_new_session=True)
+            proc = self._start(wenv, (cmd_r, res_w), log_path)
         finally:
-            log.close()
             os.close(cmd_r)
             os.close(res_w)
         worker = _Worker(slot, proc, os.fdopen(cmd_w, "w", buffering=1), os.fdopen(res_r, "rb",
@@ -254,6 +265,17 @@ class LocalBackend:
         os.set_blocking(res_r, False)
         sel.register(worker.res, selectors.EVENT_READ, worker)
         return worker
+
+    def _start(self, env: dict[str, str], fds: tuple[int, int], log_path: Path) -> Process:
+        """Fork the worker from this process (its imports already done), or exec a new
+        interpreter where forking is not safe (sweeper.backends.forked)."""
+        if self._fork:
+            return fork_worker(env, fds, log_path)
+        with open(log_path, "ab") as log:
+            # A new session: Ctrl-C reaches only this parent, which stops workers in order.
+            return subprocess.Popen([sys.executable, "-m", RUNNER_MODULE, *RUNNER_ARGS],
+                                    env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                                    pass_fds=fds, start_new_session=True)
 
     def _dispatch(self, w: _Worker, index: int, dispatched: dict[int, int]) -> None:
         dispatched[index] = dispatched.get(index, 0) + 1

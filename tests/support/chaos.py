@@ -33,6 +33,8 @@ import sqlalchemy as sa
 import yaml
 from optuna.trial import TrialState
 
+from sweeper.backends.forked import WORKER_NAME
+
 REPO = Path(__file__).resolve().parents[2]
 SWEEPER = Path(sys.executable).parent / "sweeper"
 
@@ -48,20 +50,29 @@ def chaos_spec(name: str, indexes: int, parallelism: int, duration: float, retri
 
 
 def runner_pids(study: str) -> list[int]:
-    """Worker processes of this sweep (found through /proc: cmdline + environment)."""
+    """Worker processes of this sweep, found through /proc: an exec'd worker by its command
+    line and environment, a forked one by its name and the log its stdout goes to (the local
+    backend logs under LOG_DIR/STUDY/)."""
     pids = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
         try:
-            cmd = (entry / "cmdline").read_bytes()
-            if b"trial_runner" not in cmd:
-                continue
-            if f"SWEEPER_STUDY={study}".encode() in (entry / "environ").read_bytes().split(b"\0"):
+            if _is_worker_of(entry, study):
                 pids.append(int(entry.name))
         except OSError:
             continue
     return pids
+
+
+def _is_worker_of(proc: Path, study: str) -> bool:
+    if (proc / "comm").read_bytes().strip() == WORKER_NAME:
+        if (proc / "stat").read_text().rsplit(")", 1)[1].split()[0] == "Z":
+            return False  # exited, not yet reaped
+        return Path(os.readlink(proc / "fd" / "1")).parent.name == study
+    if b"trial_runner" not in (proc / "cmdline").read_bytes():
+        return False
+    return f"SWEEPER_STUDY={study}".encode() in (proc / "environ").read_bytes().split(b"\0")
 
 
 @dataclass

@@ -1,0 +1,150 @@
+"""Forked local workers (sweeper.backends.forked): a forked worker starts like a fresh process
+(its own environment, session, name, descriptors, streams and random state), the parent's
+database connections are neither used nor held open by it, its exit and signals reach the
+backend as ``Popen`` reports them, and a sweep on PostgreSQL runs on forked workers (SQLite,
+the proxy and ``SWEEPER_WORKER_START=exec`` on exec'd ones)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import threading
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+from optuna.trial import TrialState
+
+from sweeper.backends.forked import ENV_WORKER_START, ForkedProcess, fork_safe, fork_worker
+from sweeper.backends.local import LocalBackend
+from sweeper.study import create_or_resume, open_storage
+from tests.support.helpers import make_spec
+
+PROBE = "tests.support.forkprobe"
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _probe(tmp_path: Path, name: str, env: dict[str, str], keep: tuple[int, ...] = (),
+           *args: str) -> tuple[ForkedProcess, Path, Path]:
+    out, log = tmp_path / f"{name}.json", tmp_path / f"{name}.log"
+    env = {"PYTHONPATH": str(REPO), **env}
+    return fork_worker(env, keep, log, module=PROBE, args=(str(out), *args)), out, log
+
+
+def test_a_forked_worker_starts_like_a_fresh_process(tmp_path: Path) -> None:
+    keep_r, keep_w = os.pipe()
+    stray = os.open(tmp_path, os.O_RDONLY)  # a descriptor of the parent's the child must not get
+    extra = tmp_path / "extra"
+    try:
+        proc, out, log = _probe(tmp_path, "p", {"ONLY": "this", "PROBE_EXIT": "3",
+                                                "PYTHONPATH": f"{extra}{os.pathsep}{REPO}"},
+                                (keep_r,))
+        assert proc.wait(timeout=30) == 3
+    finally:
+        for fd in (keep_r, keep_w, stray):
+            os.close(fd)
+    state = json.loads(out.read_text())
+    assert state["env"] == {"ONLY": "this", "PROBE_EXIT": "3",
+                            "PYTHONPATH": f"{extra}{os.pathsep}{REPO}"}
+    assert keep_r in state["fds"] and stray not in state["fds"] and keep_w not in state["fds"]
+    assert len(state["fds"]) <= 5  # 0, 1, 2, the kept pipe, and the one listing /proc/self/fd
+    assert state["comm"] == "sweeper-worker"
+    assert state["session_leader"]  # Ctrl-C in the terminal reaches only `sweeper run`
+    assert state["stdin"] == "/dev/null"
+    assert state["argv"][1:] == [str(out)]
+    assert state["sys_path_head"][0] == str(extra)  # PYTHONPATH first, as in a new interpreter
+    text = log.read_text()
+    assert "probe stdout" in text and "probe log line" in text
+
+
+def test_forked_workers_do_not_share_random_state(tmp_path: Path) -> None:
+    states = []
+    for k in range(2):
+        proc, out, _ = _probe(tmp_path, f"r{k}", {})
+        assert proc.wait(timeout=30) == 0
+        states.append(json.loads(out.read_text()))
+    assert states[0]["numpy"] != states[1]["numpy"]
+    assert states[0]["random"] != states[1]["random"]
+
+
+def test_signals_and_timeouts_are_reported_as_popen_does(tmp_path: Path) -> None:
+    proc, _, _ = _probe(tmp_path, "s", {}, (), "sleep")
+    with pytest.raises(subprocess.TimeoutExpired):
+        proc.wait(timeout=0.3)
+    assert proc.poll() is None
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=30) == -signal.SIGTERM
+    assert proc.poll() == -signal.SIGTERM
+    proc.kill()  # reaped: nothing is signalled (the pid may belong to another process now)
+    assert proc.returncode == -signal.SIGTERM
+
+
+def test_an_exception_in_the_child_is_logged_and_exits_1(tmp_path: Path) -> None:
+    log = tmp_path / "bad.log"
+    proc = fork_worker({}, (), log, module="tests.support.no_such_module", args=())
+    assert proc.wait(timeout=30) == 1
+    assert "No module named tests.support.no_such_module" in log.read_text()
+
+
+def test_the_parents_connections_are_neither_used_nor_inherited(tmp_path: Path,
+                                                                pg_url: str) -> None:
+    parent = sa.create_engine(pg_url.replace("postgresql://", "postgresql+psycopg2://"))
+    try:
+        with parent.connect() as conn:
+            pid = conn.execute(sa.text("SELECT pg_backend_pid()")).scalar_one()
+            sock = conn.connection.dbapi_connection.fileno()  # type: ignore[union-attr]
+        # The pooled connection is idle in the parent when the worker is forked.
+        proc, out, _ = _probe(tmp_path, "c", {})
+        assert proc.wait(timeout=30) == 0
+        assert sock not in json.loads(out.read_text())["fds"]
+        with parent.connect() as conn:  # the child left it as it was: same backend, usable
+            assert conn.execute(sa.text("SELECT pg_backend_pid()")).scalar_one() == pid
+    finally:
+        parent.dispose()
+
+
+def test_fork_safe_only_for_a_server_database_and_one_thread() -> None:
+    pg = "postgresql://u:p@db/sweeps"
+    assert fork_safe({}, pg)
+    assert not fork_safe({ENV_WORKER_START: "exec"}, pg)
+    assert not fork_safe({}, "sqlite:///sweeps.db")
+    assert not fork_safe({}, "grpc://proxy:13000")
+    stop = threading.Event()
+    t = threading.Thread(target=stop.wait)
+    t.start()
+    try:
+        assert not fork_safe({}, pg)
+    finally:
+        stop.set()
+        t.join()
+    assert fork_safe({}, pg)
+
+
+@pytest.mark.parametrize(("start", "url", "forked"), [
+    ("fork", "postgresql", 1.0),
+    ("exec", "postgresql", 0.0),  # SWEEPER_WORKER_START=exec
+    ("fork", "sqlite", 0.0),  # SQLite: never forked
+])
+def test_a_sweep_runs_on_forked_workers_where_that_is_safe(
+        start: str, url: str, forked: float, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        request: pytest.FixtureRequest) -> None:
+    storage_url = request.getfixturevalue("pg_url") if url == "postgresql" else \
+        f"sqlite:///{tmp_path / 'sweeps.db'}"
+    monkeypatch.setenv(ENV_WORKER_START, start)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    monkeypatch.setenv("SWEEPER_CHECKPOINT_DIR", str(tmp_path / "ckpt"))
+    spec = make_spec(name="forked", parallelism=2,
+                     trial={"entrypoint": f"{PROBE}:worker_name", "fixed": {}, "retries": 0},
+                     parameters={"x": {"type": "float", "values": [0.0, 1.0, 2.0, 3.0]}})
+    storage = open_storage(storage_url)
+    sweep, _ = create_or_resume(storage, spec)
+    result = LocalBackend(tmp_path / "logs").run(sweep, range(4), storage_url=storage_url,
+                                                 tick=lambda: None)
+    assert result.finished == (0, 1, 2, 3)
+    trials = sweep.study().get_trials()
+    assert [t.state for t in trials] == [TrialState.COMPLETE] * 4
+    assert {t.value for t in trials} == {forked}
+    # The parent's own storage still works after its workers were forked and exited.
+    assert len(sweep.study().get_trials()) == 4
