@@ -50,7 +50,6 @@ from sweeper.spec.registry import make_pruner, make_sampler  # the validator's r
 from sweeper.study import (
     FINISHED,
     Sweep,
-    attach_trial,
     attempts,
     claim,
     fixed_params_of,
@@ -61,7 +60,7 @@ from sweeper.study import (
     stop,
     write_trial,
 )
-from sweeper.study._optuna_compat import storage_of, tell, tell_trial
+from sweeper.study._optuna_compat import storage_of, tell, tell_trial, trial_id_of
 from trial_runner.checkpoints import CheckpointMirror
 from trial_runner.context import (
     InvalidResult,
@@ -234,12 +233,12 @@ def run_index(sweep: Sweep, index: int, objective: Callable[[TrialContext], Any]
     spec = sweep.spec
     try:
         study = sweep.runner_study(make_sampler(spec, index), make_pruner(spec))
-        number = attach_trial(study, trial_id)
+        trial = open_trial(study, trial_id)  # as optuna.Trial(...), attached: one query
+        number = trial.number
         if trial_hook is not None:
             trial_hook(trial_id, number, attempt)
         with _Heartbeat(sweep, trial_id, settings.heartbeat_interval_s):
-            outcome = _run_trial(sweep, study, index, trial_id, number, attempt, objective,
-                                 settings)
+            outcome = _run_trial(sweep, study, trial, index, attempt, objective, settings)
     except BaseException as e:
         # Whatever escapes after the claim (a broken pipe to a dead orchestrator, a signal
         # during set-up) must not leave the trial RUNNING until its heartbeat goes stale.
@@ -265,10 +264,11 @@ def _after_trial(sweep: Sweep) -> None:
         logger.warning("could not evaluate the stop rules: %s", e)
 
 
-def _run_trial(sweep: Sweep, study: optuna.Study, index: int, trial_id: int, number: int,
+def _run_trial(sweep: Sweep, study: optuna.Study, trial: optuna.Trial, index: int,
                attempt: int, objective: Callable[[TrialContext], Any],
                settings: RunnerSettings) -> Outcome:
     spec = sweep.spec
+    trial_id, number = trial_id_of(trial), trial.number
     storage = sweep.storage
     metrics = tuple(o.metric for o in spec.objectives)
     timer = _start_timeout(sweep, trial_id, index, number, spec.trial.timeout)
@@ -279,7 +279,6 @@ def _run_trial(sweep: Sweep, study: optuna.Study, index: int, trial_id: int, num
         return _fail(storage, index, trial_id, number, reason, code)
 
     try:
-        trial = open_trial(study, trial_id, number)  # as optuna.Trial(...), one query
         # Provenance for comparing trials (code version computed once) and a planned trial's
         # params: one transaction; suggest_active then finds the params in the trial.
         write_trial(trial, user_attrs={SPEC_HASH_ATTR: spec.spec_hash,

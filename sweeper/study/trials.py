@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -100,58 +101,94 @@ def write_user_attrs(backend: RDBStorage, trial_id: int, attrs: Mapping[str, Any
     with_retry(lambda: _write(backend, trial_id, statements), what="set user attrs")
 
 
-def _write(backend: RDBStorage, trial_id: int, statements: list[Any]) -> None:
-    """One transaction: the trial must exist and be unfinished, then the upserts."""
-    trials = rdb_tables().trials
+#: The guard of every write to a trial: it exists and is unfinished (Optuna's check, done by
+#: the statement itself instead of a SELECT before it).
+_LIVE = "EXISTS (SELECT 1 FROM trials WHERE trial_id = :t AND state IN ('RUNNING', 'WAITING'))"
+
+
+@dataclass(frozen=True)
+class _Rows:
+    """One guarded upsert of ``rows`` (without the trial id) into ``table``."""
+
+    table: str
+    columns: tuple[str, ...]
+    rows: tuple[tuple[Any, ...], ...]
+    conflict: str
+
+    def statement(self, trial_id: int) -> tuple[Any, dict[str, Any]]:
+        """``INSERT .. SELECT`` the rows only while the trial is unfinished: one statement,
+        no SELECT of the state first. A single row is a plain SELECT of its values (a string
+        there takes the column's type, enums included); several are a VALUES list (whose
+        columns PostgreSQL and SQLite both name column1, column2, ...)."""
+        binds: dict[str, Any] = {"t": trial_id}
+        tuples = []
+        for i, row in enumerate(self.rows):
+            names = []
+            for j, value in enumerate(row):
+                binds[f"v{i}_{j}"] = value
+                names.append(f":v{i}_{j}")
+            tuples.append(names)
+        if len(tuples) == 1:
+            source = ", ".join(tuples[0]) + " WHERE "
+        else:
+            cols = ", ".join(f"column{j + 1}" for j in range(len(self.columns)))
+            values = ", ".join("(" + ", ".join(names) + ")" for names in tuples)
+            source = f"{cols} FROM (VALUES {values}) AS v WHERE "
+        sql = (f"INSERT INTO {self.table} (trial_id, {', '.join(self.columns)}) "
+               f"SELECT :t, {source}{_LIVE} {self.conflict}")
+        return sa.text(sql), binds
+
+
+def _write(backend: RDBStorage, trial_id: int, writes: list[_Rows]) -> None:
+    """One transaction of guarded upserts. Where a statement wrote fewer rows than it had
+    (a retry finding its rows, or a trial finished or missing), the trial's state says which:
+    KeyError if there is no such trial, UpdateFinishedTrialError if it finished."""
     with backend.engine.begin() as conn:
-        state = conn.execute(sa.select(trials.c.state).where(
-            trials.c.trial_id == trial_id)).scalar_one_or_none()
-        if state is None:
-            raise KeyError(f"No trial with trial id {trial_id} exists.")
-        backend.check_trial_is_updatable(trial_id, state)  # finished: UpdateFinishedTrialError
-        for stmt in statements:
-            conn.execute(stmt)
+        short = False
+        for w in writes:
+            stmt, binds = w.statement(trial_id)
+            short |= conn.execute(stmt, binds).rowcount < len(w.rows)
+        if short:
+            trials = rdb_tables().trials
+            state = conn.execute(sa.select(trials.c.state).where(
+                trials.c.trial_id == trial_id)).scalar_one_or_none()
+            if state is None:
+                raise KeyError(f"No trial with trial id {trial_id} exists.")
+            backend.check_trial_is_updatable(trial_id, state)  # UpdateFinishedTrialError
 
 
-def _insert(backend: RDBStorage) -> Any:
-    from sqlalchemy.dialects import postgresql, sqlite
-
-    return postgresql.insert if backend.engine.dialect.name == "postgresql" else sqlite.insert
-
-
-def _attr_rows(backend: RDBStorage, trial_id: int, attrs: Mapping[str, Any]) -> list[Any]:
+def _attr_rows(backend: RDBStorage, trial_id: int, attrs: Mapping[str, Any]) -> list[_Rows]:
     """The rows Optuna writes (value_json = json.dumps(value)), as one upsert."""
     if not attrs:
         return []
-    stmt = _insert(backend)(rdb_tables().trial_user_attributes).values(
-        [{"trial_id": trial_id, "key": k, "value_json": json.dumps(v)} for k, v in attrs.items()])
-    return [stmt.on_conflict_do_update(index_elements=["trial_id", "key"],
-                                       set_={"value_json": stmt.excluded.value_json})]
+    return [_Rows("trial_user_attributes", ("key", "value_json"),
+                  tuple((k, json.dumps(v)) for k, v in attrs.items()),
+                  "ON CONFLICT (trial_id, key) DO UPDATE SET value_json = excluded.value_json")]
 
 
 def _param_rows(backend: RDBStorage, trial_id: int,
-                params: Mapping[str, tuple[Any, BaseDistribution]]) -> list[Any]:
+                params: Mapping[str, tuple[Any, BaseDistribution]]) -> list[_Rows]:
     """Optuna's rows for suggested params; a param stored already keeps its value (as a second
     ``suggest_*`` of the same name returns the first)."""
     if not params:
         return []
-    rows = [{"trial_id": trial_id, "param_name": name, "param_value": d.to_internal_repr(v),
-             "distribution_json": distribution_to_json(d)} for name, (v, d) in params.items()]
-    return [_insert(backend)(rdb_tables().trial_params).values(rows).on_conflict_do_nothing(
-        index_elements=["trial_id", "param_name"])]
+    return [_Rows("trial_params", ("param_name", "param_value", "distribution_json"),
+                  tuple((name, float(d.to_internal_repr(v)), distribution_to_json(d))
+                        for name, (v, d) in params.items()),
+                  "ON CONFLICT (trial_id, param_name) DO NOTHING")]
 
 
 def _report_rows(backend: RDBStorage, trial_id: int,
-                 report: tuple[int, float] | None) -> list[Any]:
+                 report: tuple[int, float] | None) -> list[_Rows]:
     """Optuna's row for a finite intermediate value; a step reported already keeps its value
     (``Trial.report`` ignores a second report of a step)."""
     if report is None:
         return []
     step, value = report
-    row = {"trial_id": trial_id, "step": step, "intermediate_value": float(value),
-           "intermediate_value_type": "FINITE"}
-    return [_insert(backend)(rdb_tables().trial_intermediate_values).values([row])
-            .on_conflict_do_nothing(index_elements=["trial_id", "step"])]
+    return [_Rows("trial_intermediate_values",
+                  ("step", "intermediate_value", "intermediate_value_type"),
+                  ((step, float(value), "FINITE"),),
+                  "ON CONFLICT (trial_id, step) DO NOTHING")]
 
 
 def attach_trial(study: optuna.Study, trial_id: int) -> int:
@@ -188,7 +225,7 @@ _OPEN_SQL = """
 SELECT t.state, t.datetime_start, a.kind, a.key, a.value_json,
   (SELECT COUNT(*) FROM trial_params p WHERE p.trial_id = t.trial_id)
   + (SELECT COUNT(*) FROM trial_intermediate_values i WHERE i.trial_id = t.trial_id)
-  + (SELECT COUNT(*) FROM trial_values v WHERE v.trial_id = t.trial_id)
+  + (SELECT COUNT(*) FROM trial_values v WHERE v.trial_id = t.trial_id), t.number
 FROM trials t LEFT JOIN (
   SELECT 'u' AS kind, trial_id, key, value_json FROM trial_user_attributes WHERE trial_id = :t
   UNION ALL
@@ -197,12 +234,16 @@ FROM trials t LEFT JOIN (
 WHERE t.trial_id = :t"""
 
 
-def open_trial(study: optuna.Study, trial_id: int, number: int) -> optuna.Trial:
+def open_trial(study: optuna.Study, trial_id: int, number: int | None = None) -> optuna.Trial:
     """``optuna.Trial(study, trial_id)`` for a trial the index protocol has just claimed or
     created (RUNNING, no params, values or reports yet), read in one query instead of the six
-    of Optuna's ``get_trial``. Anything else takes Optuna's own path."""
+    of Optuna's ``get_trial``. Without ``number`` (the trial not attached yet), the same
+    query attaches it to the study's cache (what :func:`attach_trial` does). Anything else
+    takes Optuna's own path."""
     backend = cached_rdb_backend(study)
     if backend is None:
+        if number is None:
+            attach_trial(study, trial_id)
         return optuna.Trial(study, trial_id)
 
     def rows() -> list[Any]:
@@ -214,18 +255,22 @@ def open_trial(study: optuna.Study, trial_id: int, number: int) -> optuna.Trial:
         raise KeyError(f"No trial with trial id {trial_id} exists.")
     state = _state(got[0][0])
     if state != TrialState.RUNNING or got[0][5]:
+        if number is None:
+            attach_trial(study, trial_id)
         return optuna.Trial(study, trial_id)
     attrs: dict[str, dict[str, Any]] = {"u": {}, "s": {}}
-    for _, _, kind, key, value_json, _ in got:
+    for _, _, kind, key, value_json, _, _ in got:
         if kind is not None:
             attrs[kind][key] = json.loads(value_json)
     started = got[0][1]
-    frozen = FrozenTrial(number=number, state=state, value=None,
+    frozen = FrozenTrial(number=int(got[0][6]), state=state, value=None,
                          datetime_start=datetime.fromisoformat(started)
                          if isinstance(started, str) else started,
                          datetime_complete=None, params={}, distributions={},
                          user_attrs=attrs["u"], system_attrs=attrs["s"],
                          intermediate_values={}, trial_id=trial_id)
+    if number is None:
+        add_to_cache(study, frozen)
     return trial_from_frozen(study, frozen)
 
 

@@ -172,14 +172,16 @@ def test_open_trial_reads_what_optuna_trial_reads(storage_url: str) -> None:
 
 
 def _claimed_trial(storage_url: str, index: int = 5) -> tuple[object, optuna.Trial]:
-    from sweeper.study import attach_trial, open_trial
+    """A claimed trial as the runner opens it: read and attached to the cache in one query."""
+    from sweeper.study import open_trial
 
     storage = open_storage(storage_url)
     sweep, _ = create_or_resume(storage, make_spec())
     [a] = attempts(storage, sweep.study_id, index)
     assert claim(storage, a.trial_id)
-    study = sweep.study()
-    return storage, open_trial(study, a.trial_id, attach_trial(study, a.trial_id))
+    trial = open_trial(sweep.study(), a.trial_id)
+    assert trial.number == a.number
+    return storage, trial
 
 
 def test_write_trial_is_one_transaction_that_suggest_and_report_then_reuse(
@@ -210,6 +212,36 @@ def test_write_trial_is_one_transaction_that_suggest_and_report_then_reuse(
     with pytest.warns(UserWarning, match="already reported"):
         write_trial(trial, report=(0, 9.0))  # as Trial.report: the first value stays
     assert storage.get_trial(trial._trial_id).intermediate_values == {0: 0.5}  # noqa: SLF001
+
+
+def test_write_trial_checks_the_trial_in_its_upserts_not_in_a_select_first(
+        storage_url: str) -> None:
+    """One guarded upsert per table on the hot path; the state is read only when a statement
+    wrote fewer rows than it had (here: the retry of the same write, which must pass)."""
+    from optuna.distributions import FloatDistribution
+
+    from sweeper.study import write_trial
+
+    storage, trial = _claimed_trial(storage_url)
+    statements: list[str] = []
+    sa.event.listen(storage.engine, "before_cursor_execute",
+                    lambda conn, cursor, sql, *_: statements.append(sql.split()[0]))
+    dist = FloatDistribution(0.0, 1.0)
+    write_trial(trial, user_attrs={"x": 1, "y": 2}, params={"b": (0.5, dist), "c": (0.25, dist)},
+                report=(1, 2.0))
+    assert statements == ["INSERT"] * 3
+    statements.clear()
+    tid = trial._trial_id  # noqa: SLF001
+    from sweeper.study.trials import _param_rows, _write
+
+    backend = storage  # the retried write of the same params: rows exist, trial unfinished
+    _write(backend, tid, _param_rows(backend, tid, {"b": (0.5, dist)}))
+    assert statements == ["INSERT", "SELECT"]
+    stored = storage.get_trial(tid)
+    assert stored.params == {"b": 0.5, "c": 0.25} and stored.intermediate_values == {1: 2.0}
+    assert (stored.user_attrs["x"], stored.user_attrs["y"]) == (1, 2)
+    with pytest.raises(KeyError):
+        _write(backend, tid + 1000, _param_rows(backend, tid + 1000, {"b": (0.5, dist)}))
 
 
 def test_write_trial_on_a_finished_trial_writes_nothing(storage_url: str) -> None:

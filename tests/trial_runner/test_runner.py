@@ -233,7 +233,7 @@ def test_a_signal_during_set_up_fails_the_trial_resumably(sqlite_url: str, tmp_p
 
     storage = open_storage(sqlite_url)
     sweep, _ = create_or_resume(storage, make_spec())
-    monkeypatch.setattr(runner, "attach_trial", interrupted)
+    monkeypatch.setattr(runner, "open_trial", interrupted)
     with pytest.raises(runner.Interrupted):
         run_index(sweep, 0, ok, settings(tmp_path))
     (t,) = sweep.study().get_trials(states=(TrialState.FAIL,))
