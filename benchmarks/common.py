@@ -9,7 +9,6 @@ import platform
 import statistics
 import subprocess
 import sys
-import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -135,33 +134,47 @@ def wait_all(procs: Sequence[subprocess.Popen[bytes]], what: str, log: Path,
 # --------------------------------------------------------------------------- connections
 
 
+_SAMPLER = """
+import json, os, select, sys
+import sqlalchemy as sa
+engine = sa.create_engine(os.environ["SAMPLER_URL"], isolation_level="AUTOCOMMIT")
+query = sa.text("SELECT count(*) FROM pg_stat_activity WHERE datname = :d")
+samples = []
+with engine.connect() as conn:
+    print("ready", flush=True)
+    while not select.select([sys.stdin], [], [], float(sys.argv[2]))[0]:
+        samples.append(int(conn.execute(query, {"d": sys.argv[1]}).scalar_one()))
+    samples.append(int(conn.execute(query, {"d": sys.argv[1]}).scalar_one()))
+print(json.dumps(samples), flush=True)
+"""
+
+
 class ConnectionSampler:
     """Counts the backends connected to one database every ``interval_s`` from a separate
-    connection to the admin database (so the sampler never counts itself)."""
+    connection to the admin database (so the sampler never counts itself), in a separate
+    process: a thread here would make ``sweeper run``'s local backend exec its workers
+    instead of forking them (it forks only from a process with one thread)."""
 
     def __init__(self, database: str, interval_s: float = 0.05) -> None:
         self.database = database
         self.interval_s = interval_s
         self.samples: list[int] = []
-        self._stop = threading.Event()
-        self._engine = admin_engine()
-        self._thread = threading.Thread(target=self._run, name="pg-sampler", daemon=True)
-
-    def _run(self) -> None:
-        query = sa.text("SELECT count(*) FROM pg_stat_activity WHERE datname = :d")
-        with self._engine.connect() as conn:
-            while not self._stop.is_set():
-                self.samples.append(int(conn.execute(query, {"d": self.database}).scalar_one()))
-                self._stop.wait(self.interval_s)
+        self._proc: subprocess.Popen[str] | None = None
 
     def __enter__(self) -> ConnectionSampler:
-        self._thread.start()
+        env = dict(os.environ, SAMPLER_URL=_psycopg2(admin_url()))  # not argv: a password
+        self._proc = subprocess.Popen([sys.executable, "-c", _SAMPLER, self.database,
+                                       str(self.interval_s)], env=env, text=True,
+                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        assert self._proc.stdout is not None
+        if self._proc.stdout.readline().strip() != "ready":
+            raise Disturbed("the connection sampler did not start")
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(timeout=10)
-        self._engine.dispose()
+        assert self._proc is not None
+        out, _ = self._proc.communicate("stop\n", timeout=30)
+        self.samples = json.loads(out.strip().splitlines()[-1])
 
     @property
     def peak(self) -> int:

@@ -237,14 +237,16 @@ def notes(result: dict[str, Any]) -> list[str]:
         ready = ph["ready_s"]
         stop = ph.get("stop_s", ph["end_s"])
         per_trial = (sum(stop - x for x in ready) - n * t) / n * 1000.0
+        started = {"forked": ", forked", "exec": f", exec'd {result['machine']['nproc']} at a "
+                   "time"}.get(ph.get("workers", ""), "")
         out.append(
             f"Overhead N={n}, ideal {ideal:.1f} s, {target(n):.2f}x budget "
             f"{(target(n) - 1) * ideal:.2f} s; where a "
             f"sweeper run of {r['wall_s']:.1f} s went: {ph['backend_s']:.2f} s to open the "
             f"storage and enqueue; "
             f"workers ready {median(ready) - ph['backend_s']:.2f} s later (median; last "
-            f"{max(ready) - ph['backend_s']:.2f} s, {result['machine']['nproc']} starting at a "
-            f"time); then {per_trial:.0f} ms per trial per worker beyond the {t:g} s sleep "
+            f"{max(ready) - ph['backend_s']:.2f} s{started}); then {per_trial:.0f} ms per trial "
+            f"per worker beyond the {t:g} s sleep "
             f"(database work and the idle tail); {ph['end_s'] - stop:.2f} s to stop the workers.")
     return out
 

@@ -94,8 +94,9 @@ def run_sweep(url: str, spec: dict[str, Any], log_root: Path | None = None,
                 phases.setdefault("stop_s", time.perf_counter() - t0)
                 return super()._stop_all(*args, **kwargs)
 
-        result = Timed(Path(tmp) / parsed.name, max_starting=max_starting, proxy=proxy).run(
-            sweep, todo, storage_url=url, tick=progress.tick)
+        backend = Timed(Path(tmp) / parsed.name, max_starting=max_starting, proxy=proxy)
+        result = backend.run(sweep, todo, storage_url=url, tick=progress.tick)
+        phases["workers"] = "forked" if backend.forked else "exec"
         progress.close()
         wall = time.perf_counter() - t0
         phases["end_s"] = wall

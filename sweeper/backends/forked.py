@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import importlib
 import io
 import logging
 import os
@@ -116,6 +117,7 @@ def fork_worker(env: Mapping[str, str], keep_fds: Sequence[int], log_path: Path,
     """Fork a worker that runs ``python -m MODULE ARGS`` (the trial runner's ``--serve``) with
     ``env`` as its whole environment, ``keep_fds`` (its pipes) open, and its output appended
     to ``log_path``."""
+    _preload(module)
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(Exception):
             stream.flush()
@@ -143,6 +145,13 @@ def fork_worker(env: Mapping[str, str], keep_fds: Sequence[int], log_path: Path,
             with contextlib.suppress(Exception):
                 stream.flush()
         os._exit(code)
+
+
+def _preload(module: str) -> None:
+    """Import the module's ``main`` here, once, so that every child finds it loaded. By name:
+    the orchestrator's own code never imports the runner's."""
+    with contextlib.suppress(ImportError):
+        importlib.import_module(f"{module}.main")
 
 
 def _run_child(env: Mapping[str, str], keep_fds: Sequence[int], log_path: Path, module: str,

@@ -202,6 +202,11 @@ class LocalBackend:
             if proxy is not None:  # after the workers: stopping ones still mark trials FAIL
                 proxy.stop()
 
+    @property
+    def forked(self) -> bool:
+        """Whether the last run forked its workers (sweeper.backends.forked) or exec'd them."""
+        return self._fork
+
     def log_tail(self, sweep: Sweep, index: int, lines: int) -> LogTail:
         from sweeper.runlogs import last_lines, read_local_log
 

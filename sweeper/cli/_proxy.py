@@ -80,7 +80,7 @@ def proxy_options(fn: Any) -> Any:
     return click.option("--proxy/--no-proxy", "proxy", default=None,
                         help="Local backend: workers reach the study through an in-process "
                              "storage proxy (a few database connections for any number of "
-                             "workers). Default: on for PostgreSQL from 16 workers.")(fn)
+                             "workers). Default: on for PostgreSQL from 64 workers.")(fn)
 
 
 def run_extras(backend: str, proxy: bool | None, metrics_port: int | None, url: str,

@@ -59,7 +59,9 @@ CHANNEL_OPTIONS: tuple[tuple[str, Any], ...] = (
 
 #: ``sweeper run`` (local backend) puts its workers behind an in-process proxy from this many
 #: workers on, for PostgreSQL (measured: benchmarks/proxy.py, "threshold"; README Performance).
-PROXY_AUTO_PARALLELISM = 16
+#: Below it the direct path's forked workers were faster at every W measured, and W + 1
+#: connections fit PostgreSQL's default 100; from here on the connections decide.
+PROXY_AUTO_PARALLELISM = 64
 
 
 def is_proxy_url(url: str) -> bool:

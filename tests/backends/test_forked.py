@@ -10,17 +10,14 @@ import json
 import os
 import signal
 import subprocess
-import threading
+import sys
+import textwrap
 from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
-from optuna.trial import TrialState
 
-from sweeper.backends.forked import ENV_WORKER_START, ForkedProcess, fork_safe, fork_worker
-from sweeper.backends.local import LocalBackend
-from sweeper.study import create_or_resume, open_storage
-from tests.support.helpers import make_spec
+from sweeper.backends.forked import ForkedProcess, fork_worker
 
 PROBE = "tests.support.forkprobe"
 REPO = Path(__file__).resolve().parents[2]
@@ -105,21 +102,35 @@ def test_the_parents_connections_are_neither_used_nor_inherited(tmp_path: Path,
         parent.dispose()
 
 
+def _fresh(code: str, **env: str) -> list[str]:
+    """``code`` in a new interpreter (this one may hold gRPC threads of earlier tests, which
+    rightly turn forking off): its printed lines."""
+    out = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], cwd=REPO, text=True,
+                         env={**os.environ, "PYTHONPATH": str(REPO), **env},
+                         capture_output=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    return out.stdout.split()
+
+
 def test_fork_safe_only_for_a_server_database_and_one_thread() -> None:
-    pg = "postgresql://u:p@db/sweeps"
-    assert fork_safe({}, pg)
-    assert not fork_safe({ENV_WORKER_START: "exec"}, pg)
-    assert not fork_safe({}, "sqlite:///sweeps.db")
-    assert not fork_safe({}, "grpc://proxy:13000")
-    stop = threading.Event()
-    t = threading.Thread(target=stop.wait)
-    t.start()
-    try:
-        assert not fork_safe({}, pg)
-    finally:
+    got = _fresh("""
+        import threading
+        from sweeper.backends.forked import fork_safe
+        pg = "postgresql://u:p@db/sweeps"
+        print(fork_safe({}, pg), fork_safe({"SWEEPER_WORKER_START": "exec"}, pg),
+              fork_safe({}, "sqlite:///sweeps.db"), fork_safe({}, "grpc://proxy:13000"))
+        stop = threading.Event()
+        t = threading.Thread(target=stop.wait)
+        t.start()
+        print(fork_safe({}, pg))
         stop.set()
         t.join()
-    assert fork_safe({}, pg)
+        print(fork_safe({}, pg))
+        from sweeper.proxy.server import start_local_proxy  # gRPC starts its own threads
+        start_local_proxy("sqlite:///:memory:").stop()
+        print(fork_safe({}, pg))
+    """)
+    assert got == ["True", "False", "False", "False", "False", "True", "False"]
 
 
 @pytest.mark.parametrize(("start", "url", "forked"), [
@@ -128,23 +139,27 @@ def test_fork_safe_only_for_a_server_database_and_one_thread() -> None:
     ("fork", "sqlite", 0.0),  # SQLite: never forked
 ])
 def test_a_sweep_runs_on_forked_workers_where_that_is_safe(
-        start: str, url: str, forked: float, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        start: str, url: str, forked: float, tmp_path: Path,
         request: pytest.FixtureRequest) -> None:
     storage_url = request.getfixturevalue("pg_url") if url == "postgresql" else \
         f"sqlite:///{tmp_path / 'sweeps.db'}"
-    monkeypatch.setenv(ENV_WORKER_START, start)
-    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
-    monkeypatch.setenv("SWEEPER_CHECKPOINT_DIR", str(tmp_path / "ckpt"))
-    spec = make_spec(name="forked", parallelism=2,
-                     trial={"entrypoint": f"{PROBE}:worker_name", "fixed": {}, "retries": 0},
-                     parameters={"x": {"type": "float", "values": [0.0, 1.0, 2.0, 3.0]}})
-    storage = open_storage(storage_url)
-    sweep, _ = create_or_resume(storage, spec)
-    result = LocalBackend(tmp_path / "logs").run(sweep, range(4), storage_url=storage_url,
-                                                 tick=lambda: None)
-    assert result.finished == (0, 1, 2, 3)
-    trials = sweep.study().get_trials()
-    assert [t.state for t in trials] == [TrialState.COMPLETE] * 4
-    assert {t.value for t in trials} == {forked}
-    # The parent's own storage still works after its workers were forked and exited.
-    assert len(sweep.study().get_trials()) == 4
+    got = _fresh("""
+        import os
+        from pathlib import Path
+        from sweeper.backends.local import LocalBackend
+        from sweeper.study import create_or_resume, open_storage
+        from tests.support.helpers import make_spec
+        url, tmp = os.environ["TEST_URL"], Path(os.environ["TEST_TMP"])
+        spec = make_spec(name="forked", parallelism=2,
+                         trial={"entrypoint": "tests.support.forkprobe:worker_name",
+                                "fixed": {}, "retries": 0},
+                         parameters={"x": {"type": "float", "values": [0.0, 1.0, 2.0, 3.0]}})
+        sweep, _ = create_or_resume(open_storage(url), spec)
+        backend = LocalBackend(tmp / "logs")
+        result = backend.run(sweep, range(4), storage_url=url, tick=lambda: None)
+        print(backend.forked, *result.finished)
+        # The parent's own storage still works after its workers were forked and exited.
+        print(*sorted(f"{t.state.name}:{t.value}" for t in sweep.study().get_trials()))
+    """, TEST_URL=storage_url, TEST_TMP=str(tmp_path), SWEEPER_WORKER_START=start,
+        CUDA_VISIBLE_DEVICES="", SWEEPER_CHECKPOINT_DIR=str(tmp_path / "ckpt"))
+    assert got == [str(forked == 1.0), "0", "1", "2", "3", *[f"COMPLETE:{forked}"] * 4]
