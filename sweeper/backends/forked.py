@@ -147,11 +147,17 @@ def fork_worker(env: Mapping[str, str], keep_fds: Sequence[int], log_path: Path,
         os._exit(code)
 
 
+#: Imported lazily by a worker's first trial (Optuna's samplers seed from NumPy's RandomState):
+#: once here rather than once per worker.
+_WARM = ("numpy.random",)
+
+
 def _preload(module: str) -> None:
-    """Import the module's ``main`` here, once, so that every child finds it loaded. By name:
-    the orchestrator's own code never imports the runner's."""
-    with contextlib.suppress(ImportError):
-        importlib.import_module(f"{module}.main")
+    """Import the module's ``main`` (and :data:`_WARM`) here, once, so that every child finds
+    them loaded. By name: the orchestrator's own code never imports the runner's."""
+    for name in (f"{module}.main", *_WARM):
+        with contextlib.suppress(ImportError):
+            importlib.import_module(name)
 
 
 def _run_child(env: Mapping[str, str], keep_fds: Sequence[int], log_path: Path, module: str,
