@@ -9,8 +9,8 @@ environment, stdin from /dev/null, stdout and stderr on its log, no other descri
 parent, fresh logging and random state.
 
 Forking is safe only from a process with one thread and nothing a child must not inherit:
-no gRPC channel or server (the storage proxy, a ``grpc://`` storage), no Prometheus server
-thread, no CUDA context, and a client-server database: SQLite keeps each file's locks in
+no gRPC channel or server (a ``grpc://`` storage; the local storage proxy therefore starts
+after the workers are forked), no Prometheus server thread, no CUDA context, and a client-server database: SQLite keeps each file's locks in
 per-process tables that a forked child inherits and gets wrong, even on a new connection
 ("locking protocol"). :func:`fork_safe` checks that; otherwise, or with
 ``SWEEPER_WORKER_START=exec``, the local backend execs workers as before.

@@ -138,6 +138,9 @@ class LocalBackend:
         #: run trials while the rest start (on 2 cores and W=8: ~1 s sooner on average).
         self.max_starting = max(1, max_starting or os.cpu_count() or 1)
         self._fork = False
+        self._last_tick = self._last_stale = 0.0
+        #: Whether the last run forked its workers (sweeper.backends.forked) or exec'd them.
+        self.forked = False
 
     # ---------------------------------------------------------------- public
 
@@ -151,21 +154,21 @@ class LocalBackend:
         self._record_launch(sweep)
         n = min(sweep.spec.parallelism, len(pending))
         slots = gpu_slots(detect_gpus(), sweep.spec.trial.resources.gpu, n)
-        proxy = self._start_proxy(storage_url, n)
-        env = self._env(sweep, proxy.url if proxy is not None else storage_url, n)
+        proxy, reserved, url = self._plan_proxy(storage_url, n)
+        env = self._env(sweep, url, n)
         dispatched: dict[int, int] = {}
         finished: list[int] = []
         failed: list[int] = []
         sel = selectors.DefaultSelector()
         workers: list[_Worker] = []
         try:
-            unstarted = list(range(n))
-            # Forked workers start in milliseconds: no need to start them in waves.
-            starting = n if self._fork else self.max_starting
-            last_tick = last_stale = 0.0
+            unstarted = self._first_workers(env, slots, sel, workers)
+            if reserved is not None:
+                proxy = self._start_reserved_proxy(storage_url, reserved)
+            self._last_tick = self._last_stale = 0.0
             while pending or any(w.index is not None for w in workers):
                 while unstarted and pending and \
-                        sum(not w.ready for w in workers) < starting:
+                        sum(not w.ready for w in workers) < self.max_starting:
                     slot = unstarted.pop(0)
                     workers.append(self._spawn(slot, env, slots[slot], sel))
                 for key, _ in sel.select(timeout=0.2):
@@ -179,15 +182,7 @@ class LocalBackend:
                 for w in workers:
                     if w.ready and w.index is None and pending:
                         self._dispatch(w, pending.popleft(), dispatched)
-                now = time.monotonic()
-                if now - last_stale > max(1.0, self.grace_period_s / 4):
-                    last_stale = now
-                    self._kill_frozen(sweep, workers)
-                if now - last_tick >= 1.0:
-                    last_tick = now
-                    if pending and before_start(sweep.storage, sweep.study_id, sweep.spec):
-                        pending.clear()  # a stop rule fired: running trials finish, no new one
-                    tick()
+                self._periodic(sweep, workers, pending, tick)
             tick()
             return RunResult(finished=tuple(sorted(finished)), failed=tuple(sorted(failed)))
         except KeyboardInterrupt:
@@ -201,11 +196,6 @@ class LocalBackend:
             sel.close()
             if proxy is not None:  # after the workers: stopping ones still mark trials FAIL
                 proxy.stop()
-
-    @property
-    def forked(self) -> bool:
-        """Whether the last run forked its workers (sweeper.backends.forked) or exec'd them."""
-        return self._fork
 
     def log_tail(self, sweep: Sweep, index: int, lines: int) -> LogTail:
         from sweeper.runlogs import last_lines, read_local_log
@@ -221,18 +211,58 @@ class LocalBackend:
 
     # ---------------------------------------------------------------- workers
 
-    def _start_proxy(self, storage_url: str, n_workers: int) -> Any:
+    def _plan_proxy(self, storage_url: str, n_workers: int) -> tuple[Any, Any, str]:
+        """(a proxy started now, a port reserved for one started after the workers are
+        forked, the URL the workers get). Forking is decided here: gRPC's threads must not
+        be inherited, so a proxy starts after the first workers are forked, and replacements
+        for workers that die later are exec'd."""
         from sweeper.proxy.client import is_proxy_url, proxy_pays
 
         wanted = self.proxy if self.proxy is not None else \
             self.metrics is not None or proxy_pays(storage_url, n_workers)
-        # Workers are forked only with no proxy: its gRPC threads must not be inherited.
-        self._fork = not wanted and fork_safe(os.environ, storage_url)
+        self._fork = self.forked = fork_safe(os.environ, storage_url)
         if not wanted or is_proxy_url(storage_url):
-            return None
+            return None, None, storage_url
+        from sweeper.proxy.server import reserve_local_port, start_local_proxy
+
+        if self._fork:
+            reserved = reserve_local_port()
+            return None, reserved, f"grpc://127.0.0.1:{reserved.getsockname()[1]}"
+        server = start_local_proxy(storage_url, self.metrics)
+        logger.info("workers reach the study through the storage proxy on %s", server.url)
+        return server, None, server.url
+
+    def _periodic(self, sweep: Sweep, workers: list[_Worker], pending: deque[int],
+                  tick: Tick) -> None:
+        """The run loop's slower duties: frozen workers, stop rules, the caller's progress."""
+        now = time.monotonic()
+        if now - self._last_stale > max(1.0, self.grace_period_s / 4):
+            self._last_stale = now
+            self._kill_frozen(sweep, workers)
+        if now - self._last_tick >= 1.0:
+            self._last_tick = now
+            if pending and before_start(sweep.storage, sweep.study_id, sweep.spec):
+                pending.clear()  # a stop rule fired: running trials finish, no new one
+            tick()
+
+    def _first_workers(self, env: dict[str, str], slots: list[str | None],
+                       sel: selectors.BaseSelector, workers: list[_Worker]) -> list[int]:
+        """Forked workers start in milliseconds: all at once, before a proxy's gRPC threads
+        exist. Exec'd ones start in the run loop, ``max_starting`` at a time. Returns the
+        slots still to start."""
+        if not self._fork:
+            return list(range(len(slots)))
+        workers += [self._spawn(slot, env, gpus, sel) for slot, gpus in enumerate(slots)]
+        return []
+
+    def _start_reserved_proxy(self, storage_url: str, reserved: Any) -> Any:
         from sweeper.proxy.server import start_local_proxy
 
-        server = start_local_proxy(storage_url, self.metrics)
+        try:
+            server = start_local_proxy(storage_url, self.metrics, reserved=reserved)
+        finally:
+            reserved.close()
+        self._fork = False  # from now on this process has gRPC's threads
         logger.info("workers reach the study through the storage proxy on %s", server.url)
         return server
 

@@ -16,6 +16,7 @@ can fix becomes UNAVAILABLE, which the client retries.
 from __future__ import annotations
 
 import logging
+import socket
 import threading
 import time
 from collections.abc import Callable
@@ -263,7 +264,7 @@ class ProxyServer:
     def __init__(self, url: str, *, host: str = "127.0.0.1", port: int = 13000,
                  metrics: ProxyMetrics | None = None, pool_size: int = DEFAULT_POOL_SIZE,
                  max_overflow: int = DEFAULT_MAX_OVERFLOW, threads: int = DEFAULT_THREADS,
-                 connect_deadline_s: float = 0.0) -> None:
+                 connect_deadline_s: float = 0.0, reuse_port: bool = False) -> None:
         from sweeper.study.urls import redact
 
         if is_proxy_url(url):
@@ -279,7 +280,7 @@ class ProxyServer:
         self._server = grpc.server(ThreadPoolExecutor(max_workers=threads,
                                                       thread_name_prefix="sweeper-proxy"),
                                    interceptors=[_Observe(metrics)],
-                                   options=[("grpc.so_reuseport", 0)])
+                                   options=[("grpc.so_reuseport", int(reuse_port))])
         add_optuna_storage_servicer(self._server, cached_storage(storage))
         protocol = _IndexProtocol(storage, self.shown_url)
         self._server.add_generic_rpc_handlers([grpc.method_handlers_generic_handler(
@@ -324,8 +325,23 @@ class ProxyServer:
         self.stop()
 
 
-def start_local_proxy(storage_url: str, registry: Any = None) -> ProxyServer:
-    """A proxy in this process for local workers: loopback only, any free port, its metrics in
-    ``registry`` (a prometheus_client CollectorRegistry) when given."""
+def start_local_proxy(storage_url: str, registry: Any = None,
+                      reserved: socket.socket | None = None) -> ProxyServer:
+    """A proxy in this process for local workers: loopback only, any free port (or the one
+    ``reserved`` holds, see :func:`reserve_local_port`), its metrics in ``registry`` (a
+    prometheus_client CollectorRegistry) when given."""
     metrics = ProxyMetrics(registry) if registry is not None else None
-    return ProxyServer(storage_url, host="127.0.0.1", port=0, metrics=metrics).start()
+    port = reserved.getsockname()[1] if reserved is not None else 0
+    return ProxyServer(storage_url, host="127.0.0.1", port=port, metrics=metrics,
+                       reuse_port=reserved is not None).start()
+
+
+def reserve_local_port() -> socket.socket:
+    """A loopback port for a local proxy started later: the local backend forks its workers
+    (whose environment names the port) before the proxy's gRPC threads exist. The socket is
+    bound with SO_REUSEPORT and never listens, so the proxy binds the same port beside it;
+    close it once the proxy serves."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    sock.bind(("127.0.0.1", 0))
+    return sock

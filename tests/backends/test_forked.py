@@ -1,8 +1,9 @@
 """Forked local workers (sweeper.backends.forked): a forked worker starts like a fresh process
 (its own environment, session, name, descriptors, streams and random state), the parent's
 database connections are neither used nor held open by it, its exit and signals reach the
-backend as ``Popen`` reports them, and a sweep on PostgreSQL runs on forked workers (SQLite,
-the proxy and ``SWEEPER_WORKER_START=exec`` on exec'd ones)."""
+backend as ``Popen`` reports them, and a sweep on PostgreSQL runs on forked workers, also
+behind the local proxy, which starts after them (SQLite and ``SWEEPER_WORKER_START=exec``: on
+exec'd ones)."""
 
 from __future__ import annotations
 
@@ -133,13 +134,15 @@ def test_fork_safe_only_for_a_server_database_and_one_thread() -> None:
     assert got == ["True", "False", "False", "False", "False", "True", "False"]
 
 
-@pytest.mark.parametrize(("start", "url", "forked"), [
-    ("fork", "postgresql", 1.0),
-    ("exec", "postgresql", 0.0),  # SWEEPER_WORKER_START=exec
-    ("fork", "sqlite", 0.0),  # SQLite: never forked
+@pytest.mark.parametrize(("start", "url", "proxy", "forked"), [
+    ("fork", "postgresql", False, 1.0),
+    # The proxy starts after the workers are forked, on a port reserved for it.
+    ("fork", "postgresql", True, 1.0),
+    ("exec", "postgresql", False, 0.0),  # SWEEPER_WORKER_START=exec
+    ("fork", "sqlite", False, 0.0),  # SQLite: never forked
 ])
 def test_a_sweep_runs_on_forked_workers_where_that_is_safe(
-        start: str, url: str, forked: float, tmp_path: Path,
+        start: str, url: str, proxy: bool, forked: float, tmp_path: Path,
         request: pytest.FixtureRequest) -> None:
     storage_url = request.getfixturevalue("pg_url") if url == "postgresql" else \
         f"sqlite:///{tmp_path / 'sweeps.db'}"
@@ -155,11 +158,13 @@ def test_a_sweep_runs_on_forked_workers_where_that_is_safe(
                                 "fixed": {}, "retries": 0},
                          parameters={"x": {"type": "float", "values": [0.0, 1.0, 2.0, 3.0]}})
         sweep, _ = create_or_resume(open_storage(url), spec)
-        backend = LocalBackend(tmp / "logs")
+        backend = LocalBackend(tmp / "logs", proxy=os.environ["TEST_PROXY"] == "1")
         result = backend.run(sweep, range(4), storage_url=url, tick=lambda: None)
         print(backend.forked, *result.finished)
         # The parent's own storage still works after its workers were forked and exited.
         print(*sorted(f"{t.state.name}:{t.value}" for t in sweep.study().get_trials()))
     """, TEST_URL=storage_url, TEST_TMP=str(tmp_path), SWEEPER_WORKER_START=start,
+        TEST_PROXY=str(int(proxy)),
         CUDA_VISIBLE_DEVICES="", SWEEPER_CHECKPOINT_DIR=str(tmp_path / "ckpt"))
-    assert got == [str(forked == 1.0), "0", "1", "2", "3", *[f"COMPLETE:{forked}"] * 4]
+    value = forked + 10.0 * proxy
+    assert got == [str(forked == 1.0), "0", "1", "2", "3", *[f"COMPLETE:{value}"] * 4]

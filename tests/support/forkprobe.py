@@ -13,9 +13,11 @@ from pathlib import Path
 
 
 def worker_name(ctx: object) -> float:
-    """A trial objective: 1.0 in a forked worker (named sweeper-worker), 0.0 in an exec'd one."""
-    with open("/proc/self/comm") as f:
-        return float(f.read().strip() == "sweeper-worker")
+    """A trial objective: 1 in a forked worker (named sweeper-worker), 0 in an exec'd one;
+    plus 10 where the worker reaches the study through a storage proxy."""
+    forked = Path("/proc/self/comm").read_text().strip() == "sweeper-worker"
+    proxied = os.environ.get("SWEEPER_STORAGE", "").startswith("grpc://")
+    return float(forked) + 10.0 * proxied
 
 
 if __name__ == "__main__":
