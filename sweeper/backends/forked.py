@@ -10,10 +10,11 @@ parent, fresh logging and random state.
 
 Forking is safe only from a process with one thread and nothing a child must not inherit:
 no gRPC channel or server (a ``grpc://`` storage; the local storage proxy therefore starts
-after the workers are forked), no Prometheus server thread, no CUDA context, and a client-server database: SQLite keeps each file's locks in
-per-process tables that a forked child inherits and gets wrong, even on a new connection
-("locking protocol"). :func:`fork_safe` checks that; otherwise, or with
-``SWEEPER_WORKER_START=exec``, the local backend execs workers as before.
+after the workers are forked), no Prometheus server thread, no CUDA context, and a
+client-server database: SQLite keeps each file's locks in per-process tables that a forked
+child inherits and gets wrong, even on a new connection ("locking protocol").
+:func:`fork_safe` checks that; otherwise, or with ``SWEEPER_WORKER_START=exec``, the local
+backend execs workers as before.
 
 The parent's database connections and other objects stay untouched in the child: it never
 returns from :func:`fork_worker` (``os._exit``), its garbage collector never sees them
