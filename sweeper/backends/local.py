@@ -194,6 +194,8 @@ class LocalBackend:
         finally:
             self._stop_all(workers, sweep)
             sel.close()
+            if reserved is not None:  # closed already once the proxy serves; not if it did not
+                reserved.close()
             if proxy is not None:  # after the workers: stopping ones still mark trials FAIL
                 proxy.stop()
 

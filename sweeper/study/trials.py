@@ -73,8 +73,7 @@ def write_trial(trial: optuna.Trial, *, user_attrs: Mapping[str, Any] | None = N
             set_trial_user_attrs(trial, user_attrs)
         return
     tid = trial_id_of(trial)
-    statements = [*_param_rows(backend, tid, params or {}), *_report_rows(backend, tid, report),
-                  *_attr_rows(backend, tid, user_attrs or {})]
+    statements = [*_param_rows(params or {}), *_report_rows(report), *_attr_rows(user_attrs or {})]
     if statements:
         with_retry(lambda: _write(backend, tid, statements), what="write trial")
     update_cached_trial(trial, user_attrs=user_attrs, params=params, report=report)
@@ -97,7 +96,7 @@ def write_user_attrs(backend: RDBStorage, trial_id: int, attrs: Mapping[str, Any
         for key, value in attrs.items():
             backend.set_trial_user_attr(trial_id, key, value)
         return
-    statements = _attr_rows(backend, trial_id, attrs)
+    statements = _attr_rows(attrs)
     with_retry(lambda: _write(backend, trial_id, statements), what="set user attrs")
 
 
@@ -157,7 +156,7 @@ def _write(backend: RDBStorage, trial_id: int, writes: list[_Rows]) -> None:
             backend.check_trial_is_updatable(trial_id, state)  # UpdateFinishedTrialError
 
 
-def _attr_rows(backend: RDBStorage, trial_id: int, attrs: Mapping[str, Any]) -> list[_Rows]:
+def _attr_rows(attrs: Mapping[str, Any]) -> list[_Rows]:
     """The rows Optuna writes (value_json = json.dumps(value)), as one upsert."""
     if not attrs:
         return []
@@ -166,8 +165,7 @@ def _attr_rows(backend: RDBStorage, trial_id: int, attrs: Mapping[str, Any]) -> 
                   "ON CONFLICT (trial_id, key) DO UPDATE SET value_json = excluded.value_json")]
 
 
-def _param_rows(backend: RDBStorage, trial_id: int,
-                params: Mapping[str, tuple[Any, BaseDistribution]]) -> list[_Rows]:
+def _param_rows(params: Mapping[str, tuple[Any, BaseDistribution]]) -> list[_Rows]:
     """Optuna's rows for suggested params; a param stored already keeps its value (as a second
     ``suggest_*`` of the same name returns the first)."""
     if not params:
@@ -178,8 +176,7 @@ def _param_rows(backend: RDBStorage, trial_id: int,
                   "ON CONFLICT (trial_id, param_name) DO NOTHING")]
 
 
-def _report_rows(backend: RDBStorage, trial_id: int,
-                 report: tuple[int, float] | None) -> list[_Rows]:
+def _report_rows(report: tuple[int, float] | None) -> list[_Rows]:
     """Optuna's row for a finite intermediate value; a step reported already keeps its value
     (``Trial.report`` ignores a second report of a step)."""
     if report is None:

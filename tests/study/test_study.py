@@ -235,13 +235,13 @@ def test_write_trial_checks_the_trial_in_its_upserts_not_in_a_select_first(
     from sweeper.study.trials import _param_rows, _write
 
     backend = storage  # the retried write of the same params: rows exist, trial unfinished
-    _write(backend, tid, _param_rows(backend, tid, {"b": (0.5, dist)}))
+    _write(backend, tid, _param_rows({"b": (0.5, dist)}))
     assert statements == ["INSERT", "SELECT"]
     stored = storage.get_trial(tid)
     assert stored.params == {"b": 0.5, "c": 0.25} and stored.intermediate_values == {1: 2.0}
     assert (stored.user_attrs["x"], stored.user_attrs["y"]) == (1, 2)
     with pytest.raises(KeyError):
-        _write(backend, tid + 1000, _param_rows(backend, tid + 1000, {"b": (0.5, dist)}))
+        _write(backend, tid + 1000, _param_rows({"b": (0.5, dist)}))
 
 
 def test_write_trial_on_a_finished_trial_writes_nothing(storage_url: str) -> None:
