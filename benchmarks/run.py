@@ -183,7 +183,8 @@ def section_block(result: dict[str, Any], section: str) -> str:
     lines = [start, f"## Section `{section}`", "",
              f"From `{result['command']}` (size `{result['size']}`), {result['generated_at']}; "
              f"{m['nproc']} cores ({m['cpu_model']}), load average at start {_load(m)}; optuna "
-             f"{v['optuna']}; this section took {result['sections'][section]['wall_s']:.0f} s.",
+             f"{v['optuna']}; this section took {result['sections'][section]['wall_s']:.0f} s. "
+             "Where the table at the top has rows of this section, these replace them.",
              "", "| item | measured | target | result |", "|---|---|---|---|"]
     lines += [f"| {_md_cell(r['item'])} | {_md_cell(r['measured'])} | {_md_cell(r['target'])} "
               f"| {r['status']} |" for r in rows]
