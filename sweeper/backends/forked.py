@@ -25,6 +25,7 @@ database sees each connection closed only when the parent closes it.
 from __future__ import annotations
 
 import contextlib
+import functools
 import gc
 import importlib
 import io
@@ -153,9 +154,10 @@ def fork_worker(env: Mapping[str, str], keep_fds: Sequence[int], log_path: Path,
 _WARM = ("numpy.random",)
 
 
+@functools.cache
 def _preload(module: str) -> None:
-    """Import the module's ``main`` (and :data:`_WARM`) here, once, so that every child finds
-    them loaded. By name: the orchestrator's own code never imports the runner's."""
+    """Import the module's ``main`` (and :data:`_WARM`) here, once per process, so that every
+    child finds them loaded. By name: the orchestrator's own code never imports the runner's."""
     for name in (f"{module}.main", *_WARM):
         with contextlib.suppress(ImportError):
             importlib.import_module(name)
