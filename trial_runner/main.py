@@ -25,6 +25,7 @@ from types import FrameType
 from typing import Any
 
 from sweeper import protocol
+from sweeper.backends.forked import inherited_sweep
 from sweeper.entrypoint import load_entrypoint
 from sweeper.errors import SpecError, StorageError
 from sweeper.proxy.client import close_storage
@@ -107,17 +108,19 @@ def main(argv: list[str] | None = None) -> int:
     if not name:
         logger.error("no sweep given: set SWEEPER_STUDY or pass --study")
         return protocol.EXIT_CONFIG
+    url = os.environ.get(protocol.ENV_STORAGE, protocol.DEFAULT_STORAGE)
+    # A local worker forked from `sweeper run` takes over its open sweep (warm, no queries).
+    sweep = None if protocol.ENV_SPEC_FILE in os.environ else inherited_sweep(url, name)
     try:
-        storage = open_storage(
-            os.environ.get(protocol.ENV_STORAGE, protocol.DEFAULT_STORAGE),
-            connect_deadline_s=protocol.env_float(os.environ, protocol.ENV_CONNECT_DEADLINE,
-                                                  protocol.DEFAULT_CONNECT_DEADLINE_S),
+        storage = sweep.storage if sweep is not None else open_storage(
+            url, connect_deadline_s=protocol.env_float(os.environ, protocol.ENV_CONNECT_DEADLINE,
+                                                       protocol.DEFAULT_CONNECT_DEADLINE_S),
             prepared=True)
     except StorageError as e:
         logger.error("%s", e)
         return protocol.EXIT_RETRY  # the database may come back; the Job retries the pod
     try:
-        sweep = open_sweep(storage, name, os.environ)
+        sweep = sweep or open_sweep(storage, name, os.environ)
         objective = load_objective(sweep.spec)
     except (SpecError, StorageError) as e:
         logger.error("%s", e)

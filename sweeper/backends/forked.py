@@ -20,6 +20,12 @@ The parent's database connections and other objects stay untouched in the child:
 returns from :func:`fork_worker` (``os._exit``), its garbage collector never sees them
 (``gc.freeze`` across the fork), and it closes its copies of their descriptors, so the
 database sees each connection closed only when the parent closes it.
+
+A worker for the parent's own storage also takes over the parent's open sweep
+(:func:`inherited_sweep`) instead of opening the storage and reading the sweep again: the
+same storage object with a fresh, empty connection pool, its compiled statements and Optuna's
+state already warm. The parent's pool, with its connections, is kept referenced (never
+closed or collected) in the child.
 """
 
 from __future__ import annotations
@@ -40,6 +46,7 @@ import time
 import traceback
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 #: ``SWEEPER_WORKER_START``: ``fork`` (the default where :func:`fork_safe` holds) or ``exec``.
 ENV_WORKER_START = "SWEEPER_WORKER_START"
@@ -50,6 +57,11 @@ RUNNER_MODULE = "trial_runner"
 RUNNER_ARGS = ("--serve",)
 _PR_SET_NAME = 15
 _SERVER_SCHEMES = ("postgresql", "postgres", "mysql")
+#: In a forked worker: (storage URL, the parent's sweep on it) to take over, or None.
+_inherited: tuple[str, Any] | None = None
+#: In a forked worker: the parent's connection pools, kept so that they are never closed or
+#: collected here (their connections are the parent's; their descriptors are closed here).
+_parent_pools: list[Any] = []
 
 
 class ForkedProcess:
@@ -115,10 +127,12 @@ def _grpc_in_use() -> bool:
 
 
 def fork_worker(env: Mapping[str, str], keep_fds: Sequence[int], log_path: Path,
-                module: str = RUNNER_MODULE, args: Sequence[str] = RUNNER_ARGS) -> ForkedProcess:
+                module: str = RUNNER_MODULE, args: Sequence[str] = RUNNER_ARGS, *,
+                inherit: tuple[str, Any] | None = None) -> ForkedProcess:
     """Fork a worker that runs ``python -m MODULE ARGS`` (the trial runner's ``--serve``) with
     ``env`` as its whole environment, ``keep_fds`` (its pipes) open, and its output appended
-    to ``log_path``."""
+    to ``log_path``. ``inherit``: (storage URL, sweep) the worker takes over when it opens
+    that sweep on that storage (:func:`inherited_sweep`)."""
     _preload(module)
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(Exception):
@@ -134,6 +148,7 @@ def fork_worker(env: Mapping[str, str], keep_fds: Sequence[int], log_path: Path,
         return ForkedProcess(pid)
     code = 1
     try:
+        _take_over(inherit)
         code = _run_child(env, keep_fds, log_path, module, args)
     except SystemExit as e:
         code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
@@ -147,6 +162,32 @@ def fork_worker(env: Mapping[str, str], keep_fds: Sequence[int], log_path: Path,
             with contextlib.suppress(Exception):
                 stream.flush()
         os._exit(code)
+
+
+def _take_over(inherit: tuple[str, Any] | None) -> None:
+    """In the child, first thing: the inherited storage gets a new, empty pool of its own; the
+    parent's pool is kept (see :data:`_parent_pools`)."""
+    global _inherited
+    if inherit is None:
+        return
+    engine = getattr(inherit[1].storage, "engine", None)
+    if engine is None:
+        return
+    _parent_pools.append(engine.pool)
+    engine.pool = engine.pool.recreate()  # what Engine.dispose(close=False) does, kept here
+    _inherited = inherit
+
+
+def inherited_sweep(storage_url: str, name: str) -> Any:
+    """In a worker forked with ``inherit``: a Sweep for ``name`` on ``storage_url`` built on
+    the parent's storage (own connections, warm caches), or None (not forked, another
+    storage or sweep): the worker then opens them as an exec'd one does."""
+    if _inherited is None:
+        return None
+    url, sweep = _inherited
+    if url != storage_url or sweep.name != name:
+        return None
+    return type(sweep)(sweep.storage, sweep.study_id, sweep.spec)
 
 
 #: Imported lazily by a worker's first trial (Optuna's samplers seed from NumPy's RandomState):

@@ -114,6 +114,8 @@ class _Worker:
     index: int | None = None
     trial_id: int | None = None
     started_at: float = 0.0
+    #: Told to exit (nothing left to run): not replaced when it does.
+    retired: bool = False
     lines: list[str] = field(default_factory=list)
 
 
@@ -138,6 +140,7 @@ class LocalBackend:
         #: run trials while the rest start (on 2 cores and W=8: ~1 s sooner on average).
         self.max_starting = max(1, max_starting or os.cpu_count() or 1)
         self._fork = False
+        self._inherit: tuple[str, Sweep] | None = None
         self._last_tick = self._last_stale = 0.0
         #: Whether the last run forked its workers (sweeper.backends.forked) or exec'd them.
         self.forked = False
@@ -155,6 +158,7 @@ class LocalBackend:
         n = min(sweep.spec.parallelism, len(pending))
         slots = gpu_slots(detect_gpus(), sweep.spec.trial.resources.gpu, n)
         proxy, reserved, url = self._plan_proxy(storage_url, n)
+        self._inherit = (storage_url, sweep)  # what a forked worker takes over (same storage)
         env = self._env(sweep, url, n)
         dispatched: dict[int, int] = {}
         finished: list[int] = []
@@ -177,11 +181,13 @@ class LocalBackend:
                     if w.proc.poll() is not None:
                         self._reap(w, sweep, pending, dispatched, failed, sel)
                         workers.remove(w)
-                        if pending or any(x.index is not None for x in workers):
+                        if not w.retired and (pending or any(x.index is not None
+                                                             for x in workers)):
                             workers.append(self._spawn(w.slot, env, slots[w.slot], sel))
                 for w in workers:
-                    if w.ready and w.index is None and pending:
+                    if w.ready and not w.retired and w.index is None and pending:
                         self._dispatch(w, pending.popleft(), dispatched)
+                self._retire_idle(workers, pending)
                 self._periodic(sweep, workers, pending, tick)
             tick()
             return RunResult(finished=tuple(sorted(finished)), failed=tuple(sorted(failed)))
@@ -307,12 +313,26 @@ class LocalBackend:
         """Fork the worker from this process (its imports already done), or exec a new
         interpreter where forking is not safe (sweeper.backends.forked)."""
         if self._fork:
-            return fork_worker(env, fds, log_path)
+            return fork_worker(env, fds, log_path, inherit=self._inherit)
         with open(log_path, "ab") as log:
             # A new session: Ctrl-C reaches only this parent, which stops workers in order.
             return subprocess.Popen([sys.executable, "-m", RUNNER_MODULE, *RUNNER_ARGS],
                                     env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
                                     pass_fds=fds, start_new_session=True)
+
+    def _retire_idle(self, workers: list[_Worker], pending: deque[int]) -> None:
+        """Nothing left to hand out: idle workers exit now, while the last trials run, rather
+        than all together at the end. A retry that comes back later goes to a worker that is
+        still busy now (or, if that one dies, to a replacement)."""
+        if pending:
+            return
+        for w in workers:
+            if w.ready and w.index is None and not w.retired:
+                w.retired = True
+                try:
+                    w.cmd.write(protocol.encode_message(protocol.Exit()))
+                except OSError:
+                    pass
 
     def _dispatch(self, w: _Worker, index: int, dispatched: dict[int, int]) -> None:
         dispatched[index] = dispatched.get(index, 0) + 1

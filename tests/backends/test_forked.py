@@ -158,13 +158,24 @@ def test_a_sweep_runs_on_forked_workers_where_that_is_safe(
                                 "fixed": {}, "retries": 0},
                          parameters={"x": {"type": "float", "values": [0.0, 1.0, 2.0, 3.0]}})
         sweep, _ = create_or_resume(open_storage(url), spec)
+
+        def session():  # the database session behind the parent's pooled connection
+            if not url.startswith("postgresql"):
+                return 0
+            with sweep.storage.engine.connect() as conn:
+                return conn.exec_driver_sql("SELECT pg_backend_pid()").scalar_one()
+
+        before = session()
         backend = LocalBackend(tmp / "logs", proxy=os.environ["TEST_PROXY"] == "1")
         result = backend.run(sweep, range(4), storage_url=url, tick=lambda: None)
         print(backend.forked, *result.finished)
-        # The parent's own storage still works after its workers were forked and exited.
+        # The parent's own storage still works after its workers were forked (taking over
+        # the same storage object) and exited, on the same connection.
         print(*sorted(f"{t.state.name}:{t.value}" for t in sweep.study().get_trials()))
+        print(session() == before)
     """, TEST_URL=storage_url, TEST_TMP=str(tmp_path), SWEEPER_WORKER_START=start,
         TEST_PROXY=str(int(proxy)),
         CUDA_VISIBLE_DEVICES="", SWEEPER_CHECKPOINT_DIR=str(tmp_path / "ckpt"))
-    value = forked + 10.0 * proxy
-    assert got == [str(forked == 1.0), "0", "1", "2", "3", *[f"COMPLETE:{value}"] * 4]
+    # Forked for the parent's own storage: the worker took over the parent's open sweep.
+    value = forked + 10.0 * proxy + 100.0 * (forked == 1.0 and not proxy)
+    assert got == [str(forked == 1.0), "0", "1", "2", "3", *[f"COMPLETE:{value}"] * 4, "True"]

@@ -131,6 +131,7 @@ def test_describe_exit(code: int | None, text: str) -> None:
 OBJECTIVES = '''
 import os
 import signal
+import time
 
 
 def train(ctx):
@@ -147,6 +148,23 @@ def broken(ctx):
     if ctx.index == 1:
         os._exit(3)  # the worker itself exits with EXIT_NO_RETRY
     return ctx.params["x"]
+
+
+def last_alone(ctx):
+    # Index 2 runs long; meanwhile nothing is left to hand out. Returns how many workers of
+    # the sweep are still alive (not exited, not a zombie) at its end.
+    if ctx.index != 2:
+        return 0.0
+    time.sleep(1.5)
+    alive = 0
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                state, ppid = f.read().rsplit(")", 1)[1].split()[:2]
+        except OSError:
+            continue
+        alive += int(ppid) == os.getppid() and state != "Z"
+    return float(alive)
 '''
 
 
@@ -231,6 +249,15 @@ def test_no_retry_failures_land_in_failed_and_are_not_retried(workdir: Path,
     assert "not finite" in nan_trial.user_attrs[protocol.FAIL_REASON_ATTR]
     assert exited.user_attrs[protocol.FAIL_REASON_ATTR] == \
         "runner process exited with code 3 (failed (no retry))"
+
+
+def test_idle_workers_exit_once_nothing_is_left_to_hand_out(workdir: Path,
+                                                            sqlite_url: str) -> None:
+    sweep = _sweep(sqlite_url, "objectives:last_alone", n=3, retries=0)
+    result = _run(LocalBackend(workdir / "logs"), sweep, range(3), sqlite_url, lambda: None)
+    assert result.finished == (0, 1, 2)
+    last = sweep.storage.get_trial(attempts(sweep.storage, sweep.study_id, 2)[0].trial_id)
+    assert last.value == 1.0  # only its own worker: the idle one exited (and was not replaced)
 
 
 def test_no_indexes_starts_no_worker(tmp_path: Path, sqlite_url: str) -> None:

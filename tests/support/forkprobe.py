@@ -14,10 +14,15 @@ from pathlib import Path
 
 def worker_name(ctx: object) -> float:
     """A trial objective: 1 in a forked worker (named sweeper-worker), 0 in an exec'd one;
-    plus 10 where the worker reaches the study through a storage proxy."""
+    plus 10 where the worker reaches the study through a storage proxy, plus 100 where it
+    took over the sweep its parent had open."""
+    from sweeper.backends.forked import inherited_sweep
+
     forked = Path("/proc/self/comm").read_text().strip() == "sweeper-worker"
-    proxied = os.environ.get("SWEEPER_STORAGE", "").startswith("grpc://")
-    return float(forked) + 10.0 * proxied
+    storage = os.environ.get("SWEEPER_STORAGE", "")
+    proxied = storage.startswith("grpc://")
+    inherited = inherited_sweep(storage, os.environ.get("SWEEPER_STUDY", "")) is not None
+    return float(forked) + 10.0 * proxied + 100.0 * inherited
 
 
 if __name__ == "__main__":
