@@ -44,7 +44,13 @@ def code_version(env: Mapping[str, str] | None = None, cwd: str | None = None,
     return f"sweeper=={__version__}"
 
 
-@functools.cache
 def process_code_version() -> str:
-    """:func:`code_version` once per process (a runner may run many trials)."""
-    return code_version()
+    """:func:`code_version` once per process (a runner may run many trials), and again only
+    where what it depends on changed: a local worker forked from `sweeper run` starts with
+    that process's memory but its own environment (and it may be handed another one)."""
+    return _code_version_for(os.environ.get(ENV_CODE_VERSION, ""), os.getcwd())
+
+
+@functools.cache
+def _code_version_for(given: str, cwd: str) -> str:
+    return code_version({**os.environ, ENV_CODE_VERSION: given}, cwd=cwd)

@@ -66,3 +66,15 @@ def test_trials_carry_code_version_spec_hash_index_attempt(tmp_path: Path,
     assert sorted(t.user_attrs["sweeper:index"] for t in trials) == [0, 1]
     # The dashboard and Optuna's plots name the objective.
     assert sweep.study().metric_names == ["loss"]
+
+
+def test_the_process_wide_code_version_follows_the_environment(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Computed once per process, but a local worker forked from `sweeper run` inherits that
+    process's memory with its own environment: it must not report the parent's version."""
+    from trial_runner.provenance import process_code_version
+
+    monkeypatch.setenv("SWEEPER_CODE_VERSION", "build-a")
+    assert process_code_version() == "build-a"
+    monkeypatch.setenv("SWEEPER_CODE_VERSION", "build-b")
+    assert process_code_version() == "build-b"
