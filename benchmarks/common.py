@@ -84,7 +84,14 @@ def fresh_database(tag: str) -> Iterator[tuple[str, str]]:
         base = admin_url().rsplit("/", 1)[0]
         yield name, f"{base}/{name}"
     finally:
-        _admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        for _ in range(100):  # an autovacuum worker on it is the server's: we wait for it
+            try:
+                _admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+                break
+            except sa.exc.ProgrammingError as e:
+                if "pg_signal_backend" not in str(e):
+                    raise
+                time.sleep(0.1)
 
 
 def optuna_storage(url: str) -> Any:

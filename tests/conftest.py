@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
+from tests.support.helpers import drop_database
+
 PG_ADMIN_URL = os.environ.get(
     "SWEEPER_TEST_PG", "postgresql://sweeper:sweeper-test-pw@127.0.0.1:5432/postgres")
 REPO = Path(__file__).resolve().parents[1]
@@ -45,8 +47,8 @@ def pg_url(pg_admin: sa.Engine) -> Iterator[str]:
         conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
     base = PG_ADMIN_URL.rsplit("/", 1)[0]
     yield f"{base}/{name}"
-    with pg_admin.connect() as conn:
-        conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+    drop_database(pg_admin, name)
+
 
 
 @pytest.fixture

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -20,7 +21,7 @@ from optuna.trial import TrialState
 
 from sweeper.protocol import INDEX_ATTR
 from sweeper.proxy import client as proxy
-from sweeper.study import writes
+from sweeper.study import oneshot, writes
 from sweeper.study._bulk import TrialRow, exclusive, insert_trials, utcnow
 from sweeper.study.retry import with_retry
 
@@ -42,7 +43,7 @@ class Attempt:
 
 
 _ATTEMPTS_SQL = f"""
-SELECT t.trial_id, t.number, t.state, t.datetime_start, hb.heartbeat
+SELECT t.trial_id, t.number, t.state, t.datetime_start, hb.heartbeat, CURRENT_TIMESTAMP
 FROM trial_user_attributes ua
 JOIN trials t ON t.trial_id = ua.trial_id
 LEFT JOIN trial_heartbeats hb ON hb.trial_id = t.trial_id
@@ -62,19 +63,23 @@ def _db_now(conn: sa.Connection) -> datetime:
     return _as_datetime(conn.execute(sa.select(sa.func.now())).scalar_one())
 
 
+_ATTEMPTS = sa.text(_ATTEMPTS_SQL)
+
+
 def _attempts(conn: sa.Connection, study_id: int, index: int) -> list[Attempt]:
-    rows = conn.execute(sa.text(_ATTEMPTS_SQL), {"v": json.dumps(index), "s": study_id}).all()
-    if not rows:
-        return []
-    now: datetime | None = None  # the database clock, read only when a heartbeat needs it
+    return _parse_attempts(conn.execute(_ATTEMPTS, {"v": json.dumps(index),
+                                                    "s": study_id}).all())
+
+
+def _parse_attempts(rows: Sequence[Any]) -> list[Attempt]:
+    """Attempts from the rows of :data:`_ATTEMPTS_SQL` (the database clock in each row)."""
     out = []
-    for k, (tid, number, state, started, heartbeat) in enumerate(rows):
+    for k, (tid, number, state, started, heartbeat, db_now) in enumerate(rows):
         st = TrialState[state] if isinstance(state, str) else TrialState(state)
         age = None
         if st == TrialState.RUNNING:
             if heartbeat is not None:
-                now = now or _db_now(conn)
-                age = (now - _as_datetime(heartbeat)).total_seconds()
+                age = (_as_datetime(db_now) - _as_datetime(heartbeat)).total_seconds()
             elif started is not None:
                 age = (utcnow() - _as_datetime(started)).total_seconds()
         out.append(Attempt(tid, number, st, k, age))
@@ -86,7 +91,11 @@ def attempts(storage: RDBStorage | proxy.ProxyStorage, study_id: int,
     """Every trial tagged ``index``, oldest first: one indexed query."""
     if isinstance(storage, proxy.ProxyStorage):
         return storage.attempts(study_id, index)
+
     def query() -> list[Attempt]:
+        if oneshot.alone(storage.engine):  # one round trip, no transaction around it
+            return _parse_attempts(oneshot.run(storage.engine, _ATTEMPTS, {
+                "v": json.dumps(index), "s": study_id})[0])
         with storage.engine.connect() as conn:
             return _attempts(conn, study_id, index)
 
@@ -107,6 +116,9 @@ def claim(storage: RDBStorage | proxy.ProxyStorage, trial_id: int, *,
     writes.ensure_table(storage.engine)
 
     def update() -> bool:
+        if oneshot.alone(storage.engine):
+            return writes.claim_alone(storage.engine, trial_id, token, start=utcnow(),
+                                      heartbeat=True)[0]
         with storage.engine.begin() as conn:
             return writes.claim_waiting(conn, trial_id, token, start=utcnow(), heartbeat=True)
 

@@ -20,7 +20,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from sweeper.errors import StorageError, StorageMissingError
 from sweeper.protocol import INDEX_ATTR
-from sweeper.study import writes
+from sweeper.study import oneshot, writes
 from sweeper.study._optuna_compat import FrozenStudy, RDBStoragePrivateRetries, rdb_tables
 from sweeper.study.retry import NOT_DONE, with_retry
 from sweeper.study.urls import driver_url, redact, scrub
@@ -134,6 +134,8 @@ class RetryingRDBStorage(RDBStoragePrivateRetries):
         of its four (a locking read of the trial and one of its values come first there): the
         conditional UPDATE is the check that the trial is unfinished, and a trial has no
         values before it finishes, so they are inserted, not merged."""
+        if oneshot.alone(self.engine):
+            return self._finish_alone(trial_id, state, values)
         tables = rdb_tables()
         trials = tables.trials
         with self.engine.begin() as conn:
@@ -153,6 +155,28 @@ class RetryingRDBStorage(RDBStoragePrivateRetries):
                      "value_type": _value_type(v)} for k, v in enumerate(values)])
         return True
 
+    def _finish_alone(self, trial_id: int, state: TrialState,
+                      values: list[float] | None) -> bool:
+        """:meth:`_finish` as one statement and round trip (PostgreSQL, see
+        :mod:`sweeper.study.oneshot`): the conditional UPDATE, the values inserted only when
+        it matched, and the state the trial had before."""
+        binds: dict[str, Any] = {"t": trial_id, "done": datetime.now()}
+        inserts = ""
+        for k, v in enumerate(values or []):
+            binds.update({f"v{k}": _stored_value(v), f"vt{k}": _value_type(v)})
+            inserts += (f", v{k} AS (INSERT INTO trial_values (trial_id, objective, value, "
+                        f"value_type) SELECT trial_id, {k}, :v{k}, :vt{k} FROM fin)")
+        sql = (f"WITH fin AS (UPDATE trials SET state='{state.name}', "  # an enum's name
+               "datetime_complete=:done WHERE trial_id = :t AND state IN ('RUNNING', "
+               f"'WAITING') RETURNING trial_id){inserts} SELECT (SELECT COUNT(*) FROM fin), "
+               "(SELECT state FROM trials WHERE trial_id = :t)")
+        (done, current), = oneshot.run(self.engine, sa.text(sql), binds)[0]
+        if not done:
+            if current is None:
+                raise KeyError(f"No trial with trial id {trial_id} exists.")
+            self.check_trial_is_updatable(trial_id, TrialState[current])  # finished: raises
+        return True
+
     def _claim(self, trial_id: int) -> bool:
         """Optuna's claim (``study.ask`` taking a WAITING trial) with a token: True exactly
         once, also when the acknowledgement of the winning commit was lost."""
@@ -160,19 +184,30 @@ class RetryingRDBStorage(RDBStoragePrivateRetries):
         token = writes.new_token()
 
         def claim() -> bool:
+            if oneshot.alone(self.engine):
+                won, state = writes.claim_alone(self.engine, trial_id, token,
+                                                start=datetime.now(), heartbeat=False)
+                if won:
+                    return True
+                return self._unclaimable(trial_id, state)
             with self.engine.begin() as conn:
                 if writes.claim_waiting(conn, trial_id, token, start=datetime.now(),
                                         heartbeat=False):
                     return True
                 state = writes.trial_state(conn, trial_id)
-            if state is None:
-                raise KeyError(f"No trial with trial id {trial_id} exists.")
-            if TrialState[state].is_finished():
-                raise optuna.exceptions.UpdateFinishedTrialError(
-                    f"Trial#{trial_id} has already finished and can not be updated.")
-            return False
+            return self._unclaimable(trial_id, state)
 
         return self._retry("set_trial_state_values", claim)
+
+    @staticmethod
+    def _unclaimable(trial_id: int, state: str | None) -> bool:
+        """A claim lost to ``state``: False, or the error Optuna raises there."""
+        if state is None:
+            raise KeyError(f"No trial with trial id {trial_id} exists.")
+        if TrialState[state].is_finished():
+            raise optuna.exceptions.UpdateFinishedTrialError(
+                f"Trial#{trial_id} has already finished and can not be updated.")
+        return False
 
     def set_trial_intermediate_value(self, trial_id: int, step: int,
                                      intermediate_value: float) -> None:

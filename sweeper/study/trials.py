@@ -17,6 +17,7 @@ from optuna.storages import RDBStorage
 from optuna.trial import FrozenTrial, TrialState
 
 from sweeper.proxy import client as proxy
+from sweeper.study import oneshot
 from sweeper.study._optuna_compat import (
     add_to_cache,
     cached_rdb_backend,
@@ -114,18 +115,19 @@ class _Rows:
     rows: tuple[tuple[Any, ...], ...]
     conflict: str
 
-    def statement(self, trial_id: int) -> tuple[Any, dict[str, Any]]:
+    def statement(self, trial_id: int, prefix: str = "v") -> tuple[str, dict[str, Any]]:
         """``INSERT .. SELECT`` the rows only while the trial is unfinished: one statement,
         no SELECT of the state first. A single row is a plain SELECT of its values (a string
         there takes the column's type, enums included); several are a VALUES list (whose
-        columns PostgreSQL and SQLite both name column1, column2, ...)."""
+        columns PostgreSQL and SQLite both name column1, column2, ...). Its values are bound
+        as ``PREFIX{row}_{column}``."""
         binds: dict[str, Any] = {"t": trial_id}
         tuples = []
         for i, row in enumerate(self.rows):
             names = []
             for j, value in enumerate(row):
-                binds[f"v{i}_{j}"] = value
-                names.append(f":v{i}_{j}")
+                binds[f"{prefix}{i}_{j}"] = value
+                names.append(f":{prefix}{i}_{j}")
             tuples.append(names)
         if len(tuples) == 1:
             source = ", ".join(tuples[0]) + " WHERE "
@@ -135,25 +137,52 @@ class _Rows:
             source = f"{cols} FROM (VALUES {values}) AS v WHERE "
         sql = (f"INSERT INTO {self.table} (trial_id, {', '.join(self.columns)}) "
                f"SELECT :t, {source}{_LIVE} {self.conflict}")
-        return sa.text(sql), binds
+        return sql, binds
 
 
 def _write(backend: RDBStorage, trial_id: int, writes: list[_Rows]) -> None:
-    """One transaction of guarded upserts. Where a statement wrote fewer rows than it had
-    (a retry finding its rows, or a trial finished or missing), the trial's state says which:
+    """One transaction of guarded upserts (on PostgreSQL one statement, see
+    :mod:`sweeper.study.oneshot`). Where a statement wrote fewer rows than it had (a retry
+    finding its rows, or a trial finished or missing), the trial's state says which:
     KeyError if there is no such trial, UpdateFinishedTrialError if it finished."""
+    if oneshot.alone(backend.engine):
+        sql, binds = _together(trial_id, writes)
+        (counts,), _ = oneshot.run(backend.engine, sa.text(sql), binds)
+        if any(n < len(w.rows) for n, w in zip(counts, writes, strict=True)):
+            rows, _ = oneshot.run(backend.engine, _STATE, {"t": trial_id})
+            _check_updatable(backend, trial_id, rows[0][0] if rows else None)
+        return
     with backend.engine.begin() as conn:
         short = False
         for w in writes:
             stmt, binds = w.statement(trial_id)
-            short |= conn.execute(stmt, binds).rowcount < len(w.rows)
+            short |= conn.execute(sa.text(stmt), binds).rowcount < len(w.rows)
         if short:
-            trials = rdb_tables().trials
-            state = conn.execute(sa.select(trials.c.state).where(
-                trials.c.trial_id == trial_id)).scalar_one_or_none()
-            if state is None:
-                raise KeyError(f"No trial with trial id {trial_id} exists.")
-            backend.check_trial_is_updatable(trial_id, state)  # UpdateFinishedTrialError
+            _check_updatable(backend, trial_id,
+                             conn.execute(_STATE, {"t": trial_id}).scalar_one_or_none())
+
+
+_STATE = sa.text("SELECT state FROM trials WHERE trial_id = :t")
+
+
+def _check_updatable(backend: RDBStorage, trial_id: int, state: Any) -> None:
+    """KeyError if there is no such trial, UpdateFinishedTrialError if it finished."""
+    if state is None:
+        raise KeyError(f"No trial with trial id {trial_id} exists.")
+    backend.check_trial_is_updatable(trial_id, _state(state))
+
+
+def _together(trial_id: int, writes: list[_Rows]) -> tuple[str, dict[str, Any]]:
+    """The upserts as one statement (PostgreSQL's data-modifying WITH), which returns how
+    many rows each wrote."""
+    parts, counts = [], []
+    binds: dict[str, Any] = {}
+    for k, w in enumerate(writes):
+        sql, more = w.statement(trial_id, prefix=f"v{k}r")
+        binds.update(more)
+        parts.append(f"w{k} AS ({sql} RETURNING 1)")
+        counts.append(f"(SELECT COUNT(*) FROM w{k})")
+    return f"WITH {', '.join(parts)} SELECT {', '.join(counts)}", binds
 
 
 def _attr_rows(attrs: Mapping[str, Any]) -> list[_Rows]:
@@ -229,6 +258,7 @@ FROM trials t LEFT JOIN (
   SELECT 's' AS kind, trial_id, key, value_json FROM trial_system_attributes WHERE trial_id = :t
 ) a ON a.trial_id = t.trial_id
 WHERE t.trial_id = :t"""
+_OPEN = sa.text(_OPEN_SQL)
 
 
 def open_trial(study: optuna.Study, trial_id: int, number: int | None = None) -> optuna.Trial:
@@ -244,8 +274,10 @@ def open_trial(study: optuna.Study, trial_id: int, number: int | None = None) ->
         return optuna.Trial(study, trial_id)
 
     def rows() -> list[Any]:
+        if oneshot.alone(backend.engine):
+            return oneshot.run(backend.engine, _OPEN, {"t": trial_id})[0]
         with backend.engine.connect() as conn:
-            return list(conn.execute(sa.text(_OPEN_SQL), {"t": trial_id}).all())
+            return list(conn.execute(_OPEN, {"t": trial_id}).all())
 
     got = with_retry(rows, what="open trial")
     if not got:

@@ -120,3 +120,28 @@ def trial_state(conn: sa.Connection, trial_id: int) -> str | None:
     state = conn.execute(sa.text("SELECT state FROM trials WHERE trial_id = :t"),
                          {"t": trial_id}).scalar_one_or_none()
     return None if state is None else str(getattr(state, "name", state))
+
+
+#: :func:`claim_waiting` as one statement (PostgreSQL): the claim, its first heartbeat (when
+#: ``beat``) and its token, then whether this call won (now, or in an earlier attempt whose
+#: token is stored) and the trial's state before the statement (NULL: no such trial).
+_CLAIM_ALONE = sa.text(
+    "WITH won AS (UPDATE trials SET state = 'RUNNING', datetime_start = :now "
+    "WHERE trial_id = :t AND state = 'WAITING' RETURNING trial_id), "
+    "beat AS (INSERT INTO trial_heartbeats (trial_id, heartbeat) "
+    "SELECT trial_id, CURRENT_TIMESTAMP FROM won WHERE :beat), "
+    "mine AS (INSERT INTO sweeper_writes (token, trial_id) SELECT :token, trial_id FROM won) "
+    "SELECT (SELECT COUNT(*) FROM won) + (SELECT COUNT(*) FROM sweeper_writes "
+    "WHERE token = :token), (SELECT state FROM trials WHERE trial_id = :t)")
+
+
+def claim_alone(engine: sa.Engine, trial_id: int, token: str, *, start: datetime,
+                heartbeat: bool) -> tuple[bool, str | None]:
+    """:func:`claim_waiting` in one statement and round trip (PostgreSQL, see
+    :mod:`sweeper.study.oneshot`): (whether this call won, the trial's state before it)."""
+    from sweeper.study import oneshot
+
+    rows, _ = oneshot.run(engine, _CLAIM_ALONE, {"t": trial_id, "now": start, "beat": heartbeat,
+                                                 "token": token})
+    won, state = rows[0]
+    return bool(won), None if state is None else str(getattr(state, "name", state))

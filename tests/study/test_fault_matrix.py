@@ -40,6 +40,7 @@ from sweeper.study import (
 )
 from tests.conftest import PG_ADMIN_URL
 from tests.support.faultproxy import KINDS, FaultProxy
+from tests.support.helpers import drop_database
 from trial_runner.context import TrialContext
 from trial_runner.runner import RunnerSettings, run_index
 
@@ -50,12 +51,12 @@ STEPS = {
     "create sweep": (r"^INSERT INTO studies", "create"),
     "bulk enqueue": (r"'sweeper:enqueued'", "create"),
     "stale sweep": (r"^UPDATE trials SET state = 'FAIL'", "stale"),
-    "claim": (r"^UPDATE trials SET state = 'RUNNING'", "run"),
+    "claim": (r"UPDATE trials SET state = 'RUNNING'", "run"),
     "ask": (r"^INSERT INTO trials", "run"),
-    "suggest": (r"^INSERT INTO trial_params", "run"),
-    "report": (r"^INSERT INTO trial_intermediate_values", "run"),
+    "suggest": (r"INSERT INTO trial_params", "run"),
+    "report": (r"INSERT INTO trial_intermediate_values", "run"),
     "heartbeat": (r"^UPDATE trial_heartbeats", "run"),
-    "tell": (r"^UPDATE trials SET state='COMPLETE'", "run"),
+    "tell": (r"UPDATE trials SET state='COMPLETE'", "run"),
     "mark failed": (r"^UPDATE trials SET state = 'FAIL'", "run"),
     "new attempt": (r"^INSERT INTO trials", "run"),
 }
@@ -73,8 +74,7 @@ def database(pg_admin: sa.Engine) -> Iterator[str]:
     url = f"{PG_ADMIN_URL.rsplit('/', 1)[0]}/{name}"
     open_storage(url).engine.dispose()  # the schema, once: each case opens it prepared
     yield url
-    with pg_admin.connect() as conn:
-        conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+    drop_database(pg_admin, name)
 
 
 def _value(x: float) -> float:

@@ -34,6 +34,7 @@ import yaml
 from optuna.trial import TrialState
 
 from sweeper.backends.forked import WORKER_NAME
+from tests.support.helpers import drop_database
 
 REPO = Path(__file__).resolve().parents[2]
 SWEEPER = Path(sys.executable).parent / "sweeper"
@@ -145,13 +146,13 @@ def run_chaos(pg_url: str, *, indexes: int = 40, parallelism: int = 6, kills: in
 PROTOCOL_STATEMENTS = {
     "create sweep": r"^INSERT INTO studies",
     "bulk enqueue": r"'sweeper:enqueued'",
-    "claim": r"^UPDATE trials SET state = 'RUNNING'",
+    "claim": r"UPDATE trials SET state = 'RUNNING'",
     "new attempt": r"^INSERT INTO trials",
-    "suggest": r"^INSERT INTO trial_params",
-    "report": r"^INSERT INTO trial_intermediate_values",
-    "metrics": r"^INSERT INTO trial_user_attributes",
+    "suggest": r"INSERT INTO trial_params",
+    "report": r"INSERT INTO trial_intermediate_values",
+    "metrics": r"INSERT INTO trial_user_attributes",
     "heartbeat": r"^UPDATE trial_heartbeats",
-    "tell": r"^UPDATE trials SET state='COMPLETE'",
+    "tell": r"UPDATE trials SET state='COMPLETE'",
     "mark failed": r"^UPDATE trials SET state = 'FAIL'",
     "find index": r"FROM trial_user_attributes ua",
     "watch": r"^SELECT t\.trial_id, t\.number, hb\.heartbeat",
@@ -306,8 +307,7 @@ def main() -> int:
                                duration=args.duration)
             failed = bool(report.problems)
     finally:
-        with admin.connect() as conn:
-            conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)'))
+        drop_database(admin, db)
     print(report.summary())
     return 1 if failed else 0
 

@@ -7,7 +7,9 @@ is), and when a client statement matches an armed fault it does one of:
 - ``cut_request``: close the connection instead of forwarding the statement (it never runs);
 - ``cut_reply``: forward it, and when the server acknowledges the transaction's ``COMMIT``
   (CommandComplete "COMMIT"), close the connection instead of forwarding that reply: the
-  commit landed, the client never hears it (the lost acknowledgement);
+  commit landed, the client never hears it (the lost acknowledgement). A statement sent
+  outside a transaction (autocommit: sweeper's single-statement steps on PostgreSQL) is its
+  own transaction: its own CommandComplete is the reply dropped;
 - ``stall``: hold the statement for ``delay`` seconds, then forward it;
 - ``terminate``: ``pg_terminate_backend`` the backend serving this connection (its pid comes
   from the server's BackendKeyData message), then forward the statement into the dead session;
@@ -130,6 +132,10 @@ class _Connection:
         self.server: socket.socket | None = None
         self.backend_pid: int | None = None
         self.reply_fault: Fault | None = None  # cut_reply armed: drop the next COMMIT reply
+        #: The session's transaction status from its last ReadyForQuery (I: idle, T, E).
+        self.tx_status = b"I"
+        #: The cut_reply statement was sent outside a transaction: it commits by itself.
+        self.reply_alone = False
         self.closed = threading.Event()
 
     def close(self) -> None:
@@ -206,6 +212,8 @@ class _Connection:
             return False
         if fault.kind == "cut_reply":
             self.reply_fault = fault  # recorded when the COMMIT reply is dropped
+            # ReadyForQuery came before the client sent this: the status is this statement's.
+            self.reply_alone = self.tx_status == b"I"
             return True
         if fault.kind == "stall":
             proxy.record(fault, sql)
@@ -231,10 +239,13 @@ class _Connection:
                 kind, msg = reader.message()
                 if kind == b"K":
                     (self.backend_pid,) = struct.unpack("!I", msg[5:9])
+                elif kind == b"Z":
+                    self.tx_status = msg[5:6]
                 elif kind == b"C" and self.reply_fault is not None:
                     tag = msg[5:].rstrip(b"\0")
-                    if tag == b"COMMIT":  # the commit landed: the client never hears it
-                        self.proxy.record(self.reply_fault, "COMMIT (reply dropped)")
+                    if tag == b"COMMIT" or self.reply_alone:  # landed; the client never hears
+                        what = "COMMIT" if tag == b"COMMIT" else f"{tag.decode()} (autocommit)"
+                        self.proxy.record(self.reply_fault, f"{what} (reply dropped)")
                         return
                     if tag == b"ROLLBACK":
                         self.reply_fault = None

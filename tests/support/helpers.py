@@ -73,3 +73,22 @@ def race_new_attempts(url: str, sweep: Any, index: int, after: Any, racers: int 
     for t in threads:
         t.join()
     return created
+
+
+def drop_database(admin: Any, name: str) -> None:
+    """``DROP DATABASE .. WITH (FORCE)``, which ends the sessions of our own role; an autovacuum
+    worker busy on the database belongs to the server, which a non-superuser may not signal
+    ("pg_signal_backend"): wait for it to finish."""
+    import time
+
+    import sqlalchemy as sa
+
+    for attempt in range(100):
+        try:
+            with admin.connect() as conn:
+                conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+            return
+        except sa.exc.ProgrammingError as e:
+            if "pg_signal_backend" not in str(e) or attempt == 99:
+                raise
+            time.sleep(0.1)
