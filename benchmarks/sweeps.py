@@ -61,20 +61,14 @@ def run_sweep(url: str, spec: dict[str, Any], log_root: Path | None = None,
     from sweeper.proxy.client import close_storage
     from sweeper.report import Progress
     from sweeper.spec import parse_spec_dict
-    from sweeper.study import (
-        create_or_resume,
-        index_table,
-        open_storage,
-        state_counts,
-        unfinished_indexes,
-    )
+    from sweeper.study import create_or_resume, indexes_to_run, open_storage, state_counts
 
     parsed = parse_spec_dict(spec, source="<benchmark>")
     with tempfile.TemporaryDirectory(prefix="sweeper-bench-", dir=log_root) as tmp:
         t0 = time.perf_counter()
         storage = open_storage(url)
-        sweep, _ = create_or_resume(storage, parsed)
-        todo = unfinished_indexes(index_table(storage, parsed, sweep.study_id))
+        sweep, created = create_or_resume(storage, parsed)
+        todo = indexes_to_run(storage, parsed, sweep.study_id, created=created)
         progress = Progress(sweep, stream=io.StringIO())
         phases: dict[str, Any] = {"backend_s": time.perf_counter() - t0, "ready_s": []}
 

@@ -58,6 +58,7 @@ from sweeper.study import (
     open_trial,
     set_trial_user_attrs,
     stop,
+    take,
     write_trial,
 )
 from sweeper.study._optuna_compat import storage_of, tell, tell_trial, trial_id_of
@@ -175,8 +176,12 @@ def acquire(sweep: Sweep, index: int, settings: RunnerSettings,
     """Steps 1-2 of the protocol: returns (trial_id, attempt) owned by this runner, or the
     Outcome when there is nothing to run."""
     storage = sweep.storage
+    # The first look claims the index's WAITING trial in the same round trip where it can.
+    taken = take(storage, sweep.study_id, index)
+    if taken.claimed is not None:
+        return taken.claimed.trial_id, taken.claimed.attempt
+    atts = taken.attempts
     while True:
-        atts = attempts(storage, sweep.study_id, index)
         done = [a for a in atts if a.state in FINISHED]
         if done:
             return Outcome(index, protocol.EXIT_OK, "ALREADY_DONE", done[-1].number,
@@ -198,16 +203,17 @@ def acquire(sweep: Sweep, index: int, settings: RunnerSettings,
             if age is not None and age > settings.grace_period_s:
                 mark_failed(storage, latest.trial_id,
                             f"heartbeat {age:.0f}s old: the runner died or froze")
-                continue
-            logger.info("index %d: trial #%d is running elsewhere; waiting", index,
-                        latest.number)
-            sleep(min(settings.heartbeat_interval_s, 2.0))
+            else:
+                logger.info("index %d: trial #%d is running elsewhere; waiting", index,
+                            latest.number)
+                sleep(min(settings.heartbeat_interval_s, 2.0))
         elif latest.state == TrialState.FAIL:
             frozen = storage.get_trial(latest.trial_id)
             params = frozen.system_attrs.get(FIXED_PARAMS_ATTR) or frozen.params or None
             tid = new_attempt(storage, sweep.study_id, index, after=latest, params=params)
             if tid is not None:
                 return tid, latest.attempt + 1
+        atts = attempts(storage, sweep.study_id, index)
 
 
 def run_index(sweep: Sweep, index: int, objective: Callable[[TrialContext], Any],

@@ -169,6 +169,7 @@ def _launch(spec: Any, url: str, backend: Backend, fmt: str = "text",
     from sweeper.study import (
         create_or_resume,
         index_table,
+        indexes_to_run,
         open_storage,
         redact,
         unfinished_indexes,
@@ -178,7 +179,7 @@ def _launch(spec: Any, url: str, backend: Backend, fmt: str = "text",
     sweep, created = create_or_resume(storage, spec)
     if not may_launch(sweep, ignore_stop):
         return
-    todo = unfinished_indexes(index_table(storage, spec, sweep.study_id))
+    todo = indexes_to_run(storage, spec, sweep.study_id, created=created)
     # SIGTERM (a CI job cancelled, `kill`) stops the sweep the same orderly way as Ctrl-C.
     signal.signal(signal.SIGTERM, _terminate_as_interrupt)
     done = spec.trials - len(todo)

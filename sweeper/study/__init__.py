@@ -40,6 +40,7 @@ from sweeper.study.index import (
     fail_stale_trials,
     mark_failed,
     new_attempt,
+    take,
 )
 from sweeper.study.record import Sweep, create_or_resume, load_sweep
 from sweeper.study.retry import with_retry
@@ -48,6 +49,7 @@ from sweeper.study.summaries import (
     IndexStatus,
     SweepSummary,
     index_table,
+    indexes_to_run,
     list_sweeps,
     state_counts,
     study_names,
@@ -88,6 +90,7 @@ __all__ = [
     "fail_stale_trials",
     "fixed_params_of",
     "index_table",
+    "indexes_to_run",
     "list_sweeps",
     "load_sweep",
     "mark_failed",
@@ -100,6 +103,7 @@ __all__ = [
     "set_trial_user_attrs",
     "state_counts",
     "study_names",
+    "take",
     "trial_id_of",
     "unfinished_indexes",
     "with_retry",

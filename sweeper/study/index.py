@@ -102,6 +102,66 @@ def attempts(storage: RDBStorage | proxy.ProxyStorage, study_id: int,
     return with_retry(query, what="find index", url=storage.url)
 
 
+#: :func:`take` as one statement (PostgreSQL): the index's attempts; its WAITING trial claimed
+#: (with the first heartbeat and the call's token) when that is the latest attempt and none
+#: finished; and the trial this call claimed, now or in an attempt whose token is stored.
+#: (Reading the claimed trial for opening it in the same statement was slower: PostgreSQL
+#: spent longer planning it than the round trip it saved.)
+_TAKE_SQL = f"""
+WITH att AS (
+  SELECT t.trial_id, t.number, t.state, t.datetime_start, hb.heartbeat
+  FROM trial_user_attributes ua
+  JOIN trials t ON t.trial_id = ua.trial_id
+  LEFT JOIN trial_heartbeats hb ON hb.trial_id = t.trial_id
+  WHERE ua.key = '{INDEX_ATTR}' AND ua.value_json = :v AND t.study_id = :s),
+pick AS (
+  SELECT trial_id FROM att WHERE state = 'WAITING' AND number = (SELECT MAX(number) FROM att)
+  AND NOT EXISTS (SELECT 1 FROM att WHERE state IN ('COMPLETE', 'PRUNED'))),
+won AS (
+  UPDATE trials SET state = 'RUNNING', datetime_start = :now
+  WHERE trial_id IN (SELECT trial_id FROM pick) AND state = 'WAITING' RETURNING trial_id),
+beat AS (
+  INSERT INTO trial_heartbeats (trial_id, heartbeat) SELECT trial_id, CURRENT_TIMESTAMP FROM won),
+mine AS (
+  INSERT INTO sweeper_writes (token, trial_id) SELECT :token, trial_id FROM won)
+SELECT att.*, CURRENT_TIMESTAMP,
+  COALESCE((SELECT trial_id FROM won),
+           (SELECT trial_id FROM sweeper_writes WHERE token = :token))
+FROM att ORDER BY att.number
+"""
+_TAKE = sa.text(_TAKE_SQL)
+
+
+@dataclass(frozen=True)
+class Taken:
+    """What a runner's first look at its index found (:func:`take`)."""
+
+    #: The index's attempts, oldest first, as they were before this call claimed one.
+    attempts: list[Attempt]
+    #: The attempt this call claimed; None: nothing claimed, the caller decides as after
+    #: :func:`attempts`.
+    claimed: Attempt | None = None
+
+
+def take(storage: RDBStorage | proxy.ProxyStorage, study_id: int, index: int) -> Taken:
+    """A runner's first look at ``index``: its attempts and, on PostgreSQL, in the same
+    statement and round trip, the claim of its WAITING trial when that is what the runner
+    would claim next (the latest attempt, none finished). A retry after a lost
+    acknowledgement finds its claim by its token."""
+    if isinstance(storage, proxy.ProxyStorage) or not oneshot.alone(storage.engine):
+        return Taken(attempts(storage, study_id, index))
+    writes.ensure_table(storage.engine)
+    binds = {"v": json.dumps(index), "s": study_id, "now": utcnow(), "token": writes.new_token()}
+
+    def query() -> Taken:
+        rows, _ = oneshot.run(storage.engine, _TAKE, binds)
+        found = _parse_attempts([row[:6] for row in rows])
+        won = rows[0][6] if rows else None
+        return Taken(found, next((a for a in found if a.trial_id == won), None))
+
+    return with_retry(query, what="claim", url=storage.url)
+
+
 def claim(storage: RDBStorage | proxy.ProxyStorage, trial_id: int, *,
           token: str | None = None) -> bool:
     """WAITING -> RUNNING for exactly one caller: a conditional UPDATE, atomic on PostgreSQL

@@ -107,6 +107,15 @@ def unfinished_indexes(table: Iterable[IndexStatus]) -> list[int]:
     return [s.index for s in table if s.state not in ("COMPLETE", "PRUNED")]
 
 
+def indexes_to_run(storage: RDBStorage | proxy.ProxyStorage, sweep_spec: SweepSpec,
+                   study_id: int, *, created: bool) -> list[int]:
+    """What a launch runs: every index of a sweep it has just created (nothing of it has run:
+    no query needed), else the indexes without a finished trial."""
+    if created:
+        return list(range(sweep_spec.trials))
+    return unfinished_indexes(index_table(storage, sweep_spec, study_id))
+
+
 # --------------------------------------------------------------------------- every sweep
 
 

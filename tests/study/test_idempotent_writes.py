@@ -21,6 +21,7 @@ from sweeper.study import (
     mark_failed,
     new_attempt,
     open_storage,
+    take,
     trial_id_of,
 )
 from sweeper.study.record import Sweep
@@ -69,6 +70,23 @@ def test_claim_finds_its_own_token(sweep: Sweep, proxy: FaultProxy,
     assert _count(direct.engine, "SELECT COUNT(*) FROM trial_heartbeats WHERE trial_id = :t",
                   t=waiting.trial_id) == 1
     assert claim(sweep.storage, waiting.trial_id) is False  # anyone else still loses
+
+
+def test_the_first_look_at_an_index_finds_its_own_claim(sweep: Sweep, proxy: FaultProxy,
+                                                        direct: RetryingRDBStorage) -> None:
+    """``take``: the index's attempts and the claim of its WAITING trial in one statement;
+    the statement landed, its reply was lost, and the retry returns that claim."""
+    _lose_the_ack(proxy, r"UPDATE trials SET state = 'RUNNING'")
+    got = take(sweep.storage, sweep.study_id, 3)
+    _fired(proxy)
+    taken = got.claimed
+    assert taken is not None and [a.trial_id for a in got.attempts] == [taken.trial_id]
+    assert taken.attempt == 0
+    assert direct.get_trial(taken.trial_id).state == TrialState.RUNNING
+    assert _count(direct.engine, "SELECT COUNT(*) FROM trial_heartbeats WHERE trial_id = :t",
+                  t=taken.trial_id) == 1
+    again = take(sweep.storage, sweep.study_id, 3)  # anyone else: running, not theirs
+    assert again.claimed is None and [a.state for a in again.attempts] == [TrialState.RUNNING]
 
 
 def test_optunas_claim_in_ask_finds_its_own_token(storage: RetryingRDBStorage,

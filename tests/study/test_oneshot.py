@@ -68,3 +68,43 @@ def test_the_claim_statement_wins_once_and_a_retry_finds_its_token(pg_url: str) 
         assert conn.execute(sa.text("SELECT token FROM sweeper_writes WHERE trial_id = :t"),
                             {"t": tid}).scalars().all() == ["a" * 32]
     engine.dispose()
+
+
+def test_the_first_look_claims_only_what_the_runner_would_claim(pg_url: str) -> None:
+    """``take`` claims an index's WAITING trial only when it is the latest attempt and none
+    finished; otherwise it only reports the attempts (the runner then decides as before)."""
+    from sweeper.study import create_or_resume, open_trial, take
+
+    storage = open_storage(pg_url)
+    sweep, _ = create_or_resume(storage, make_spec(name="take"))
+    got = take(storage, sweep.study_id, 0)
+    assert got.claimed is not None and got.claimed.state == TrialState.WAITING  # as it was
+    assert [a.trial_id for a in got.attempts] == [got.claimed.trial_id]
+    tid = got.claimed.trial_id
+    assert storage.get_trial(tid).state == TrialState.RUNNING
+    assert open_trial(sweep.study(), tid).number == got.claimed.number
+    again = take(storage, sweep.study_id, 0)
+    assert again.claimed is None
+    assert [a.state for a in again.attempts] == [TrialState.RUNNING]
+    # A WAITING trial after a finished attempt is not claimed: the index is done.
+    storage.set_trial_state_values(tid, TrialState.COMPLETE, [1.0])
+    with storage.engine.begin() as conn:
+        (late,) = insert_trials(conn, sweep.study_id, [TrialRow(index=0, params=None,
+                                                                state=TrialState.WAITING)])
+    done = take(storage, sweep.study_id, 0)
+    assert done.claimed is None
+    assert [a.state for a in done.attempts] == [TrialState.COMPLETE, TrialState.WAITING]
+    assert storage.get_trial(late).state == TrialState.WAITING
+    # A WAITING trial that is not the latest attempt is not claimed either.
+    with storage.engine.begin() as conn:
+        insert_trials(conn, sweep.study_id, [TrialRow(index=1, params=None,
+                                                      state=TrialState.FAIL)])
+    older = take(storage, sweep.study_id, 1)
+    assert older.claimed is None
+    assert [a.state for a in older.attempts] == [TrialState.WAITING, TrialState.FAIL]
+    # SQLite: the attempts only; the runner claims in a statement of its own.
+    lite = open_storage("sqlite:///:memory:")
+    lite_sweep, _ = create_or_resume(lite, make_spec(name="take"))
+    looked = take(lite, lite_sweep.study_id, 0)
+    assert looked.claimed is None and [a.state for a in looked.attempts] == [TrialState.WAITING]
+    storage.engine.dispose()
