@@ -13,7 +13,6 @@ from __future__ import annotations
 import logging
 import os
 import selectors
-import shutil
 import signal
 import subprocess
 import sys
@@ -35,8 +34,8 @@ from sweeper.backends.forked import (
     fork_safe,
     fork_worker,
 )
+from sweeper.backends.gpus import detect_gpus, gpu_slots
 from sweeper.errors import BackendError, SpecError
-from sweeper.spec import SweepSpec
 from sweeper.study import Sweep, attempts, fail_stale_trials, mark_failed
 from sweeper.study.stop import before_start
 
@@ -49,60 +48,6 @@ _START_TIMEOUT_S = 30.0
 Process = subprocess.Popen[bytes] | ForkedProcess
 
 
-def detect_gpus(env: dict[str, str] | None = None) -> list[str]:
-    """GPU ids to hand out: ``CUDA_VISIBLE_DEVICES`` if set, else what nvidia-smi lists."""
-    env = dict(os.environ) if env is None else env
-    visible = env.get("CUDA_VISIBLE_DEVICES")
-    if visible is not None:
-        ids = [g.strip() for g in visible.split(",") if g.strip()]
-        # CUDA stops at the first invalid id: "0,-1,1" exposes GPU 0 only.
-        return ids[:ids.index("-1")] if "-1" in ids else ids
-    if shutil.which("nvidia-smi") is None:
-        return []
-    try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=index", "--format=csv,noheader"],
-                             capture_output=True, text=True, timeout=10, check=True).stdout
-    except (OSError, subprocess.SubprocessError):
-        return []
-    return [line.strip() for line in out.splitlines() if line.strip()]
-
-
-def check_gpus(spec: SweepSpec, *, allow_cpu: bool,
-               env: dict[str, str] | None = None) -> str | None:
-    """Refuse a spec that asks for GPUs on a machine that shows none (a silent CPU run of a GPU
-    sweep wastes hours); with ``allow_cpu`` it runs on the CPU and this returns the warning."""
-    want = spec.trial.resources.gpu
-    if want <= 0 or detect_gpus(env):
-        return None
-    if not allow_cpu:
-        raise SpecError(f"asks for {want} GPU(s) per trial, but no GPU is visible here "
-                        "(CUDA_VISIBLE_DEVICES, nvidia-smi); pass --allow-cpu to run on the "
-                        "CPU anyway, or set trial.resources.gpu: 0", source=spec.source,
-                        field="trial.resources.gpu")
-    return (f"{spec.source or spec.name}: trial.resources.gpu is {want} but no GPU is "
-            "visible; running on the CPU (--allow-cpu)")
-
-
-def gpu_slots(gpus: Sequence[str], per_trial: float, parallelism: int) -> list[str | None]:
-    """One CUDA_VISIBLE_DEVICES value per worker slot (None: leave it alone, no GPUs).
-    ``per_trial`` GPUs per worker; a fraction 1/k packs k workers onto each GPU."""
-    if not gpus:
-        return [None] * parallelism
-    if 0 < per_trial < 1:
-        share = round(1 / per_trial)
-        groups = [g for g in gpus for _ in range(share)]  # GPU 0, 0, 1, 1, ... for 0.5
-    else:
-        per = max(1, int(per_trial))
-        groups = [",".join(gpus[i:i + per]) for i in range(0, len(gpus) - per + 1, per)]
-        if not groups:
-            raise BackendError(f"each trial asks for {per} GPUs but only {len(gpus)} are "
-                               "visible")
-    if parallelism > len(groups):
-        logger.warning("parallelism %d > %d GPU slots: workers share GPUs", parallelism,
-                       len(groups))
-    return [groups[k % len(groups)] for k in range(parallelism)]
-
-
 @dataclass
 class _Worker:
     slot: int
@@ -112,6 +57,8 @@ class _Worker:
     buffer: bytes = b""
     ready: bool = False
     index: int | None = None
+    #: The next index, handed over while ``index`` runs (:meth:`LocalBackend._prefetch`).
+    queued: int | None = None
     trial_id: int | None = None
     started_at: float = 0.0
     #: Told to exit (nothing left to run): not replaced when it does.
@@ -187,6 +134,7 @@ class LocalBackend:
                 for w in workers:
                     if w.ready and not w.retired and w.index is None and pending:
                         self._dispatch(w, pending.popleft(), dispatched)
+                self._prefetch(workers, pending, dispatched)
                 self._retire_idle(workers, pending)
                 self._periodic(sweep, workers, pending, tick)
             tick()
@@ -337,6 +285,25 @@ class LocalBackend:
     def _dispatch(self, w: _Worker, index: int, dispatched: dict[int, int]) -> None:
         dispatched[index] = dispatched.get(index, 0) + 1
         w.index, w.trial_id, w.started_at = index, None, time.monotonic()
+        self._send_run(w, index)
+
+    def _prefetch(self, workers: list[_Worker], pending: deque[int],
+                  dispatched: dict[int, int]) -> None:
+        """Hand a busy worker its next index while its trial runs, so that it starts it as
+        soon as it is done instead of waiting for this loop to read its Done and answer. Only
+        while more indexes are pending than there are workers: at the end of a sweep every
+        index goes to whichever worker is free first."""
+        for w in workers:
+            if len(pending) <= len(workers):
+                return
+            if w.ready and not w.retired and w.index is not None and w.queued is None:
+                index = pending.popleft()
+                dispatched[index] = dispatched.get(index, 0) + 1
+                w.queued = index
+                self._send_run(w, index)
+
+    @staticmethod
+    def _send_run(w: _Worker, index: int) -> None:
         try:
             w.cmd.write(protocol.encode_message(protocol.Run(index)))
         except (BrokenPipeError, OSError):
@@ -360,7 +327,9 @@ class LocalBackend:
             elif isinstance(msg, protocol.Start):
                 w.trial_id = msg.trial_id
             elif isinstance(msg, protocol.Done):
-                w.index = w.trial_id = None
+                # The worker goes on with the index it was handed meanwhile, if any.
+                w.index, w.queued, w.trial_id = w.queued, None, None
+                w.started_at = time.monotonic()
                 if msg.state == protocol.STOPPED:  # the sweep stopped: start no other index
                     pending.clear()
                     continue
@@ -396,6 +365,10 @@ class LocalBackend:
             w.cmd.close()
         except OSError:
             pass
+        if w.queued is not None:  # handed over but never started: next in line, uncounted
+            dispatched[w.queued] -= 1
+            pending.appendleft(w.queued)
+            w.queued = None
         code = w.proc.returncode
         if not w.ready and w.index is None and code == protocol.EXIT_CONFIG:
             raise SpecError(f"the trial runner could not start: {self._tail(w.slot)}",

@@ -134,7 +134,8 @@ def _backend(kind: str, spec: Any, log_dir: str, kubeconfig: str | None, context
              detach: bool, allow_cpu: bool = False, proxy: bool | None = None,
              metrics: Any = None) -> Backend:
     if kind == "local":
-        from sweeper.backends.local import LocalBackend, check_gpus
+        from sweeper.backends.gpus import check_gpus
+        from sweeper.backends.local import LocalBackend
 
         warning = check_gpus(spec, allow_cpu=allow_cpu)
         if warning:
