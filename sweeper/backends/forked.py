@@ -21,11 +21,11 @@ returns from :func:`fork_worker` (``os._exit``), its garbage collector never see
 (``gc.freeze`` across the fork), and it closes its copies of their descriptors, so the
 database sees each connection closed only when the parent closes it.
 
-A worker for the parent's own storage also takes over the parent's open sweep
+A worker for the parent's own storage also takes over a sweep the parent opened for it
 (:func:`inherited_sweep`) instead of opening the storage and reading the sweep again: the
-same storage object with a fresh, empty connection pool, its compiled statements and Optuna's
-state already warm. The parent's pool, with its connections, is kept referenced (never
-closed or collected) in the child.
+parent's storage object with a fresh, empty connection pool, its compiled statements, Optuna's
+state and the runner's study already loaded. The parent's pool, with its connections, is
+kept referenced (never closed or collected) in the child.
 """
 
 from __future__ import annotations
@@ -179,15 +179,16 @@ def _take_over(inherit: tuple[str, Any] | None) -> None:
 
 
 def inherited_sweep(storage_url: str, name: str) -> Any:
-    """In a worker forked with ``inherit``: a Sweep for ``name`` on ``storage_url`` built on
-    the parent's storage (own connections, warm caches), or None (not forked, another
-    storage or sweep): the worker then opens them as an exec'd one does."""
+    """In a worker forked with ``inherit``: its copy of the Sweep for ``name`` on
+    ``storage_url`` the parent set aside for its workers (the parent's storage with the
+    worker's own connections, warm caches, the runner's study loaded), or None (not forked,
+    another storage or sweep): the worker then opens them as an exec'd one does."""
     if _inherited is None:
         return None
     url, sweep = _inherited
     if url != storage_url or sweep.name != name:
         return None
-    return type(sweep)(sweep.storage, sweep.study_id, sweep.spec)
+    return sweep
 
 
 #: Imported lazily by a worker's first trial (Optuna's samplers seed from NumPy's RandomState):

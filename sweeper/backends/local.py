@@ -36,6 +36,7 @@ from sweeper.backends.forked import (
 )
 from sweeper.backends.gpus import detect_gpus, gpu_slots
 from sweeper.errors import BackendError, SpecError
+from sweeper.spec.registry import make_pruner, make_sampler
 from sweeper.study import Sweep, attempts, fail_stale_trials, mark_failed
 from sweeper.study.stop import before_start
 
@@ -44,6 +45,12 @@ logger = logging.getLogger(__name__)
 _MAX_STARTUP_FAILURES = 5
 #: Seconds a worker may take from being handed an index to claiming its trial.
 _START_TIMEOUT_S = 30.0
+#: Seconds between the first indexes of forked workers. Started together, W workers run
+#: their trials in step: equal trials end together and all W reach the database and the
+#: CPUs at the same moment, each waiting for the others (a 0.5 s trial's round cost 20 ms
+#: at first, 10 ms once they had drifted apart; 8 workers, 2 cores). Spread out, they take
+#: turns; the sweep ends (W - 1) * STAGGER_S later at most.
+STAGGER_S = 0.01
 #: A worker process: exec'd (Popen) or forked from this one.
 Process = subprocess.Popen[bytes] | ForkedProcess
 
@@ -63,6 +70,8 @@ class _Worker:
     started_at: float = 0.0
     #: Told to exit (nothing left to run): not replaced when it does.
     retired: bool = False
+    #: Its first index is handed over no sooner than this (time.monotonic()).
+    not_before: float = 0.0
     lines: list[str] = field(default_factory=list)
 
 
@@ -71,6 +80,7 @@ class LocalBackend:
 
     def __init__(self, log_dir: Path, *, grace_period_s: float | None = None,
                  stop_timeout_s: float = 15.0, max_starting: int | None = None,
+                 stagger_s: float = STAGGER_S,
                  proxy: bool | None = None, metrics: Any = None) -> None:
         self.log_dir = log_dir
         #: Workers reach the study through an in-process storage proxy: True, False, or None
@@ -86,6 +96,7 @@ class LocalBackend:
         #: share the CPUs and all become ready late; in waves of one per core the first ones
         #: run trials while the rest start (on 2 cores and W=8: ~1 s sooner on average).
         self.max_starting = max(1, max_starting or os.cpu_count() or 1)
+        self.stagger_s = stagger_s
         self._fork = False
         self._inherit: tuple[str, Sweep] | None = None
         self._last_tick = self._last_stale = 0.0
@@ -105,7 +116,8 @@ class LocalBackend:
         n = min(sweep.spec.parallelism, len(pending))
         slots = gpu_slots(detect_gpus(), sweep.spec.trial.resources.gpu, n)
         proxy, reserved, url = self._plan_proxy(storage_url, n)
-        self._inherit = (storage_url, sweep)  # what a forked worker takes over (same storage)
+        self._inherit = (storage_url, self._inheritable(sweep)) \
+            if self._fork and url == storage_url else None
         env = self._env(sweep, url, n)
         dispatched: dict[int, int] = {}
         finished: list[int] = []
@@ -122,7 +134,7 @@ class LocalBackend:
                         sum(not w.ready for w in workers) < self.max_starting:
                     slot = unstarted.pop(0)
                     workers.append(self._spawn(slot, env, slots[slot], sel))
-                for key, _ in sel.select(timeout=0.2):
+                for key, _ in sel.select(timeout=self._wait(workers)):
                     self._read(key.data, sweep, pending, dispatched, finished, failed)
                 for w in list(workers):
                     if w.proc.poll() is not None:
@@ -132,7 +144,8 @@ class LocalBackend:
                                                              for x in workers)):
                             workers.append(self._spawn(w.slot, env, slots[w.slot], sel))
                 for w in workers:
-                    if w.ready and not w.retired and w.index is None and pending:
+                    if w.ready and not w.retired and w.index is None and pending and \
+                            w.not_before <= time.monotonic():
                         self._dispatch(w, pending.popleft(), dispatched)
                 self._prefetch(workers, pending, dispatched)
                 self._retire_idle(workers, pending)
@@ -201,6 +214,15 @@ class LocalBackend:
                 pending.clear()  # a stop rule fired: running trials finish, no new one
             tick()
 
+    @staticmethod
+    def _inheritable(sweep: Sweep) -> Sweep:
+        """What a forked worker takes over (sweeper.backends.forked.inherited_sweep): a Sweep
+        of its own on this process's storage, the runner's study already loaded in it (each
+        worker would otherwise spend its first trial's queries and CPU on that)."""
+        mine = Sweep(sweep.storage, sweep.study_id, sweep.spec)
+        mine.runner_study(make_sampler(sweep.spec, 0), make_pruner(sweep.spec))
+        return mine
+
     def _first_workers(self, env: dict[str, str], slots: list[str | None],
                        sel: selectors.BaseSelector, workers: list[_Worker]) -> list[int]:
         """Forked workers start in milliseconds: all at once, before a proxy's gRPC threads
@@ -209,6 +231,9 @@ class LocalBackend:
         if not self._fork:
             return list(range(len(slots)))
         workers += [self._spawn(slot, env, gpus, sel) for slot, gpus in enumerate(slots)]
+        start = time.monotonic()
+        for w in workers:  # first indexes spread out: see STAGGER_S
+            w.not_before = start + w.slot * self.stagger_s
         return []
 
     def _start_reserved_proxy(self, storage_url: str, reserved: Any) -> Any:
@@ -267,6 +292,14 @@ class LocalBackend:
             return subprocess.Popen([sys.executable, "-m", RUNNER_MODULE, *RUNNER_ARGS],
                                     env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
                                     pass_fds=fds, start_new_session=True)
+
+    @staticmethod
+    def _wait(workers: list[_Worker]) -> float:
+        """How long the run loop may wait for a worker's message: 0.2 s, or until the next
+        worker whose first index is held back may have it."""
+        now = time.monotonic()
+        due = [w.not_before - now for w in workers if w.index is None and w.not_before > now]
+        return max(0.0, min([0.2, *due]))
 
     def _retire_idle(self, workers: list[_Worker], pending: deque[int]) -> None:
         """Nothing left to hand out: idle workers exit now, while the last trials run, rather

@@ -179,3 +179,42 @@ def test_a_sweep_runs_on_forked_workers_where_that_is_safe(
     # Forked for the parent's own storage: the worker took over the parent's open sweep.
     value = forked + 10.0 * proxy + 100.0 * (forked == 1.0 and not proxy)
     assert got == [str(forked == 1.0), "0", "1", "2", "3", *[f"COMPLETE:{value}"] * 4, "True"]
+
+
+def test_forked_workers_get_their_first_indexes_spread_out(tmp_path: Path, pg_url: str) -> None:
+    """Workers started together would run their equal trials in step, all reaching the
+    database at the same moment: worker k gets its first index no sooner than k stagger
+    intervals after the workers were forked (its later ones as soon as it is free)."""
+    got = _fresh("""
+        import os, time
+        from pathlib import Path
+        from sweeper.backends.local import LocalBackend
+        from sweeper.study import create_or_resume, open_storage
+        from tests.support.helpers import make_spec
+        url, tmp = os.environ["TEST_URL"], Path(os.environ["TEST_TMP"])
+        spec = make_spec(name="stagger", parallelism=3,
+                         trial={"entrypoint": "trial_runner.examples.synthetic:sleep",
+                                "fixed": {"duration": 1.0}, "retries": 0},
+                         parameters={"x": {"type": "float", "values": [0.0, 1.0, 2.0]}})
+        sweep, _ = create_or_resume(open_storage(url), spec)
+        handed = {}
+
+        class Noted(LocalBackend):
+            def _first_workers(self, *args):
+                out = super()._first_workers(*args)
+                handed["start"] = time.monotonic()  # just after the forks
+                return out
+
+            def _dispatch(self, w, index, dispatched):
+                handed.setdefault(w.slot, time.monotonic())
+                return super()._dispatch(w, index, dispatched)
+
+        backend = Noted(tmp / "logs", proxy=False, stagger_s=0.4)
+        result = backend.run(sweep, range(3), storage_url=url, tick=lambda: None)
+        print(backend.forked, *result.finished)
+        print(*(round(handed[k] - handed["start"], 3) for k in range(3)))
+    """, TEST_URL=pg_url, TEST_TMP=str(tmp_path), CUDA_VISIBLE_DEVICES="",
+        SWEEPER_CHECKPOINT_DIR=str(tmp_path / "ckpt"))
+    assert got[:4] == ["True", "0", "1", "2"]
+    firsts = [float(x) for x in got[4:]]
+    assert firsts[1] >= 0.4 - 0.01 and firsts[2] >= 0.8 - 0.01, firsts  # never sooner
