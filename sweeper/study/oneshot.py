@@ -2,11 +2,13 @@
 
 Each step of a trial was a transaction of several statements (BEGIN, each statement, COMMIT,
 every one a round trip to the server; a read was BEGIN, SELECT, ROLLBACK): 23 round trips
-per trial. On PostgreSQL each step is one statement instead, a data-modifying ``WITH`` where
-it writes several tables, atomic on its own and sent with autocommit on: one round trip per
-step, six per trial. SQLite has no data-modifying ``WITH``: there the steps keep their
-transactions. What a retry after a lost acknowledgement finds is unchanged: the claim's
-token, the upserts' rows, the finished state and values.
+for a trial with one report. On PostgreSQL each step is one statement instead, a
+data-modifying ``WITH`` where it writes several tables, atomic on its own and sent with
+autocommit on: one round trip per step, five for that trial (look up the index and claim it,
+open the trial, write its params and provenance, the report, the finish). SQLite has no
+data-modifying ``WITH``: there the steps keep their transactions. What a retry after a lost
+acknowledgement finds is unchanged: the claim's token, the upserts' rows, the finished state
+and values.
 """
 
 from __future__ import annotations
