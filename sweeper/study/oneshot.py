@@ -8,12 +8,14 @@ autocommit on: one round trip per step, five for that trial (look up the index a
 open the trial, write its params and provenance, the report, the finish). SQLite has no
 data-modifying ``WITH``: there the steps keep their transactions. What a retry after a lost
 acknowledgement finds is unchanged: the claim's token, the upserts' rows, the finished state
-and values.
+and values. The statements go to the driver's cursor, past SQLAlchemy's execution layer (see
+:func:`run`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Mapping
 from typing import Any
 
@@ -25,19 +27,70 @@ def alone(engine: sa.Engine) -> bool:
     return engine.dialect.name == "postgresql"
 
 
-def run(engine: sa.Engine, statement: sa.TextClause,
+def run(engine: sa.Engine, statement: sa.TextClause | str,
         params: Mapping[str, Any]) -> tuple[list[Any], int]:
-    """Run ``statement`` alone with autocommit on: (its rows, its row count). A statement is
-    its own transaction then: no BEGIN before it, no COMMIT or ROLLBACK after it."""
-    with engine.connect() as conn:
-        dbapi = conn.connection.dbapi_connection
+    """Run ``statement`` (``:name`` binds, as in ``sa.text``) alone with autocommit on: (its
+    rows as tuples, its row count). A statement is its own transaction then: no BEGIN before
+    it, no COMMIT or ROLLBACK after it.
+
+    It goes to the driver's cursor directly, on a pooled connection: SQLAlchemy's execution
+    layer (building the clause, its compiled-cache lookup, the result's metadata) cost as much
+    client CPU as the rest of a trial. What stays as with ``Connection.execute``: the pool and
+    its events, the driver's errors wrapped in SQLAlchemy's classes (a lost connection is
+    invalidated and says so, for :mod:`sweeper.study.retry`), and the engine's
+    ``before_cursor_execute`` / ``after_cursor_execute`` listeners, which see each statement
+    (with no Connection or context: there is none)."""
+    sql = _driver_sql(engine.dialect, statement if isinstance(statement, str) else statement.text)
+    binds = dict(params)
+    dbapi_error = engine.dialect.loaded_dbapi.Error
+    try:
+        raw = engine.raw_connection()
+    except dbapi_error as e:
+        raise _wrapped(engine, sql, binds, e, gone=False) from e
+    try:
+        dbapi = raw.dbapi_connection
         assert dbapi is not None
         dbapi.autocommit = True
+        cursor = raw.cursor()
         try:
-            result = conn.execute(statement, dict(params))
-            rows = list(result.all()) if result.returns_rows else []
-            return rows, result.rowcount
+            return _execute(engine, cursor, sql, binds)
+        except dbapi_error as e:
+            gone = engine.dialect.is_disconnect(e, dbapi, cursor)
+            if gone:
+                raw.invalidate(e)
+            raise _wrapped(engine, sql, binds, e, gone=gone) from e
         finally:
             # A connection that broke raises here too; the statement's own error matters.
             with contextlib.suppress(Exception):
+                cursor.close()
+            with contextlib.suppress(Exception):
                 dbapi.autocommit = False
+    finally:
+        raw.close()
+
+
+def _execute(engine: sa.Engine, cursor: Any, sql: str,
+             binds: dict[str, Any]) -> tuple[list[Any], int]:
+    events = engine.dispatch
+    if events.before_cursor_execute:
+        events.before_cursor_execute(None, cursor, sql, binds, None, False)
+    cursor.execute(sql, binds)
+    rows = list(cursor.fetchall()) if cursor.description is not None else []
+    if events.after_cursor_execute:
+        events.after_cursor_execute(None, cursor, sql, binds, None, False)
+    return rows, cursor.rowcount
+
+
+def _wrapped(engine: sa.Engine, sql: str, binds: dict[str, Any], e: Exception, *,
+             gone: bool) -> sa.exc.StatementError:
+    """The driver's error as ``Connection.execute`` raises it (OperationalError, ...)."""
+    return sa.exc.DBAPIError.instance(sql, binds, e, engine.dialect.loaded_dbapi.Error,
+                                      connection_invalidated=gone, dialect=engine.dialect)
+
+
+@functools.lru_cache(maxsize=512)
+def _driver_sql(dialect: sa.Dialect, text: str) -> str:
+    """``text`` in the driver's own bind style (``%(name)s`` for psycopg2, literal percent
+    signs doubled), as SQLAlchemy compiles it. Statements are few and fixed (the upserts vary
+    only with their number of rows): each is compiled once per process."""
+    return str(sa.text(text).compile(dialect=dialect))

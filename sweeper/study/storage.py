@@ -170,7 +170,7 @@ class RetryingRDBStorage(RDBStoragePrivateRetries):
                "datetime_complete=:done WHERE trial_id = :t AND state IN ('RUNNING', "
                f"'WAITING') RETURNING trial_id){inserts} SELECT (SELECT COUNT(*) FROM fin), "
                "(SELECT state FROM trials WHERE trial_id = :t)")
-        (done, current), = oneshot.run(self.engine, sa.text(sql), binds)[0]
+        (done, current), = oneshot.run(self.engine, sql, binds)[0]
         if not done:
             if current is None:
                 raise KeyError(f"No trial with trial id {trial_id} exists.")

@@ -147,7 +147,7 @@ def _write(backend: RDBStorage, trial_id: int, writes: list[_Rows]) -> None:
     KeyError if there is no such trial, UpdateFinishedTrialError if it finished."""
     if oneshot.alone(backend.engine):
         sql, binds = _together(trial_id, writes)
-        (counts,), _ = oneshot.run(backend.engine, sa.text(sql), binds)
+        (counts,), _ = oneshot.run(backend.engine, sql, binds)
         if any(n < len(w.rows) for n, w in zip(counts, writes, strict=True)):
             rows, _ = oneshot.run(backend.engine, _STATE, {"t": trial_id})
             _check_updatable(backend, trial_id, rows[0][0] if rows else None)

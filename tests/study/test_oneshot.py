@@ -108,3 +108,44 @@ def test_the_first_look_claims_only_what_the_runner_would_claim(pg_url: str) -> 
     looked = take(lite, lite_sweep.study_id, 0)
     assert looked.claimed is None and [a.state for a in looked.attempts] == [TrialState.WAITING]
     storage.engine.dispose()
+
+
+def test_the_driver_path_fails_and_reports_as_connection_execute_would(pg_url: str) -> None:
+    """oneshot runs on the driver's cursor: its errors still come wrapped in SQLAlchemy's
+    classes (what the retry layer classifies), a statement whose backend was killed leaves no
+    broken connection in the pool, and the engine's cursor listeners see each statement."""
+    from sweeper.study.retry import classify
+
+    storage = open_storage(pg_url)
+    engine = storage.engine
+    seen: list[tuple[str, dict[str, object]]] = []
+    sa.event.listen(engine, "before_cursor_execute",
+                    lambda conn, cursor, sql, binds, *_: seen.append((sql, binds)))
+    try:
+        # ':name' binds in the driver's style; a literal percent sign and a ::cast survive.
+        rows, count = oneshot.run(engine, "SELECT :a || '%' || 'x'::text, 5 % 3", {"a": "50"})
+        assert (rows, count) == ([("50%x", 2)], 1)
+        assert seen[-1][1] == {"a": "50"} and "%(a)s" in seen[-1][0]
+        assert oneshot.run(engine, sa.text("SELECT 1 WHERE false"), {}) == ([], 0)
+        try:
+            oneshot.run(engine, "SELECT * FROM no_such_table_here", {})
+        except sa.exc.ProgrammingError as e:
+            assert classify(e) == "permanent" and not e.connection_invalidated
+            assert "no_such_table_here" in str(e)
+        else:
+            raise AssertionError("a missing table must raise")
+        (pid,), _ = oneshot.run(engine, "SELECT pg_backend_pid()", {})
+        other = sa.create_engine(pg_url.replace("postgresql://", "postgresql+psycopg2://"))
+        with other.connect() as conn:
+            conn.execute(sa.text("SELECT pg_terminate_backend(:p, 5000)"), {"p": pid[0]})
+        other.dispose()
+        try:
+            oneshot.run(engine, "SELECT 1", {})
+        except sa.exc.OperationalError as e:
+            assert e.connection_invalidated and classify(e) == "transient"
+        else:
+            raise AssertionError("a statement on a terminated backend must fail")
+        (fresh,), _ = oneshot.run(engine, "SELECT pg_backend_pid()", {})  # a new connection
+        assert fresh[0] != pid[0]
+    finally:
+        engine.dispose()
