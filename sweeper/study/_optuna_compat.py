@@ -2,13 +2,12 @@
 
 Optuna's public API has no way to finish a trial without re-reading it, to register a trial
 created outside the API in a study's trial cache, to write several attributes in one
-transaction, or to name its RDB tables; sweeper needs all four on its hot paths. Its gRPC
-storage proxy can only be served alone on a port and its client's channel options are fixed;
-sweeper's proxy serves its own service beside Optuna's and reconnects quickly. Each private
-name used here has a contract test in ``tests/study/test_optuna_compat.py`` that fails on the
-Optuna release that removes or changes it. Importing this module on an Optuna series it was
-not written for fails at once with one line, instead of misbehaving later: check the contract
-tests against the new series, then add it to :data:`SUPPORTED_SERIES`.
+transaction, to name its RDB tables, or to open a storage without reloading its migrations;
+sweeper needs them on its hot paths. Its gRPC proxy is served alone on a port with fixed
+channel options; sweeper's serves its own service beside Optuna's and reconnects quickly.
+Each private name used here has a contract test in ``tests/study/test_optuna_compat.py``.
+Importing this module on an Optuna series it was not written for fails at once with one line:
+check the contract tests against the new series, then add it to :data:`SUPPORTED_SERIES`.
 
 No other module of ``sweeper`` or ``trial_runner`` touches an ``_underscored`` Optuna name.
 """
@@ -45,8 +44,8 @@ __all__ = [
     "UnsupportedOptunaError", "add_optuna_storage_servicer", "add_to_cache", "cached_rdb_backend",
     "cached_storage", "check_version", "distribution_contains", "fixed_params_of",
     "is_finishing_request", "rdb_backend", "rdb_tables", "reported_steps", "reset_trials_cache",
-    "storage_of", "study_id_of", "tell", "tell_trial", "trial_from_frozen", "trial_id_of",
-    "trial_value", "update_cached_trial",
+    "share_alembic_script", "storage_of", "study_id_of", "tell", "tell_trial",
+    "trial_from_frozen", "trial_id_of", "trial_value", "update_cached_trial",
 ]
 
 T = TypeVar("T")
@@ -100,9 +99,8 @@ def trial_id_of(trial: optuna.Trial | FrozenTrial) -> int:
 
 
 def trial_from_frozen(study: optuna.Study, frozen: FrozenTrial) -> optuna.Trial:
-    """``optuna.Trial(study, trial_id)`` given the trial as its constructor would read it
-    (``storage.get_trial``: six queries for an unfinished trial): the same attributes, and
-    the sampler's ``before_trial`` hook called the same way."""
+    """``optuna.Trial(study, trial_id)`` given the trial its constructor would read (six
+    queries): the same attributes, the sampler's ``before_trial`` hook called the same way."""
     from optuna import pruners
 
     trial = optuna.Trial.__new__(optuna.Trial)
@@ -125,9 +123,8 @@ def reset_trials_cache(study: optuna.Study) -> None:
 
 def tell(study: optuna.Study, number: int, values: Sequence[float] | None,
          state: TrialState) -> None:
-    """Finish trial ``number`` the way ``study.optimize`` does: without the public
-    ``Study.tell``'s re-read and deep copy of the finished trial. Raises
-    ``UpdateFinishedTrialError`` or ``ValueError`` when the trial is finished already."""
+    """Finish trial ``number`` as ``study.optimize`` does, without ``Study.tell``'s re-read and
+    deep copy. UpdateFinishedTrialError or ValueError when it is finished already."""
     from optuna.study._tell import _tell_with_warning
 
     _tell_with_warning(study, number, values, state=state, skip_if_finished=False)
@@ -136,10 +133,9 @@ def tell(study: optuna.Study, number: int, values: Sequence[float] | None,
 def tell_trial(study: optuna.Study, trial: optuna.Trial, values: Sequence[float] | None,
                state: TrialState) -> None:
     """:func:`tell` for a trial this process is running, COMPLETE or PRUNED: what
-    ``_tell_with_warning`` does, with the trial's own copy (``Trial`` keeps its params,
-    reports and user attrs up to date in it) instead of re-reading the trial (six queries).
-    Raises ``UpdateFinishedTrialError`` when the trial was finished behind our back (the
-    storage checks the state in the same transaction that writes it)."""
+    ``_tell_with_warning`` does, with the trial's own up-to-date copy instead of re-reading it
+    (six queries). UpdateFinishedTrialError when it was finished behind our back (the storage
+    checks the state in the statement that writes it)."""
     from optuna import pruners
     from optuna.study._tell import _check_state_and_values, _check_values_are_feasible
 
@@ -167,9 +163,8 @@ def tell_trial(study: optuna.Study, trial: optuna.Trial, values: Sequence[float]
 def update_cached_trial(trial: optuna.Trial, *, user_attrs: Mapping[str, Any] | None = None,
                         params: Mapping[str, tuple[Any, BaseDistribution]] | None = None,
                         report: tuple[int, float] | None = None) -> None:
-    """Make the trial's own copy show what was written to the storage behind Optuna's back
-    (as ``Trial.suggest_*``, ``report`` and ``set_user_attr`` keep it): a param in it is not
-    suggested again, a step in it is not reported again."""
+    """Make the trial's own copy show what was written behind Optuna's back (as ``suggest_*``,
+    ``report`` and ``set_user_attr`` keep it): its params and steps are not written again."""
     frozen = trial._cached_frozen_trial
     frozen.user_attrs.update(user_attrs or {})
     for name, (value, distribution) in (params or {}).items():
@@ -190,12 +185,33 @@ def fixed_params_of(trial: optuna.Trial) -> dict[str, Any]:
 
 
 def distribution_contains(distribution: BaseDistribution, value: Any) -> bool:
-    """Whether ``value`` is one of the distribution's points (in range, on its step, one of
-    its choices). Raises ValueError or TypeError for a value of the wrong kind."""
+    """Whether ``value`` is one of the distribution's points (TypeError etc. if no such kind)."""
     return distribution._contains(distribution.to_internal_repr(value))
 
 
 # --------------------------------------------------------------------------- storages
+
+
+def share_alembic_script() -> None:
+    """RDBStorages share one loaded alembic script directory. Optuna's ``_VersionManager``
+    loads one, executing each migration file, whenever it asks for the head revision (3 times
+    for a new schema, once per later open: most of an open's time). Applied on import."""
+    from optuna.storages._rdb import storage as rdb
+
+    build = rdb._VersionManager._create_alembic_script
+    if getattr(build, "sweeper_shared", False):
+        return
+    loaded: list[Any] = []
+
+    def shared(self: Any) -> Any:
+        loaded[:] = loaded or [build(self)]
+        return loaded[0]
+
+    shared.sweeper_shared = True  # type: ignore[attr-defined]
+    rdb._VersionManager._create_alembic_script = shared  # type: ignore[method-assign]
+
+
+share_alembic_script()
 
 
 def rdb_backend(storage: BaseStorage) -> RDBStorage | None:
@@ -216,9 +232,9 @@ def cached_rdb_backend(study: optuna.Study) -> RDBStorage | None:
 
 
 def add_to_cache(study: optuna.Study, trial: FrozenTrial) -> None:
-    """Register a trial created outside Optuna's API in the study's trial cache (which Optuna
-    otherwise fills only by reading every trial). Unfinished trials are re-read from the
-    database on every access, so one with just its id, number and state is enough."""
+    """Register a trial created outside Optuna's API in the study's trial cache (else filled
+    by reading every trial). Unfinished trials are re-read on each access: id, number and
+    state are enough."""
     from optuna.storages._cached_storage import _CachedStorage, _StudyInfo
 
     cache = study._storage
@@ -284,8 +300,7 @@ class RDBStoragePrivateRetries(RDBStorage):
 
     def create_new_study(self, directions: Sequence[StudyDirection],
                          study_name: str | None = None) -> int:
-        """RDBStorage.create_new_study, plus the token. An unnamed study gets its name here,
-        once, so a retry cannot create a second one."""
+        """RDBStorage.create_new_study, plus the token; an unnamed study is named once here."""
         from optuna.storages._base import DEFAULT_STUDY_NAME_PREFIX
         from optuna.storages._rdb import models
         from optuna.storages._rdb.storage import _create_scoped_session
@@ -391,17 +406,16 @@ def _new_frozen_trial(trial: Any, template_trial: FrozenTrial | None) -> FrozenT
 
 
 def cached_storage(storage: RDBStorage) -> BaseStorage:
-    """``storage`` behind Optuna's in-process trial cache, what Optuna's proxy docs advise the
-    proxy to serve (``get_storage`` does the same; it is documented "for internal usage"), as
-    :class:`_ProxyTrialCache`."""
+    """``storage`` behind Optuna's trial cache (:class:`_ProxyTrialCache`), as Optuna's proxy
+    docs advise (``get_storage`` does the same; it is documented "for internal usage")."""
     return _ProxyTrialCache(storage)
 
 
 class _ProxyTrialCache(_CachedStorage):
-    """Optuna's trial cache as the proxy serves it. ``_CachedStorage.set_trial_param`` only
-    knows trials it has read or created itself; the index protocol creates and claims trials
-    with its own SQL, possibly through another proxy replica, so an unknown trial is looked up
-    (one indexed query) and registered unfinished, as :func:`add_to_cache` does in a runner."""
+    """Optuna's trial cache as the proxy serves it. ``_CachedStorage.set_trial_param`` knows
+    only trials it read or created; the index protocol creates and claims them with its own SQL
+    (maybe via another replica): an unknown one is looked up and registered, as
+    :func:`add_to_cache` does."""
 
     def set_trial_param(self, trial_id: int, param_name: str, param_value_internal: float,
                         distribution: BaseDistribution) -> None:
@@ -459,9 +473,8 @@ def is_finishing_request(method: str, request: Any) -> bool:
 
 
 class GrpcStorageProxyOnChannel(optuna.storages.GrpcStorageProxy):
-    """Optuna's gRPC client on a channel with our options: a proxy that restarts is found again
-    within seconds (gRPC's default reconnect backoff grows to two minutes), and sweeper's own
-    service shares the channel (one connection per runner)."""
+    """Optuna's gRPC client on a channel with our options: a restarted proxy is found within
+    seconds (gRPC's default backoff grows to two minutes); sweeper's service shares it."""
 
     def __init__(self, *, host: str, port: int, options: Sequence[tuple[str, Any]]) -> None:
         self._channel_options = list(options)
@@ -485,11 +498,3 @@ class GrpcStorageProxyOnChannel(optuna.storages.GrpcStorageProxy):
     def channel(self) -> Any:
         """The grpc.Channel both services are called on."""
         return self._channel
-
-    @property
-    def host(self) -> str:
-        return str(self._host)
-
-    @property
-    def port(self) -> int:
-        return int(self._port)
