@@ -27,6 +27,8 @@ def is_active(p: Parameter, values: Mapping[str, Any]) -> bool:
 def dependency_order(params: Sequence[Parameter]) -> tuple[Parameter, ...]:
     """The parameters with every condition's parent before its children, otherwise in YAML
     order (an unconditional spec keeps its order exactly). Assumes no cycle (validated)."""
+    if not any(p.when for p in params):  # planning and every trial call this: the usual case
+        return tuple(params)
     placed: set[str] = set()
     out: list[Parameter] = []
     rest = list(params)
@@ -45,6 +47,8 @@ def dependency_order(params: Sequence[Parameter]) -> tuple[Parameter, ...]:
 def drop_inactive(params: Sequence[Parameter], values: Mapping[str, Any]) -> dict[str, Any]:
     """``values`` (one per parameter) without the parameters whose conditions do not hold, in
     the parameters' order."""
+    if not any(p.when for p in params):
+        return {p.name: values[p.name] for p in params if p.name in values}
     kept: dict[str, Any] = {}
     for p in dependency_order(params):
         if p.name in values and is_active(p, kept):
