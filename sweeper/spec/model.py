@@ -6,6 +6,7 @@ sweeper reads these classes.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from collections.abc import Mapping
@@ -313,10 +314,11 @@ class SweepSpec:
         """The normalised spec: every default filled in; ``parse_spec_dict`` reads it back."""
         return _spec_to_dict(self)
 
-    @property
+    @functools.cached_property
     def spec_hash(self) -> str:
         """Hash of what defines the trials. Parallelism, storage, retries, timeout, resources and
-        Kubernetes placement may change between runs of the same sweep; nothing else may."""
+        Kubernetes placement may change between runs of the same sweep; nothing else may.
+        Computed once per spec (a runner stamps it on every trial); the spec is frozen."""
         d = self.to_dict()
         identity = {k: d[k] for k in ("name", "method", "objective", "trials", "seed", "sampler",
                                       "pruner", "parameters")}

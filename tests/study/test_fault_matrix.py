@@ -52,13 +52,13 @@ STEPS = {
     "bulk enqueue": (r"'sweeper:enqueued'", "create"),
     "stale sweep": (r"^UPDATE trials SET state = 'FAIL'", "stale"),
     "claim": (r"UPDATE trials SET state = 'RUNNING'", "run"),
-    "ask": (r"^INSERT INTO trials", "run"),
+    "ask": (r"INSERT INTO trials \(", "run"),
     "suggest": (r"INSERT INTO trial_params", "run"),
     "report": (r"INSERT INTO trial_intermediate_values", "run"),
     "heartbeat": (r"^UPDATE trial_heartbeats", "run"),
     "tell": (r"UPDATE trials SET state='COMPLETE'", "run"),
     "mark failed": (r"^UPDATE trials SET state = 'FAIL'", "run"),
-    "new attempt": (r"^INSERT INTO trials", "run"),
+    "new attempt": (r"INSERT INTO trials \(", "run"),
 }
 CASES = [(step, kind) for step in STEPS for kind in KINDS]
 #: Scenarios whose index 0 fails once on purpose (its objective raises, or it froze).

@@ -40,7 +40,7 @@ def test_ask_claiming_a_waiting_trial(study: optuna.Study, proxy: FaultProxy,
 
 
 def test_ask_creating_a_trial(study: optuna.Study, proxy: FaultProxy, pg_url: str) -> None:
-    proxy.arm("terminate", r"^INSERT INTO trials", step="ask")
+    proxy.arm("terminate", r"INSERT INTO trials \(", step="ask")
     trial = study.ask()
     assert proxy.kinds_fired() == ["terminate"]
     [stored] = _direct(pg_url).get_trials()
@@ -91,7 +91,7 @@ def test_best_trial(study: optuna.Study, proxy: FaultProxy) -> None:
 def test_optimize_end_to_end_with_a_terminated_connection_in_every_trial(
         study: optuna.Study, proxy: FaultProxy, pg_url: str) -> None:
     """study.optimize: each of 6 trials loses its connection once, at a different call."""
-    for pattern in (r"^INSERT INTO trials", r"INSERT INTO trial_params",
+    for pattern in (r"INSERT INTO trials \(", r"INSERT INTO trial_params",
                     r"^SELECT trials\.trial_id .*\sFROM trials\s", r"UPDATE trials SET state=",
                     r"INSERT INTO trial_values", r"^SELECT studies\.study_id"):
         proxy.arm("terminate", pattern, step="optimize")

@@ -147,7 +147,7 @@ PROTOCOL_STATEMENTS = {
     "create sweep": r"^INSERT INTO studies",
     "bulk enqueue": r"'sweeper:enqueued'",
     "claim": r"UPDATE trials SET state = 'RUNNING'",
-    "new attempt": r"^INSERT INTO trials",
+    "new attempt": r"INSERT INTO trials \(",
     "suggest": r"INSERT INTO trial_params",
     "report": r"INSERT INTO trial_intermediate_values",
     "metrics": r"INSERT INTO trial_user_attributes",
