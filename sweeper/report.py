@@ -15,7 +15,7 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from sweeper.protocol import ATTEMPT_ATTR, ATTR_PREFIX, FAIL_REASON_ATTR, INDEX_ATTR
-from sweeper.study import Sweep, state_counts
+from sweeper.study import Sweep, best_so_far, state_counts
 
 # --------------------------------------------------------------------------- tables
 
@@ -105,12 +105,12 @@ class Progress:
     def snapshot(self) -> Snapshot:
         counts = state_counts(self.sweep.storage, self.sweep.study_id)
         best_value = best_number = None
-        if not self.sweep.spec.is_multi_objective and counts.get("COMPLETE"):
-            try:
-                best = self.sweep.storage.get_best_trial(self.sweep.study_id)
-                best_value, best_number = best.value, best.number
-            except ValueError:
-                pass
+        spec = self.sweep.spec
+        if not spec.is_multi_objective and counts.get("COMPLETE"):
+            best = best_so_far(self.sweep.storage, self.sweep.study_id,
+                               spec.objectives[0].direction)
+            if best is not None:
+                best_number, best_value = best
         return Snapshot(self.sweep.spec.trials, counts, best_value, best_number,
                         time.monotonic() - self.start)
 

@@ -48,6 +48,7 @@ from sweeper.study.storage import RetryingRDBStorage, open_storage
 from sweeper.study.summaries import (
     IndexStatus,
     SweepSummary,
+    best_so_far,
     index_table,
     indexes_to_run,
     list_sweeps,
@@ -84,6 +85,7 @@ __all__ = [
     "UnsupportedOptunaError",
     "attach_trial",
     "attempts",
+    "best_so_far",
     "claim",
     "create_or_resume",
     "driver_url",

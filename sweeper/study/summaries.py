@@ -32,6 +32,41 @@ def state_counts(storage: RDBStorage | proxy.ProxyStorage, study_id: int) -> dic
     return with_retry(query, what="count trials")
 
 
+#: The best COMPLETE trial of objective 0, ordered as Optuna's ``get_best_trial`` orders it
+#: (-inf, finite values, +inf; then the value). ``{order}``: ASC to minimize, DESC to maximize.
+_BEST_SQL = """
+SELECT t.number, v.value, v.value_type FROM trials t
+JOIN trial_values v ON v.trial_id = t.trial_id AND v.objective = 0
+WHERE t.study_id = :s AND t.state = 'COMPLETE'
+ORDER BY CASE v.value_type WHEN 'INF_NEG' THEN -1 WHEN 'FINITE' THEN 0 ELSE 1 END {order},
+  v.value {order} LIMIT 1"""
+_BEST = {d: sa.text(_BEST_SQL.format(order=o)) for d, o in (("minimize", "ASC"),
+                                                              ("maximize", "DESC"))}
+
+
+def best_so_far(storage: RDBStorage | proxy.ProxyStorage, study_id: int,
+                direction: str) -> tuple[int, float] | None:
+    """(number, value) of the best COMPLETE trial of a single-objective study, or None: one
+    query, where ``get_best_trial`` takes seven to read the whole trial (the progress line
+    asks every second)."""
+    if isinstance(storage, proxy.ProxyStorage):
+        try:
+            best = storage.get_best_trial(study_id)
+        except ValueError:
+            return None
+        return (best.number, best.value) if best.value is not None else None
+
+    def query() -> tuple[int, float] | None:
+        with storage.engine.connect() as conn:
+            row = conn.execute(_BEST[direction], {"s": study_id}).one_or_none()
+        if row is None:
+            return None
+        number, value, kind = row
+        return int(number), trial_value(value, kind if isinstance(kind, str) else kind.name)
+
+    return with_retry(query, what="best trial")
+
+
 @dataclass(frozen=True)
 class IndexStatus:
     index: int

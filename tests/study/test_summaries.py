@@ -39,3 +39,30 @@ def test_index_table_shows_infinite_values(storage_url: str) -> None:
         storage.set_trial_state_values(tid, TrialState.COMPLETE, [value])
     table = index_table(storage, sweep.spec, sweep.study_id)
     assert [s.values for s in table[:4]] == [(float("inf"),), (float("-inf"),), (2.5,), None]
+
+
+def test_best_so_far_is_what_optunas_get_best_trial_says(storage_url: str) -> None:
+    """One query for the progress line, ordered as Optuna orders (-inf < finite < +inf),
+    in both directions; nothing before a trial completes."""
+    import math
+
+    import optuna
+
+    from sweeper.study import best_so_far
+
+    storage = open_storage(storage_url)
+    for direction, values in (("minimize", [3.0, 1.5, math.inf, 2.0]),
+                              ("maximize", [3.0, -math.inf, 7.5, 7.0]),
+                              ("minimize", [2.0, -math.inf, 1.0]),
+                              ("maximize", [1.0, math.inf, 9.0])):
+        study = optuna.create_study(storage=storage, direction=direction)
+        sid = study._study_id  # noqa: SLF001
+        assert best_so_far(storage, sid, direction) is None
+        study.enqueue_trial({})
+        study.ask()  # a RUNNING trial is not a candidate
+        for v in values:
+            study.tell(study.ask(), v)
+        study.tell(study.ask(), state=TrialState.FAIL)
+        best = study.best_trial
+        assert best_so_far(storage, sid, direction) == (best.number, best.value)
+    storage.engine.dispose()
