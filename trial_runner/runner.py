@@ -44,7 +44,7 @@ from sweeper.protocol import (
     SPEC_HASH_ATTR,
 )
 from sweeper.space import distribution
-from sweeper.spec import Parameter
+from sweeper.spec import Parameter, SweepSpec
 from sweeper.spec.conditions import dependency_order, is_active
 from sweeper.spec.registry import make_pruner, make_sampler  # the validator's registry too
 from sweeper.study import (
@@ -59,6 +59,7 @@ from sweeper.study import (
     set_trial_user_attrs,
     stop,
     take,
+    unwritten,
     write_trial,
 )
 from sweeper.study._optuna_compat import storage_of, tell, tell_trial, trial_id_of
@@ -137,6 +138,11 @@ def planned(trial: optuna.Trial, params: Sequence[Parameter]
     return out
 
 
+def provenance(spec: SweepSpec) -> dict[str, Any]:
+    """What every trial records of what ran it: the spec's hash and the code's version."""
+    return {SPEC_HASH_ATTR: spec.spec_hash, CODE_VERSION_ATTR: process_code_version()}
+
+
 def suggest(trial: optuna.Trial, p: Parameter) -> Any:
     d = distribution(p)
     if isinstance(d, CategoricalDistribution):
@@ -176,8 +182,9 @@ def acquire(sweep: Sweep, index: int, settings: RunnerSettings,
     """Steps 1-2 of the protocol: returns (trial_id, attempt) owned by this runner, or the
     Outcome when there is nothing to run."""
     storage = sweep.storage
-    # The first look claims the index's WAITING trial in the same round trip where it can.
-    taken = take(storage, sweep.study_id, index)
+    # The first look claims the index's WAITING trial in the same round trip where it can,
+    # and stamps it with the runner's provenance there.
+    taken = take(storage, sweep.study_id, index, user_attrs=provenance(sweep.spec))
     if taken.claimed is not None:
         return taken.claimed.trial_id, taken.claimed.attempt
     atts = taken.attempts
@@ -285,11 +292,13 @@ def _run_trial(sweep: Sweep, study: optuna.Study, trial: optuna.Trial, index: in
         return _fail(storage, index, trial_id, number, reason, code)
 
     try:
-        # Provenance for comparing trials (code version computed once) and a planned trial's
-        # params: one transaction; suggest_active then finds the params in the trial.
-        write_trial(trial, user_attrs={SPEC_HASH_ATTR: spec.spec_hash,
-                                       CODE_VERSION_ATTR: process_code_version()},
-                    params=None if spec.is_adaptive else planned(trial, spec.parameters))
+        # Provenance for comparing trials and a planned trial's params, where the claim and
+        # the enqueue did not store them already: one statement; suggest_active then finds
+        # the params in the trial.
+        attrs, todo = unwritten(trial, user_attrs=provenance(spec),
+                                params={} if spec.is_adaptive else planned(trial, spec.parameters))
+        if attrs or todo:
+            write_trial(trial, user_attrs=attrs, params=todo)
         params = suggest_active(trial, spec.parameters)
         mirror = CheckpointMirror.for_index(spec, storage.url, index)
         ctx = TrialContext(

@@ -60,6 +60,7 @@ from sweeper.study.trials import (
     attach_trial,
     open_trial,
     set_trial_user_attrs,
+    unwritten,
     write_trial,
 )
 from sweeper.study.urls import driver_url, redact, resolve_storage_url, scrub
@@ -108,6 +109,7 @@ __all__ = [
     "take",
     "trial_id_of",
     "unfinished_indexes",
+    "unwritten",
     "with_retry",
     "write_trial",
 ]

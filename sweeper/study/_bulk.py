@@ -6,13 +6,14 @@ a new attempt for an index both go through here."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
 import sqlalchemy as sa
+from optuna.distributions import BaseDistribution, distribution_to_json
 from optuna.trial import TrialState
 
 from sweeper.errors import StorageError
@@ -45,13 +46,33 @@ def exclusive(engine: sa.Engine, study_id: int) -> Iterator[sa.Connection]:
 @dataclass(frozen=True)
 class TrialRow:
     """One trial to insert: its index, fixed params (None: the sampler picks), state, and
-    which attempt of the index it is."""
+    which attempt of the index it is. With ``distributions`` (a planned trial's: one per
+    param) its params are stored with it as ``suggest_*`` stores them, so that its runner
+    has none to write before the objective starts."""
 
     index: int
     params: dict[str, Any] | None
     state: TrialState
     attempt: int = 0
     retry_of: int | None = None
+    distributions: Mapping[str, BaseDistribution] | None = None
+
+
+def _param_rows(rows: list[TrialRow]) -> list[tuple[int, str, float, str]]:
+    """(position in ``rows``, name, internal value, distribution JSON) of the params stored
+    with the trials: Optuna's trial_params rows."""
+    out = []
+    as_json: dict[int, str] = {}  # one distribution object per parameter: dump each once
+    for k, r in enumerate(rows):
+        if r.params is None or r.distributions is None:
+            continue
+        for name, value in r.params.items():
+            d = r.distributions[name]
+            text = as_json.get(id(d))
+            if text is None:
+                text = as_json[id(d)] = distribution_to_json(d)
+            out.append((k, name, float(d.to_internal_repr(value)), text))
+    return out
 
 
 def insert_trials(conn: sa.Connection, study_id: int, rows: list[TrialRow]) -> list[int]:
@@ -88,6 +109,10 @@ def insert_trials(conn: sa.Connection, study_id: int, rows: list[TrialRow]) -> l
     conn.execute(tables.trial_user_attributes.insert(), user_attrs)
     if system_attrs:
         conn.execute(tables.trial_system_attributes.insert(), system_attrs)
+    params = [{"trial_id": ids[k], "param_name": name, "param_value": value,
+               "distribution_json": dist} for k, name, value, dist in _param_rows(rows)]
+    if params:
+        conn.execute(tables.trial_params.insert(), params)
     running = [tid for tid, r in zip(ids, rows, strict=True) if r.state == TrialState.RUNNING]
     if running:
         conn.execute(tables.trial_heartbeats.insert(), [{"trial_id": tid} for tid in running])
@@ -119,7 +144,12 @@ p AS (
   SELECT trial_id, '{FIXED_PARAMS_ATTR}', params FROM j WHERE params IS NOT NULL),
 h AS (
   INSERT INTO trial_heartbeats (trial_id, heartbeat)
-  SELECT trial_id, CURRENT_TIMESTAMP FROM j WHERE state = 'RUNNING')
+  SELECT trial_id, CURRENT_TIMESTAMP FROM j WHERE state = 'RUNNING'),
+q AS (
+  INSERT INTO trial_params (trial_id, param_name, param_value, distribution_json)
+  SELECT j.trial_id, pr.name, pr.value, pr.dist
+  FROM unnest(%(pk)s::int[], %(pname)s::text[], %(pvalue)s::float8[], %(pdist)s::text[])
+    AS pr(k, name, value, dist) JOIN j ON j.k = pr.k + 1)
 SELECT trial_id FROM t ORDER BY number
 """
 
@@ -129,7 +159,10 @@ def _insert_together(conn: sa.Connection, study_id: int, rows: list[TrialRow], f
     """The same rows as the statements of :func:`insert_trials` (an index, attempt or retry
     stored as JSON is its decimal text), in one statement: less to send and no per-row work
     in Python (a third of the time to enqueue 2,000 trials)."""
+    params = _param_rows(rows)
     ids = [tid for (tid,) in conn.exec_driver_sql(_TOGETHER_SQL, {
+        "pk": [p[0] for p in params], "pname": [p[1] for p in params],
+        "pvalue": [p[2] for p in params], "pdist": [p[3] for p in params],
         "idx": [r.index for r in rows], "attempt": [r.attempt for r in rows],
         "retry": [r.retry_of for r in rows],
         "params": [None if r.params is None else json.dumps(r.params) for r in rows],

@@ -43,7 +43,7 @@ __all__ = [
     "GrpcStorageProxyOnChannel", "RDBStoragePrivateRetries", "RDBTables",
     "UnsupportedOptunaError", "add_optuna_storage_servicer", "add_to_cache", "cached_rdb_backend",
     "cached_storage", "check_version", "distribution_contains", "fixed_params_of",
-    "is_finishing_request", "rdb_backend", "rdb_tables", "reported_steps", "reset_trials_cache",
+    "is_finishing_request", "own_copy", "rdb_backend", "rdb_tables", "reset_trials_cache",
     "share_alembic_script", "storage_of", "study_id_of", "tell", "tell_trial",
     "trial_from_frozen", "trial_id_of", "trial_value", "update_cached_trial",
 ]
@@ -174,9 +174,9 @@ def update_cached_trial(trial: optuna.Trial, *, user_attrs: Mapping[str, Any] | 
         frozen.intermediate_values.setdefault(report[0], report[1])
 
 
-def reported_steps(trial: optuna.Trial) -> set[int]:
-    """The steps ``trial.report`` has recorded (a second report of one is ignored)."""
-    return set(trial._cached_frozen_trial.intermediate_values)
+def own_copy(trial: optuna.Trial) -> FrozenTrial:
+    """The trial's own copy (its params, reports and user attrs, without a query); not to edit."""
+    return trial._cached_frozen_trial
 
 
 def fixed_params_of(trial: optuna.Trial) -> dict[str, Any]:

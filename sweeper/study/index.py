@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -103,8 +103,9 @@ def attempts(storage: RDBStorage | proxy.ProxyStorage, study_id: int,
 
 
 #: :func:`take` as one statement (PostgreSQL): the index's attempts; its WAITING trial claimed
-#: (with the first heartbeat and the call's token) when that is the latest attempt and none
-#: finished; and the trial this call claimed, now or in an attempt whose token is stored.
+#: (with the first heartbeat, the call's token and the caller's user attributes) when that is
+#: the latest attempt and none finished; and the trial this call claimed, now or in an attempt
+#: whose token is stored.
 #: (Reading the claimed trial for opening it in the same statement was slower: PostgreSQL
 #: spent longer planning it than the round trip it saved.)
 _TAKE_SQL = f"""
@@ -123,7 +124,12 @@ won AS (
 beat AS (
   INSERT INTO trial_heartbeats (trial_id, heartbeat) SELECT trial_id, CURRENT_TIMESTAMP FROM won),
 mine AS (
-  INSERT INTO sweeper_writes (token, trial_id) SELECT :token, trial_id FROM won)
+  INSERT INTO sweeper_writes (token, trial_id) SELECT :token, trial_id FROM won),
+attrs AS (
+  INSERT INTO trial_user_attributes (trial_id, key, value_json)
+  SELECT won.trial_id, a.key, a.value_json
+  FROM won, unnest(CAST(:keys AS text[]), CAST(:values AS text[])) AS a(key, value_json)
+  ON CONFLICT (trial_id, key) DO UPDATE SET value_json = excluded.value_json)
 SELECT att.*, CURRENT_TIMESTAMP,
   COALESCE((SELECT trial_id FROM won),
            (SELECT trial_id FROM sweeper_writes WHERE token = :token))
@@ -143,15 +149,18 @@ class Taken:
     claimed: Attempt | None = None
 
 
-def take(storage: RDBStorage | proxy.ProxyStorage, study_id: int, index: int) -> Taken:
+def take(storage: RDBStorage | proxy.ProxyStorage, study_id: int, index: int,
+         user_attrs: Mapping[str, Any] | None = None) -> Taken:
     """A runner's first look at ``index``: its attempts and, on PostgreSQL, in the same
     statement and round trip, the claim of its WAITING trial when that is what the runner
-    would claim next (the latest attempt, none finished). A retry after a lost
-    acknowledgement finds its claim by its token."""
+    would claim next (the latest attempt, none finished), with ``user_attrs`` set on the
+    trial it claims. A retry after a lost acknowledgement finds its claim by its token."""
     if isinstance(storage, proxy.ProxyStorage) or not oneshot.alone(storage.engine):
         return Taken(attempts(storage, study_id, index))
     writes.ensure_table(storage.engine)
-    binds = {"v": json.dumps(index), "s": study_id, "now": utcnow(), "token": writes.new_token()}
+    attrs = dict(user_attrs or {})
+    binds = {"v": json.dumps(index), "s": study_id, "now": utcnow(), "token": writes.new_token(),
+             "keys": list(attrs), "values": [json.dumps(v) for v in attrs.values()]}
 
     def query() -> Taken:
         rows, _ = oneshot.run(storage.engine, _TAKE, binds)

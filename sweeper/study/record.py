@@ -125,7 +125,7 @@ def _record_and_enqueue(conn: sa.Connection, study_id: int, spec: SweepSpec,
                         record: dict[str, Any], created: bool) -> int | None:
     """Write the record and enqueue what is not enqueued yet; the old number of indexes when
     this grew the sweep, else None."""
-    from sweeper.space import planned_sets
+    from sweeper.space import distributions, planned_sets
 
     attrs = _study_user_attrs(conn, study_id)
     grown_from = None
@@ -151,8 +151,9 @@ def _record_and_enqueue(conn: sa.Connection, study_id: int, spec: SweepSpec,
         # Grown: only the new indexes. Set i of a planned sweep never depends on ``trials``
         # (see planned_sets), so the old ones stay.
         start = grown_from or 0
+        dists = distributions(spec)
         insert_trials(conn, study_id, [
-            TrialRow(index=i, params=params, state=TrialState.WAITING)
+            TrialRow(index=i, params=params, state=TrialState.WAITING, distributions=dists)
             for i, params in planned_sets(spec, start=start)])
         _set_study_attr(conn, study_id, ENQUEUED_ATTR, True)
     return grown_from

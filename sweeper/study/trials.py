@@ -4,6 +4,7 @@ trial cache without reloading every trial."""
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -12,7 +13,7 @@ from typing import Any
 
 import optuna
 import sqlalchemy as sa
-from optuna.distributions import BaseDistribution, distribution_to_json
+from optuna.distributions import BaseDistribution, distribution_to_json, json_to_distribution
 from optuna.storages import RDBStorage
 from optuna.trial import FrozenTrial, TrialState
 
@@ -21,9 +22,9 @@ from sweeper.study import oneshot
 from sweeper.study._optuna_compat import (
     add_to_cache,
     cached_rdb_backend,
+    own_copy,
     rdb_backend,
     rdb_tables,
-    reported_steps,
     storage_of,
     trial_from_frozen,
     trial_id_of,
@@ -58,7 +59,7 @@ def write_trial(trial: optuna.Trial, *, user_attrs: Mapping[str, Any] | None = N
     storage is a database (Optuna commits each separately: a commit, an fsync on PostgreSQL,
     per param and per report). Every statement is an upsert, so a retry after a lost
     acknowledgement writes nothing twice. Elsewhere (the proxy, old SQLite): Optuna's calls."""
-    if report is not None and report[0] in reported_steps(trial):
+    if report is not None and report[0] in own_copy(trial).intermediate_values:
         trial.report(report[1], report[0])  # Optuna's warning; nothing is written
         report = None
     backend = rdb_backend(trial.storage)
@@ -78,6 +79,18 @@ def write_trial(trial: optuna.Trial, *, user_attrs: Mapping[str, Any] | None = N
     if statements:
         with_retry(lambda: _write(backend, tid, statements), what="write trial")
     update_cached_trial(trial, user_attrs=user_attrs, params=params, report=report)
+
+
+def unwritten(trial: optuna.Trial, *, user_attrs: Mapping[str, Any],
+              params: Mapping[str, tuple[Any, BaseDistribution]]
+              ) -> tuple[dict[str, Any], dict[str, tuple[Any, BaseDistribution]]]:
+    """What of ``user_attrs`` and ``params`` the trial does not have yet, by its own copy
+    (what opening it read: a claim may have set the attrs, the enqueue stored a planned
+    trial's params). A param it has keeps its value, as a second ``suggest_*`` returns it."""
+    own = own_copy(trial)
+    return ({k: v for k, v in user_attrs.items() if k not in own.user_attrs
+             or own.user_attrs[k] != v},
+            {k: v for k, v in params.items() if k not in own.distributions})
 
 
 def _can_upsert(backend: RDBStorage) -> bool:
@@ -247,15 +260,20 @@ def attach_trial(study: optuna.Study, trial_id: int) -> int:
     return number
 
 
+#: The trial, its attributes and its params (a planned trial's are stored when it is
+#: enqueued, see sweeper.study._bulk), and how many reports and values it has.
 _OPEN_SQL = """
 SELECT t.state, t.datetime_start, a.kind, a.key, a.value_json,
-  (SELECT COUNT(*) FROM trial_params p WHERE p.trial_id = t.trial_id)
-  + (SELECT COUNT(*) FROM trial_intermediate_values i WHERE i.trial_id = t.trial_id)
-  + (SELECT COUNT(*) FROM trial_values v WHERE v.trial_id = t.trial_id), t.number
+  (SELECT COUNT(*) FROM trial_intermediate_values i WHERE i.trial_id = t.trial_id)
+  + (SELECT COUNT(*) FROM trial_values v WHERE v.trial_id = t.trial_id), t.number, a.num
 FROM trials t LEFT JOIN (
-  SELECT 'u' AS kind, trial_id, key, value_json FROM trial_user_attributes WHERE trial_id = :t
+  SELECT 'u' AS kind, trial_id, key, value_json, CAST(NULL AS DOUBLE PRECISION) AS num
+  FROM trial_user_attributes WHERE trial_id = :t
   UNION ALL
-  SELECT 's' AS kind, trial_id, key, value_json FROM trial_system_attributes WHERE trial_id = :t
+  SELECT 's', trial_id, key, value_json, NULL FROM trial_system_attributes WHERE trial_id = :t
+  UNION ALL
+  SELECT 'p', trial_id, param_name, distribution_json, param_value FROM trial_params
+  WHERE trial_id = :t
 ) a ON a.trial_id = t.trial_id
 WHERE t.trial_id = :t"""
 _OPEN = sa.text(_OPEN_SQL)
@@ -263,10 +281,10 @@ _OPEN = sa.text(_OPEN_SQL)
 
 def open_trial(study: optuna.Study, trial_id: int, number: int | None = None) -> optuna.Trial:
     """``optuna.Trial(study, trial_id)`` for a trial the index protocol has just claimed or
-    created (RUNNING, no params, values or reports yet), read in one query instead of the six
-    of Optuna's ``get_trial``. Without ``number`` (the trial not attached yet), the same
-    query attaches it to the study's cache (what :func:`attach_trial` does). Anything else
-    takes Optuna's own path."""
+    created (RUNNING, no values or reports yet; a planned trial's params), read in one query
+    instead of the six of Optuna's ``get_trial``. Without ``number`` (the trial not attached
+    yet), the same query attaches it to the study's cache (what :func:`attach_trial` does).
+    Anything else takes Optuna's own path."""
     backend = cached_rdb_backend(study)
     if backend is None:
         if number is None:
@@ -288,19 +306,30 @@ def open_trial(study: optuna.Study, trial_id: int, number: int | None = None) ->
             attach_trial(study, trial_id)
         return optuna.Trial(study, trial_id)
     attrs: dict[str, dict[str, Any]] = {"u": {}, "s": {}}
-    for _, _, kind, key, value_json, _, _ in got:
-        if kind is not None:
+    params: dict[str, Any] = {}
+    dists: dict[str, BaseDistribution] = {}
+    for _, _, kind, key, value_json, _, _, num in got:
+        if kind == "p":
+            dists[key] = _distribution(value_json)
+            params[key] = dists[key].to_external_repr(num)
+        elif kind is not None:
             attrs[kind][key] = json.loads(value_json)
     started = got[0][1]
     frozen = FrozenTrial(number=int(got[0][6]), state=state, value=None,
                          datetime_start=datetime.fromisoformat(started)
                          if isinstance(started, str) else started,
-                         datetime_complete=None, params={}, distributions={},
+                         datetime_complete=None, params=params, distributions=dists,
                          user_attrs=attrs["u"], system_attrs=attrs["s"],
                          intermediate_values={}, trial_id=trial_id)
     if number is None:
         add_to_cache(study, frozen)
     return trial_from_frozen(study, frozen)
+
+
+@functools.lru_cache(maxsize=256)
+def _distribution(text: str) -> BaseDistribution:
+    """A stored distribution (the same few JSON texts in every trial of a sweep)."""
+    return json_to_distribution(text)
 
 
 def _state(value: Any) -> TrialState:

@@ -119,7 +119,9 @@ class Case:
 
 def _run(case: Case) -> tuple[str, int, list[int]]:
     name = f"m-{case.step}-{case.kind}".replace(" ", "-").replace("_", "-")
-    method = "tpe" if case.step == "ask" else "grid"
+    # A planned (grid) trial's params are stored when it is enqueued (the "bulk enqueue"
+    # step); a runner suggests and writes them for an adaptive (TPE) one.
+    method = "tpe" if case.step in {"ask", "suggest"} else "grid"
     spec = parse_spec_dict(_spec(name, method, case.step in {"mark failed", "new attempt"}),
                            source="<matrix>")
     orchestrator = open_storage(case.url, prepared=True)

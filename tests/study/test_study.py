@@ -166,21 +166,32 @@ def test_open_trial_reads_what_optuna_trial_reads(storage_url: str) -> None:
             getattr(theirs._cached_frozen_trial, key), key  # noqa: SLF001
     assert mine._cached_frozen_trial.datetime_start == \
         theirs._cached_frozen_trial.datetime_start  # noqa: SLF001
-    mine.suggest_float("a", 0.0, 1.0, step=0.25)  # now it has a param: Optuna's path
+    # A planned trial's params are stored with it when it is enqueued: the runner has none
+    # to write, and suggest_* returns them without a write.
+    assert mine.params == grid_point(sweep.spec, 5)
+    assert mine.suggest_float("a", 0.0, 1.0, step=0.25) == grid_point(sweep.spec, 5)["a"]
+    mine.report(0.5, 1)  # now it has a report: Optuna's path
     again = open_trial(study, a.trial_id, number)
-    assert again.params == {"a": grid_point(sweep.spec, 5)["a"]}
+    assert again.params == mine.params
+    assert again._cached_frozen_trial.intermediate_values == {1: 0.5}  # noqa: SLF001
 
 
 def _claimed_trial(storage_url: str, index: int = 5) -> tuple[object, optuna.Trial]:
-    """A claimed trial as the runner opens it: read and attached to the cache in one query."""
-    from sweeper.study import open_trial
+    """A planned index's second attempt (a retry: its fixed params, no params stored yet, as
+    the enqueue stores them for a first attempt) as the runner opens it: read and attached to
+    the cache in one query."""
+    from sweeper.study import new_attempt, open_trial
 
     storage = open_storage(storage_url)
     sweep, _ = create_or_resume(storage, make_spec())
     [a] = attempts(storage, sweep.study_id, index)
     assert claim(storage, a.trial_id)
-    trial = open_trial(sweep.study(), a.trial_id)
-    assert trial.number == a.number
+    mark_failed(storage, a.trial_id, "a test")
+    fixed = storage.get_trial(a.trial_id).system_attrs["fixed_params"]
+    tid = new_attempt(storage, sweep.study_id, index, after=a, params=fixed)
+    assert tid is not None
+    trial = open_trial(sweep.study(), tid)
+    assert trial.number == sweep.spec.trials and trial.params == {}
     return storage, trial
 
 

@@ -238,3 +238,46 @@ def test_a_signal_during_set_up_fails_the_trial_resumably(sqlite_url: str, tmp_p
         run_index(sweep, 0, ok, settings(tmp_path))
     (t,) = sweep.study().get_trials(states=(TrialState.FAIL,))
     assert t.user_attrs["sweeper:fail_reason"] == "interrupted by SIGTERM; resumable"
+
+
+def test_a_planned_trial_is_four_statements_with_its_provenance_and_params(
+        storage_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """PostgreSQL: the claim stamps the provenance, the enqueue stored the params, so a trial
+    that reports once is four statements (take, open, the report, the finish) and nothing is
+    written before its objective starts. SQLite (no claim in the first look): the provenance
+    is written before the objective, the params are not (the enqueue stored them)."""
+    import sqlalchemy as sa
+
+    from sweeper.protocol import CODE_VERSION_ATTR, SPEC_HASH_ATTR
+
+    monkeypatch.setenv("SWEEPER_CODE_VERSION", "build-4")
+    storage = open_storage(storage_url)
+    sweep, _ = create_or_resume(storage, make_spec())
+    seen: list[str] = []
+    sa.event.listen(storage.engine, "before_cursor_execute",
+                    lambda conn, cursor, sql, *_: seen.append(" ".join(sql.split())))
+
+    def once(ctx: TrialContext) -> float:
+        before_objective.extend(seen)
+        ctx.report(0, loss=1.0)
+        return float(ctx.params["a"])
+
+    before_objective: list[str] = []
+    assert run_index(sweep, 1, once, settings(tmp_path)).state == "COMPLETE"  # loads the study
+    seen.clear()
+    before_objective.clear()
+    out = run_index(sweep, 2, once, settings(tmp_path))
+    assert out.state == "COMPLETE"
+    writes = [s for s in before_objective if "INSERT" in s or "UPDATE" in s]
+    if storage.engine.dialect.name == "postgresql":
+        assert len(seen) == 4, "\n".join(s[:120] for s in seen)
+        assert len(writes) == 1 and "UPDATE trials SET state = 'RUNNING'" in writes[0]
+    else:
+        assert not any("trial_params" in s for s in writes), writes
+        assert any("trial_user_attributes" in s for s in writes), writes
+    [a] = attempts(storage, sweep.study_id, 2)
+    t = storage.get_trial(a.trial_id)
+    assert t.params == grid_point(sweep.spec, 2) and t.value == float(t.params["a"])
+    assert t.user_attrs[SPEC_HASH_ATTR] == sweep.spec.spec_hash
+    assert t.user_attrs[CODE_VERSION_ATTR] == "build-4"
+    assert t.intermediate_values == {0: 1.0}
