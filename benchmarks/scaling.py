@@ -92,7 +92,8 @@ def enqueue_loop(n_plan: int, n_loop: int) -> dict[str, Any]:
 
 def _complete_all_but(conn: sa.Connection, study_id: int, keep_numbers: list[int]) -> None:
     """Turn every trial of the study except ``keep_numbers`` into a COMPLETE trial with a value
-    and its params (what a study looks like late in a sweep), in a few set-based statements."""
+    (what a study looks like late in a sweep; a grid trial's params are stored when it is
+    enqueued), in a few set-based statements."""
     keep = list(keep_numbers) or [-1]
     conn.execute(sa.text(
         "UPDATE trials SET state = 'COMPLETE', datetime_start = now() at time zone 'utc', "
@@ -102,15 +103,6 @@ def _complete_all_but(conn: sa.Connection, study_id: int, keep_numbers: list[int
         "INSERT INTO trial_values (trial_id, objective, value, value_type) "
         "SELECT trial_id, 0, random(), 'FINITE' FROM trials "
         "WHERE study_id = :s AND state = 'COMPLETE'"), {"s": study_id})
-    dist = '{"name": "IntDistribution", "attributes": {"log": false, "step": 1, "low": 0, ' \
-           '"high": 1000000}}'
-    for name in ("x1", "x2"):
-        conn.execute(sa.text(
-            "INSERT INTO trial_params (trial_id, param_name, param_value, distribution_json) "
-            "SELECT t.trial_id, :p, (sa.value_json::json -> :p)::text::float, :d "
-            "FROM trials t JOIN trial_system_attributes sa ON sa.trial_id = t.trial_id "
-            "AND sa.key = 'fixed_params' WHERE t.study_id = :s AND t.state = 'COMPLETE'"),
-            {"s": study_id, "p": name, "d": dist})
 
 
 class _Study:
