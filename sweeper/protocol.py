@@ -94,6 +94,7 @@ ENV_DATA_DIR = "SWEEPER_DATA_DIR"
 #: Where an S3 dataset is synced (a pod: its scratch; default: the user's cache directory).
 ENV_DATA_CACHE = "SWEEPER_DATA_CACHE"
 ENV_HEARTBEAT_INTERVAL = "SWEEPER_HEARTBEAT_INTERVAL"
+ENV_REPORT_DELAY = "SWEEPER_REPORT_DELAY"
 ENV_GRACE_PERIOD = "SWEEPER_GRACE_PERIOD"
 ENV_CONNECT_DEADLINE = "SWEEPER_CONNECT_DEADLINE"
 ENV_LOG_LEVEL = "SWEEPER_LOG_LEVEL"
@@ -118,6 +119,9 @@ ENV_TRIAL_NUMBER = "SWEEPER_TRIAL_NUMBER"
 
 DEFAULT_STORAGE = "sqlite:///sweeps.db"
 DEFAULT_HEARTBEAT_INTERVAL_S = 5.0
+#: A runner writes a trial's reports at most this many seconds after they were made, or with
+#: the trial's finish when that comes first (0: each report when it is made).
+DEFAULT_REPORT_DELAY_S = 1.0
 #: A RUNNING attempt whose heartbeat is older than this is presumed dead.
 DEFAULT_GRACE_PERIOD_S = 30.0
 #: How long a runner keeps trying to reach a database that is not up yet.

@@ -19,6 +19,7 @@ import optuna
 
 from sweeper.protocol import DEVICE_ATTR, HISTORY_ATTR, RESUMED_ATTR
 from trial_runner.checkpoints import CHECKPOINT_FILE, META_FILE, CheckpointMirror, write_atomically
+from trial_runner.reports import ReportWriter
 
 logger = logging.getLogger(__name__)
 
@@ -65,6 +66,8 @@ class TrialContext:
     #: The method's name when its sets are planned up front (grid, random, qmc): then
     #: ``suggest_*`` cannot add parameters. None for adaptive methods.
     planned_method: str | None = None
+    #: Writes reports and attributes behind (trial_runner.reports); None: each at once.
+    writer: ReportWriter | None = None
 
     # ---- data
 
@@ -175,17 +178,23 @@ class TrialContext:
             if math.isfinite(value):
                 attrs[name] = value
         attrs[HISTORY_ATTR] = self._history
-        from sweeper.study import write_trial
-
         # The intermediate value and the metrics: one transaction.
-        write_trial(self.trial, user_attrs=attrs, report=(step, primary)
-                    if single and primary is not None and math.isfinite(primary) else None)
+        report = (step, primary) if single and primary is not None and math.isfinite(primary) \
+            else None
+        if self.writer is not None:
+            self.writer.add(user_attrs=attrs, report=report)
+        else:
+            from sweeper.study import write_trial
+
+            write_trial(self.trial, user_attrs=attrs, report=report)
 
     def should_prune(self) -> bool:
         """True when the sweep's pruner says this trial is unpromising: stop and
         ``raise optuna.TrialPruned()`` (or return; the trial is then still pruned)."""
         if len(self.objective_metrics) > 1:
             return False
+        if self.writer is not None:
+            self.writer.flush()  # the pruner reads this trial's reports from the storage
         return bool(self.trial.should_prune())
 
     def set(self, key: str, value: Any) -> None:
@@ -193,7 +202,10 @@ class TrialContext:
         self._set_attr(key, value)
 
     def _set_attr(self, key: str, value: Any) -> None:
-        self.trial.set_user_attr(key, value)
+        if self.writer is not None:
+            self.writer.add(user_attrs={key: value})
+        else:
+            self.trial.set_user_attr(key, value)
 
     # ---- artifacts
 

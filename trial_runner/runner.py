@@ -56,7 +56,6 @@ from sweeper.study import (
     mark_failed,
     new_attempt,
     open_trial,
-    set_trial_user_attrs,
     stop,
     take,
     unwritten,
@@ -73,6 +72,7 @@ from trial_runner.context import (
 )
 from trial_runner.data import DataError, data_dir
 from trial_runner.provenance import process_code_version
+from trial_runner.reports import ReportWriter
 
 logger = logging.getLogger(__name__)
 
@@ -83,6 +83,8 @@ class RunnerSettings:
     #: A RUNNING attempt whose heartbeat is older than this is presumed dead.
     grace_period_s: float = protocol.DEFAULT_GRACE_PERIOD_S
     checkpoint_root: Path = Path(protocol.DEFAULT_CHECKPOINT_DIR)
+    #: Reports are written at most this late, or with the finish (trial_runner.reports).
+    report_delay_s: float = protocol.DEFAULT_REPORT_DELAY_S
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> RunnerSettings:
@@ -93,6 +95,8 @@ class RunnerSettings:
             grace_period_s=protocol.grace_period_s(env),
             checkpoint_root=Path(env.get(protocol.ENV_CHECKPOINT_DIR)
                                  or protocol.DEFAULT_CHECKPOINT_DIR),
+            report_delay_s=protocol.env_float(env, protocol.ENV_REPORT_DELAY,
+                                              protocol.DEFAULT_REPORT_DELAY_S),
         )
 
 
@@ -285,8 +289,11 @@ def _run_trial(sweep: Sweep, study: optuna.Study, trial: optuna.Trial, index: in
     storage = sweep.storage
     metrics = tuple(o.metric for o in spec.objectives)
     timer = _start_timeout(sweep, trial_id, index, number, spec.trial.timeout)
+    # Under torchrun rank 0 reports from its own process, and the finish re-reads the trial.
+    writer = ReportWriter(trial, settings.report_delay_s if spec.trial.ranks == 1 else 0.0)
 
     def fail(reason: str, code: int) -> Outcome:
+        writer.flush_quietly()  # the reports before the FAIL (which closes the trial)
         if spec.stop.max_failed_trials is not None and _final(code, attempt, spec.trial.retries):
             storage.set_trial_user_attr(trial_id, FAILED_FOR_GOOD_ATTR, True)
         return _fail(storage, index, trial_id, number, reason, code)
@@ -308,7 +315,8 @@ def _run_trial(sweep: Sweep, study: optuna.Study, trial: optuna.Trial, index: in
             checkpoint_dir=settings.checkpoint_root / spec.name / f"index-{index}",
             artifact_store_factory=lambda: cached_artifact_store(spec.artifacts, storage.url),
             checkpoint_mirror=mirror,
-            data_factory=(lambda: data_dir(spec.data)) if spec.data.configured else None)
+            data_factory=(lambda: data_dir(spec.data)) if spec.data.configured else None,
+            writer=writer)
         logger.info("index %d: trial #%d attempt %d %s", index, number, attempt, params)
         # Finishing from the Trial's own copy skips re-reading it, but under torchrun rank 0
         # reported the intermediate values from its own process: re-read then.
@@ -319,22 +327,27 @@ def _run_trial(sweep: Sweep, study: optuna.Study, trial: optuna.Trial, index: in
         try:
             result = objective(ctx)
         except optuna.TrialPruned:
-            return _finish_pruned(study, trial_id, index, number, trial=own)
+            with writer.finishing():
+                return _finish_pruned(study, trial_id, index, number, trial=own)
         except (TrialTimeout, DataError, SuggestNotAllowed) as e:
             return fail(str(e), _exit_code_of(e))
         if result is None and ctx.should_prune():
-            return _finish_pruned(study, trial_id, index, number, trial=own)
+            with writer.finishing():
+                return _finish_pruned(study, trial_id, index, number, trial=own)
         try:
             values, extra = objective_values(result, metrics)
         except InvalidResult as e:
             return fail(str(e), protocol.EXIT_NO_RETRY)
-        set_trial_user_attrs(trial, {k: v for k, v in extra.items() if _jsonable(v)})
-        if not _tell(study, trial_id, TrialState.COMPLETE, values, number=number, trial=own):
+        writer.add(user_attrs={k: v for k, v in extra.items() if _jsonable(v)})
+        with writer.finishing():
+            told = _tell(study, trial_id, TrialState.COMPLETE, values, number=number, trial=own)
+        if not told:
             return _superseded(index, number)
         return Outcome(index, protocol.EXIT_OK, "COMPLETE", number,
                        f"index {index}: trial #{number} complete: "
                        + ", ".join(f"{m}={v:.6g}" for m, v in zip(metrics, values, strict=True)))
     except Interrupted as e:
+        writer.flush_quietly()
         _fail(storage, index, trial_id, number, f"interrupted by {e}; resumable",
               protocol.EXIT_RETRY)
         raise
@@ -345,6 +358,7 @@ def _run_trial(sweep: Sweep, study: optuna.Study, trial: optuna.Trial, index: in
         logger.error("index %d: trial #%d raised:\n%s", index, number, traceback.format_exc())
         return fail(f"objective raised {tb}", protocol.EXIT_RETRY)
     finally:
+        writer.close()
         if timer is not None:
             timer.cancel()
 

@@ -162,7 +162,7 @@ def tell_trial(study: optuna.Study, trial: optuna.Trial, values: Sequence[float]
 
 def update_cached_trial(trial: optuna.Trial, *, user_attrs: Mapping[str, Any] | None = None,
                         params: Mapping[str, tuple[Any, BaseDistribution]] | None = None,
-                        report: tuple[int, float] | None = None) -> None:
+                        reports: Sequence[tuple[int, float]] = ()) -> None:
     """Make the trial's own copy show what was written behind Optuna's back (as ``suggest_*``,
     ``report`` and ``set_user_attr`` keep it): its params and steps are not written again."""
     frozen = trial._cached_frozen_trial
@@ -170,8 +170,8 @@ def update_cached_trial(trial: optuna.Trial, *, user_attrs: Mapping[str, Any] | 
     for name, (value, distribution) in (params or {}).items():
         frozen.distributions[name] = distribution
         frozen.params[name] = value
-    if report is not None:
-        frozen.intermediate_values.setdefault(report[0], report[1])
+    for step, value in reports:
+        frozen.intermediate_values.setdefault(step, value)
 
 
 def own_copy(trial: optuna.Trial) -> FrozenTrial:

@@ -3,12 +3,13 @@ per database, and the schema additions the index protocol needs."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import os
 import random
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -55,6 +56,23 @@ class RetryingRDBStorage(RDBStoragePrivateRetries):
         super().__init__(url, **kwargs)
         if self.engine.dialect.name == "postgresql":
             ping_when_idle(self.engine)
+        #: Writes that go in the statement finishing their trial (:meth:`riding`).
+        self._riders: dict[int, tuple[str, dict[str, Any]]] = {}
+
+    @contextlib.contextmanager
+    def riding(self, trial_id: int, ctes: str, binds: dict[str, Any]) -> Iterator[bool]:
+        """While in the block, a finish of ``trial_id`` also runs ``ctes`` (``name AS
+        (INSERT ...), `` each, bound by ``binds``: the trial's last reports) in its statement:
+        one round trip instead of two. Yields False where the finish is not one statement
+        (the caller writes them itself first)."""
+        if not oneshot.alone(self.engine):
+            yield False
+            return
+        self._riders[trial_id] = (ctes, binds)
+        try:
+            yield True
+        finally:
+            self._riders.pop(trial_id, None)
 
     def _retry(self, name: str, fn: Callable[..., T], *args: Any,
                landed: Callable[[], Any] | None = None, **kwargs: Any) -> T:
@@ -158,15 +176,17 @@ class RetryingRDBStorage(RDBStoragePrivateRetries):
     def _finish_alone(self, trial_id: int, state: TrialState,
                       values: list[float] | None) -> bool:
         """:meth:`_finish` as one statement and round trip (PostgreSQL, see
-        :mod:`sweeper.study.oneshot`): the conditional UPDATE, the values inserted only when
-        it matched, and the state the trial had before."""
-        binds: dict[str, Any] = {"t": trial_id, "done": datetime.now()}
+        :mod:`sweeper.study.oneshot`): the writes riding with it (:meth:`riding`), the
+        conditional UPDATE, the values inserted only when it matched, and the state the trial
+        had before."""
+        ctes, binds = self._riders.get(trial_id, ("", {}))
+        binds = {**binds, "t": trial_id, "done": datetime.now()}
         inserts = ""
         for k, v in enumerate(values or []):
             binds.update({f"v{k}": _stored_value(v), f"vt{k}": _value_type(v)})
             inserts += (f", v{k} AS (INSERT INTO trial_values (trial_id, objective, value, "
                         f"value_type) SELECT trial_id, {k}, :v{k}, :vt{k} FROM fin)")
-        sql = (f"WITH fin AS (UPDATE trials SET state='{state.name}', "  # an enum's name
+        sql = (f"WITH {ctes}fin AS (UPDATE trials SET state='{state.name}', "  # an enum's name
                "datetime_complete=:done WHERE trial_id = :t AND state IN ('RUNNING', "
                f"'WAITING') RETURNING trial_id){inserts} SELECT (SELECT COUNT(*) FROM fin), "
                "(SELECT state FROM trials WHERE trial_id = :t)")

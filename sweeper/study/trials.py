@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -31,6 +32,7 @@ from sweeper.study._optuna_compat import (
     update_cached_trial,
 )
 from sweeper.study.retry import with_retry
+from sweeper.study.storage import RetryingRDBStorage
 
 
 def set_trial_user_attrs(trial: optuna.Trial, attrs: Mapping[str, Any]) -> None:
@@ -59,9 +61,7 @@ def write_trial(trial: optuna.Trial, *, user_attrs: Mapping[str, Any] | None = N
     storage is a database (Optuna commits each separately: a commit, an fsync on PostgreSQL,
     per param and per report). Every statement is an upsert, so a retry after a lost
     acknowledgement writes nothing twice. Elsewhere (the proxy, old SQLite): Optuna's calls."""
-    if report is not None and report[0] in own_copy(trial).intermediate_values:
-        trial.report(report[1], report[0])  # Optuna's warning; nothing is written
-        report = None
+    report = new_report(trial, report)
     backend = rdb_backend(trial.storage)
     if isinstance(trial.storage, proxy.ProxyStorage) or backend is None \
             or not _can_upsert(backend):
@@ -74,11 +74,54 @@ def write_trial(trial: optuna.Trial, *, user_attrs: Mapping[str, Any] | None = N
         if user_attrs:
             set_trial_user_attrs(trial, user_attrs)
         return
+    store(backend, trial, user_attrs=user_attrs, params=params,
+          reports=[report] if report is not None else [])
+
+
+def new_report(trial: optuna.Trial, report: tuple[int, float] | None
+               ) -> tuple[int, float] | None:
+    """``report``, or None when its step is reported already (Optuna's warning then, as
+    ``Trial.report`` keeps the first value)."""
+    if report is not None and report[0] in own_copy(trial).intermediate_values:
+        trial.report(report[1], report[0])  # the warning; nothing is written
+        return None
+    return report
+
+
+def store(backend: RDBStorage, trial: optuna.Trial, *,
+          user_attrs: Mapping[str, Any] | None = None,
+          params: Mapping[str, tuple[Any, BaseDistribution]] | None = None,
+          reports: Sequence[tuple[int, float]] = ()) -> None:
+    """:func:`write_trial`'s one transaction on a database that upserts (no check of the
+    steps: the caller made them new), then the trial's own copy updated."""
     tid = trial_id_of(trial)
-    statements = [*_param_rows(params or {}), *_report_rows(report), *_attr_rows(user_attrs or {})]
+    statements = [*_param_rows(params or {}), *_report_rows(reports), *_attr_rows(user_attrs or {})]
     if statements:
         with_retry(lambda: _write(backend, tid, statements), what="write trial")
-    update_cached_trial(trial, user_attrs=user_attrs, params=params, report=report)
+    update_cached_trial(trial, user_attrs=user_attrs, params=params, reports=reports)
+
+
+def rider_backend(trial: optuna.Trial) -> RetryingRDBStorage | None:
+    """The storage that can write ``trial``'s reports in the statement that finishes it
+    (:func:`riding_with_finish`), else None (the proxy, SQLite: each write is its own)."""
+    backend = rdb_backend(trial.storage)
+    if isinstance(backend, RetryingRDBStorage) and oneshot.alone(backend.engine):
+        return backend
+    return None
+
+
+def riding_with_finish(backend: RetryingRDBStorage, trial: optuna.Trial,
+                       user_attrs: Mapping[str, Any], reports: Sequence[tuple[int, float]]
+                       ) -> AbstractContextManager[bool]:
+    """While in the block, a finish of ``trial`` (COMPLETE or PRUNED) writes ``user_attrs`` and
+    ``reports`` too, in its one statement; yields False when it cannot (write them first)."""
+    tid = trial_id_of(trial)
+    ctes, binds = [], {}
+    for k, rows in enumerate([*_report_rows(reports), *_attr_rows(user_attrs)]):
+        sql, more = rows.statement(tid, prefix=f"r{k}r")
+        ctes.append(f"r{k} AS ({sql}), ")
+        binds.update(more)
+    return backend.riding(tid, "".join(ctes), binds)
 
 
 def unwritten(trial: optuna.Trial, *, user_attrs: Mapping[str, Any],
@@ -218,16 +261,14 @@ def _param_rows(params: Mapping[str, tuple[Any, BaseDistribution]]) -> list[_Row
                   "ON CONFLICT (trial_id, param_name) DO NOTHING")]
 
 
-def _report_rows(report: tuple[int, float] | None) -> list[_Rows]:
-    """Optuna's row for a finite intermediate value; a step reported already keeps its value
-    (``Trial.report`` ignores a second report of a step)."""
-    if report is None:
-        return []
-    step, value = report
+def _report_rows(reports: Sequence[tuple[int, float]]) -> list[_Rows]:
+    """Optuna's rows for finite intermediate values, an upsert each (a single row's string
+    takes the enum column's type; a VALUES list's would be text); a step reported already
+    keeps its value (``Trial.report`` ignores a second report of a step)."""
     return [_Rows("trial_intermediate_values",
                   ("step", "intermediate_value", "intermediate_value_type"),
-                  ((step, float(value), "FINITE"),),
-                  "ON CONFLICT (trial_id, step) DO NOTHING")]
+                  ((step, float(value), "FINITE"),), "ON CONFLICT (trial_id, step) DO NOTHING")
+            for step, value in reports]
 
 
 def attach_trial(study: optuna.Study, trial_id: int) -> int:

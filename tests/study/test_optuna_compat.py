@@ -169,7 +169,7 @@ def test_update_cached_trial_is_what_the_trial_shows_and_suggest_reuses(
     trial = study.ask()
     dist = FloatDistribution(0, 1)
     compat.update_cached_trial(trial, user_attrs={"a": 1, "b": [2]}, params={"x": (0.5, dist)},
-                               report=(3, 0.25))
+                               reports=[(3, 0.25)])
     assert trial.user_attrs == {"a": 1, "b": [2]}
     assert trial.params == {"x": 0.5} and trial.distributions == {"x": dist}
     assert trial.suggest_float("x", 0, 1) == 0.5
