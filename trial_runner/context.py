@@ -177,7 +177,9 @@ class TrialContext:
             self._history.setdefault(name, []).append([step, value])
             if math.isfinite(value):
                 attrs[name] = value
-        attrs[HISTORY_ATTR] = self._history
+        # A copy: the writer may serialise it on its timer thread while the next report grows
+        # the history (its [step, value] pairs are never changed once made).
+        attrs[HISTORY_ATTR] = {name: list(points) for name, points in self._history.items()}
         # The intermediate value and the metrics: one transaction.
         report = (step, primary) if single and primary is not None and math.isfinite(primary) \
             else None
