@@ -87,8 +87,8 @@ class ReportWriter:
                 raise
 
     def flush_quietly(self) -> None:
-        """:meth:`flush` before the trial is failed or given up: a write that fails is logged;
-        the failure being recorded matters more."""
+        """:meth:`flush` before the trial is failed, and when it is over (what is left, the
+        timer stopped): a write that fails is logged; what happens next matters more."""
         try:
             self.flush()
         except Exception as e:  # noqa: BLE001 - see above
@@ -113,10 +113,6 @@ class ReportWriter:
             except BaseException:  # not finished here: they are written before the FAIL
                 self._attrs, self._reports = {**attrs, **self._attrs}, reports + self._reports
                 raise
-
-    def close(self) -> None:
-        """The trial is over: write what is left (quietly) and stop the timer."""
-        self.flush_quietly()
 
     def _take(self) -> tuple[dict[str, Any], list[tuple[int, float]]]:
         attrs, reports = self._attrs, self._reports

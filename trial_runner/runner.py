@@ -358,7 +358,7 @@ def _run_trial(sweep: Sweep, study: optuna.Study, trial: optuna.Trial, index: in
         logger.error("index %d: trial #%d raised:\n%s", index, number, traceback.format_exc())
         return fail(f"objective raised {tb}", protocol.EXIT_RETRY)
     finally:
-        writer.close()
+        writer.flush_quietly()  # what is left, and the timer stopped
         if timer is not None:
             timer.cancel()
 

@@ -116,12 +116,8 @@ def riding_with_finish(backend: RetryingRDBStorage, trial: optuna.Trial,
     """While in the block, a finish of ``trial`` (COMPLETE or PRUNED) writes ``user_attrs`` and
     ``reports`` too, in its one statement; yields False when it cannot (write them first)."""
     tid = trial_id_of(trial)
-    ctes, binds = [], {}
-    for k, rows in enumerate([*_report_rows(reports), *_attr_rows(user_attrs)]):
-        sql, more = rows.statement(tid, prefix=f"r{k}r")
-        ctes.append(f"r{k} AS ({sql}), ")
-        binds.update(more)
-    return backend.riding(tid, "".join(ctes), binds)
+    ctes, binds = _ctes(tid, [*_report_rows(reports), *_attr_rows(user_attrs)], "r")
+    return backend.riding(tid, "".join(f"{cte}, " for cte in ctes), binds)
 
 
 def unwritten(trial: optuna.Trial, *, user_attrs: Mapping[str, Any],
@@ -231,14 +227,22 @@ def _check_updatable(backend: RDBStorage, trial_id: int, state: Any) -> None:
 def _together(trial_id: int, writes: list[_Rows]) -> tuple[str, dict[str, Any]]:
     """The upserts as one statement (PostgreSQL's data-modifying WITH), which returns how
     many rows each wrote."""
-    parts, counts = [], []
+    parts, binds = _ctes(trial_id, writes, "w", returning=" RETURNING 1")
+    counts = ", ".join(f"(SELECT COUNT(*) FROM w{k})" for k in range(len(writes)))
+    return f"WITH {', '.join(parts)} SELECT {counts}", binds
+
+
+def _ctes(trial_id: int, writes: list[_Rows], name: str, returning: str = ""
+          ) -> tuple[list[str], dict[str, Any]]:
+    """The upserts as the parts of a data-modifying WITH, ``NAMEk AS (...)``, each bound by
+    its own ``NAMEkr...`` values."""
+    parts: list[str] = []
     binds: dict[str, Any] = {}
     for k, w in enumerate(writes):
-        sql, more = w.statement(trial_id, prefix=f"v{k}r")
+        sql, more = w.statement(trial_id, prefix=f"{name}{k}r")
         binds.update(more)
-        parts.append(f"w{k} AS ({sql} RETURNING 1)")
-        counts.append(f"(SELECT COUNT(*) FROM w{k})")
-    return f"WITH {', '.join(parts)} SELECT {', '.join(counts)}", binds
+        parts.append(f"{name}{k} AS ({sql}{returning})")
+    return parts, binds
 
 
 def _attr_rows(attrs: Mapping[str, Any]) -> list[_Rows]:

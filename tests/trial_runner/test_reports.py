@@ -142,7 +142,7 @@ def test_a_write_that_fails_stays_pending(pg_url: str) -> None:
     for _ in range(2):
         with pytest.raises(optuna.exceptions.UpdateFinishedTrialError):
             writer.flush()
-    writer.close()  # quietly: logged, not raised
+    writer.flush_quietly()  # logged, not raised
     storage.engine.dispose()
 
 
@@ -151,7 +151,7 @@ def test_a_value_that_is_not_json_raises_when_set(pg_url: str) -> None:
     writer = ReportWriter(trial, 60.0)
     with pytest.raises(TypeError):
         writer.add(user_attrs={"model": object()})
-    writer.close()
+    writer.flush_quietly()
     storage.engine.dispose()
 
 
