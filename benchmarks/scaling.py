@@ -144,16 +144,23 @@ class _Study:
         from optuna.trial import TrialState
 
         from sweeper.study import attach_trial
-        from trial_runner.runner import RunnerSettings, _tell, acquire, make_pruner, make_sampler
+        from trial_runner.runner import (
+            Claimed,
+            RunnerSettings,
+            _tell,
+            acquire,
+            make_pruner,
+            make_sampler,
+        )
 
         index = self.indexes[self._k % len(self.indexes)]
         self._k += 1
         t0 = time.perf_counter()
         got = acquire(self.sweep, index, RunnerSettings())
         t1 = time.perf_counter()
-        if not isinstance(got, tuple):
+        if not isinstance(got, Claimed):
             raise RuntimeError(f"index {index} could not be claimed: {got}")
-        trial_id = got[0]
+        trial_id = got.trial_id
         spec = self.sweep.spec
         study = self.sweep.study(sampler=make_sampler(spec, index), pruner=make_pruner(spec))
         number = attach_trial(study, trial_id)

@@ -50,11 +50,13 @@ from sweeper.spec.registry import make_pruner, make_sampler  # the validator's r
 from sweeper.study import (
     FINISHED,
     Sweep,
+    Taken,
     attempts,
     claim,
     fixed_params_of,
     mark_failed,
     new_attempt,
+    open_claimed,
     open_trial,
     stop,
     take,
@@ -107,6 +109,16 @@ class Outcome:
     state: str  # COMPLETE, PRUNED, FAIL, or ALREADY_DONE
     trial_number: int | None
     message: str = ""
+
+
+@dataclass(frozen=True)
+class Claimed:
+    """A trial of the index that this runner owns now (steps 1-2 of the protocol)."""
+
+    trial_id: int
+    attempt: int
+    #: What the first look read of the trial it claimed (PostgreSQL): opened without a query.
+    taken: Taken | None = None
 
 
 class Interrupted(BaseException):
@@ -182,15 +194,15 @@ class _Heartbeat:
 
 
 def acquire(sweep: Sweep, index: int, settings: RunnerSettings,
-            sleep: Callable[[float], None] = time.sleep) -> tuple[int, int] | Outcome:
-    """Steps 1-2 of the protocol: returns (trial_id, attempt) owned by this runner, or the
-    Outcome when there is nothing to run."""
+            sleep: Callable[[float], None] = time.sleep) -> Claimed | Outcome:
+    """Steps 1-2 of the protocol: the trial this runner owns now, or the Outcome when there is
+    nothing to run."""
     storage = sweep.storage
     # The first look claims the index's WAITING trial in the same round trip where it can,
     # and stamps it with the runner's provenance there.
     taken = take(storage, sweep.study_id, index, user_attrs=provenance(sweep.spec))
     if taken.claimed is not None:
-        return taken.claimed.trial_id, taken.claimed.attempt
+        return Claimed(taken.claimed.trial_id, taken.claimed.attempt, taken)
     atts = taken.attempts
     while True:
         done = [a for a in atts if a.state in FINISHED]
@@ -205,10 +217,10 @@ def acquire(sweep: Sweep, index: int, settings: RunnerSettings,
                                f"(indexes 0..{sweep.spec.trials - 1})")
             tid = new_attempt(storage, sweep.study_id, index, after=None, params=None)
             if tid is not None:
-                return tid, 0
+                return Claimed(tid, 0)
         elif latest.state == TrialState.WAITING:
             if claim(storage, latest.trial_id):
-                return latest.trial_id, latest.attempt
+                return Claimed(latest.trial_id, latest.attempt)
         elif latest.state == TrialState.RUNNING:
             age = latest.heartbeat_age_s
             if age is not None and age > settings.grace_period_s:
@@ -223,7 +235,7 @@ def acquire(sweep: Sweep, index: int, settings: RunnerSettings,
             params = frozen.system_attrs.get(FIXED_PARAMS_ATTR) or frozen.params or None
             tid = new_attempt(storage, sweep.study_id, index, after=latest, params=params)
             if tid is not None:
-                return tid, latest.attempt + 1
+                return Claimed(tid, latest.attempt + 1)
         atts = attempts(storage, sweep.study_id, index)
 
 
@@ -246,11 +258,11 @@ def run_index(sweep: Sweep, index: int, objective: Callable[[TrialContext], Any]
         return Outcome(index, protocol.EXIT_RETRY, "FAIL", None, f"index {index}: {e}")
     if isinstance(got, Outcome):
         return got
-    trial_id, attempt = got
+    trial_id, attempt, taken = got.trial_id, got.attempt, got.taken
     spec = sweep.spec
     try:
         study = sweep.runner_study(make_sampler(spec, index), make_pruner(spec))
-        trial = open_trial(study, trial_id)  # as optuna.Trial(...), attached: one query
+        trial = _open(study, trial_id, taken)
         number = trial.number
         if trial_hook is not None:
             trial_hook(trial_id, number, attempt)
@@ -270,6 +282,13 @@ def run_index(sweep: Sweep, index: int, objective: Callable[[TrialContext], Any]
         raise
     _after_trial(sweep)
     return outcome
+
+
+def _open(study: optuna.Study, trial_id: int, taken: Taken | None) -> optuna.Trial:
+    """As optuna.Trial(...), attached: from what the claim read, or in one query."""
+    if taken is None or taken.claimed is None or taken.stored is None or taken.started is None:
+        return open_trial(study, trial_id)
+    return open_claimed(study, trial_id, taken.claimed.number, taken.started, taken.stored)
 
 
 def _after_trial(sweep: Sweep) -> None:

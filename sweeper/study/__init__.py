@@ -35,6 +35,7 @@ from sweeper.study._optuna_compat import UnsupportedOptunaError, fixed_params_of
 from sweeper.study.index import (
     FINISHED,
     Attempt,
+    Taken,
     attempts,
     claim,
     fail_stale_trials,
@@ -58,6 +59,7 @@ from sweeper.study.summaries import (
 )
 from sweeper.study.trials import (
     attach_trial,
+    open_claimed,
     open_trial,
     set_trial_user_attrs,
     unwritten,
@@ -83,6 +85,7 @@ __all__ = [
     "RetryingRDBStorage",
     "Sweep",
     "SweepSummary",
+    "Taken",
     "UnsupportedOptunaError",
     "attach_trial",
     "attempts",
@@ -98,6 +101,7 @@ __all__ = [
     "load_sweep",
     "mark_failed",
     "new_attempt",
+    "open_claimed",
     "open_storage",
     "open_trial",
     "redact",

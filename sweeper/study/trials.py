@@ -350,23 +350,45 @@ def open_trial(study: optuna.Study, trial_id: int, number: int | None = None) ->
         if number is None:
             attach_trial(study, trial_id)
         return optuna.Trial(study, trial_id)
+    return _opened(study, trial_id, int(got[0][6]), got[0][1],
+                   [(kind, key, value_json, num) for _, _, kind, key, value_json, _, _, num in got],
+                   attach=number is None)
+
+
+def open_claimed(study: optuna.Study, trial_id: int, number: int, started: datetime,
+                 stored: Sequence[tuple[str | None, str, str, float | None]]) -> optuna.Trial:
+    """:func:`open_trial` for a trial :func:`sweeper.study.index.take` has just claimed, built
+    from what its statement read and wrote (``stored``: ``Taken.stored``, ``started``: the
+    start time it wrote) instead of reading it again: no query. Attaches it to the study's
+    cache."""
+    if cached_rdb_backend(study) is None:
+        return open_trial(study, trial_id)
+    return _opened(study, trial_id, number, started, stored, attach=True)
+
+
+def _opened(study: optuna.Study, trial_id: int, number: int, started: datetime | str,
+            stored: Sequence[tuple[str | None, str, str, float | None]], *,
+            attach: bool) -> optuna.Trial:
+    """A RUNNING trial with nothing reported yet, from its (kind, key, value_json, internal
+    value) rows: "u" user attribute, "s" system attribute, "p" param (its distribution's JSON
+    and internal value); a later row with the same key wins."""
     attrs: dict[str, dict[str, Any]] = {"u": {}, "s": {}}
     params: dict[str, Any] = {}
     dists: dict[str, BaseDistribution] = {}
-    for _, _, kind, key, value_json, _, _, num in got:
+    for kind, key, value_json, num in stored:
         if kind == "p":
+            assert num is not None  # trial_params.param_value is NOT NULL
             dists[key] = _distribution(value_json)
             params[key] = dists[key].to_external_repr(num)
         elif kind is not None:
             attrs[kind][key] = json.loads(value_json)
-    started = got[0][1]
-    frozen = FrozenTrial(number=int(got[0][6]), state=state, value=None,
+    frozen = FrozenTrial(number=number, state=TrialState.RUNNING, value=None,
                          datetime_start=datetime.fromisoformat(started)
                          if isinstance(started, str) else started,
                          datetime_complete=None, params=params, distributions=dists,
                          user_attrs=attrs["u"], system_attrs=attrs["s"],
                          intermediate_values={}, trial_id=trial_id)
-    if number is None:
+    if attach:
         add_to_cache(study, frozen)
     return trial_from_frozen(study, frozen)
 

@@ -110,6 +110,36 @@ def test_the_first_look_claims_only_what_the_runner_would_claim(pg_url: str) -> 
     storage.engine.dispose()
 
 
+def test_a_trial_the_first_look_claimed_opens_from_its_read_as_from_a_query(
+        pg_url: str) -> None:
+    """``take`` reads the trial it claims in the same statement; the trial built from that
+    read (no query) is the one Optuna reads from the database afterwards: number, state,
+    start, params with their distributions (a categorical's external value too), user
+    attributes with the ones the claim set winning over stored ones, system attributes."""
+    from sweeper.study import attempts, create_or_resume, open_claimed, take
+
+    storage = open_storage(pg_url)
+    sweep, _ = create_or_resume(storage, make_spec(name="opened"))
+    tid = attempts(storage, sweep.study_id, 2)[0].trial_id
+    storage.set_trial_user_attr(tid, "stamp", "before the claim")
+    got = take(storage, sweep.study_id, 2, user_attrs={"stamp": "the claim's", "n": [1, 2]})
+    assert got.claimed is not None and got.stored is not None and got.started is not None
+    trial = open_claimed(sweep.study(), tid, got.claimed.number, got.started, got.stored)
+    mine, stored = trial._cached_frozen_trial, storage.get_trial(tid)  # noqa: SLF001
+    assert (mine.number, mine.state, mine.datetime_start) == \
+        (stored.number, TrialState.RUNNING, stored.datetime_start)
+    assert mine.params == stored.params and mine.params["b"] in ("x", "y")
+    assert mine.distributions == stored.distributions
+    assert mine.user_attrs == stored.user_attrs
+    assert mine.user_attrs["stamp"] == "the claim's" and mine.user_attrs["n"] == [1, 2]
+    assert mine.system_attrs == stored.system_attrs and mine.system_attrs["fixed_params"]
+    assert trial.params == stored.params  # what the objective reads
+    # Nothing claimed (the index is running now): nothing read either.
+    again = take(storage, sweep.study_id, 2)
+    assert again.claimed is None and again.stored is None
+    storage.engine.dispose()
+
+
 def test_the_driver_path_fails_and_reports_as_connection_execute_would(pg_url: str) -> None:
     """oneshot runs on the driver's cursor: its errors still come wrapped in SQLAlchemy's
     classes (what the retry layer classifies), a statement whose backend was killed leaves no

@@ -240,13 +240,13 @@ def test_a_signal_during_set_up_fails_the_trial_resumably(sqlite_url: str, tmp_p
     assert t.user_attrs["sweeper:fail_reason"] == "interrupted by SIGTERM; resumable"
 
 
-def test_a_planned_trial_is_three_statements_with_its_provenance_and_params(
+def test_a_planned_trial_is_two_statements_with_its_provenance_and_params(
         storage_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """PostgreSQL: the claim stamps the provenance, the enqueue stored the params, the report
-    goes with the finish, so a trial that reports once is three statements (take, open, the
-    finish with the report) and nothing is written before its objective starts. SQLite (no
-    claim in the first look): the provenance is written before the objective, the params are
-    not (the enqueue stored them)."""
+    """PostgreSQL: the claim stamps the provenance and reads the trial (whose params the
+    enqueue stored), the report goes with the finish, so a trial that reports once is two
+    statements (take, the finish with the report) and nothing is written before its objective
+    starts. SQLite (no claim in the first look): the provenance is written before the
+    objective, the params are not (the enqueue stored them)."""
     import sqlalchemy as sa
 
     from sweeper.protocol import CODE_VERSION_ATTR, SPEC_HASH_ATTR
@@ -271,7 +271,7 @@ def test_a_planned_trial_is_three_statements_with_its_provenance_and_params(
     assert out.state == "COMPLETE"
     writes = [s for s in before_objective if "INSERT" in s or "UPDATE" in s]
     if storage.engine.dialect.name == "postgresql":
-        assert len(seen) == 3, "\n".join(s[:120] for s in seen)
+        assert len(seen) == 2, "\n".join(s[:120] for s in seen)
         assert len(writes) == 1 and "UPDATE trials SET state = 'RUNNING'" in writes[0]
         assert "INSERT INTO trial_intermediate_values" in seen[-1]
         assert "UPDATE trials SET state='COMPLETE'" in seen[-1]
