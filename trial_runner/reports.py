@@ -33,12 +33,14 @@ from sweeper.study.trials import (
     store,
     write_trial,
 )
+from trial_runner.background import WRITES, Job
 
 logger = logging.getLogger(__name__)
 
 
 class ReportWriter:
-    """The pending writes of one trial (thread-safe: a timer thread writes them)."""
+    """The pending writes of one trial (thread-safe: the process's report thread,
+    :data:`trial_runner.background.WRITES`, writes them when they are due)."""
 
     def __init__(self, trial: optuna.Trial, delay_s: float) -> None:
         self.trial = trial
@@ -47,7 +49,7 @@ class ReportWriter:
         self._lock = threading.RLock()
         self._attrs: dict[str, Any] = {}
         self._reports: list[tuple[int, float]] = []
-        self._timer: threading.Timer | None = None
+        self._job: Job | None = None
 
     def add(self, *, user_attrs: Mapping[str, Any] | None = None,
             report: tuple[int, float] | None = None) -> None:
@@ -66,10 +68,8 @@ class ReportWriter:
             self._attrs.update(user_attrs or {})
             if report is not None:
                 self._reports.append(report)
-            if self._timer is None and (self._attrs or self._reports):
-                self._timer = threading.Timer(self.delay_s, self._on_timer)
-                self._timer.daemon = True
-                self._timer.start()
+            if self._job is None and (self._attrs or self._reports):
+                self._job = WRITES.after(self.delay_s, self._on_timer)
 
     def flush(self) -> None:
         """Write what is pending now (the storage's retries; its errors propagate, and what
@@ -120,15 +120,17 @@ class ReportWriter:
         return attrs, reports
 
     def _cancel_timer(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
+        if self._job is not None:
+            WRITES.cancel(self._job)
+            self._job = None
 
     def _on_timer(self) -> None:
         with self._lock:
-            if self._timer is not threading.current_thread():
-                return  # cancelled or replaced while this thread waited for the lock
-            self._timer = None
+            # Cancelled (written or finished) after it came due, before it got the lock: what
+            # is pending now, if anything, has a job of its own.
+            if self._job is None or self._job.cancelled:
+                return
+            self._job = None
             try:
                 self.flush()
             except Exception as e:  # noqa: BLE001 - kept pending: the next write retries them

@@ -64,6 +64,7 @@ from sweeper.study import (
     write_trial,
 )
 from sweeper.study._optuna_compat import storage_of, tell, tell_trial, trial_id_of
+from trial_runner.background import HEARTBEATS, Job
 from trial_runner.checkpoints import CheckpointMirror
 from trial_runner.context import (
     InvalidResult,
@@ -170,27 +171,28 @@ def suggest(trial: optuna.Trial, p: Parameter) -> Any:
 
 
 class _Heartbeat:
-    """Records the trial's heartbeat every interval until stopped."""
+    """Records the trial's heartbeat every interval until stopped (on the process's heartbeat
+    thread, :data:`trial_runner.background.HEARTBEATS`)."""
 
     def __init__(self, sweep: Sweep, trial_id: int, interval_s: float) -> None:
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, args=(sweep, trial_id, interval_s),
-                                         name="sweeper-heartbeat", daemon=True)
+        self._args = (sweep, trial_id, interval_s)
+        self._job: Job | None = None
 
-    def _run(self, sweep: Sweep, trial_id: int, interval_s: float) -> None:
-        while not self._stop.wait(interval_s):
-            try:
-                sweep.storage.record_heartbeat(trial_id)
-            except Exception as e:  # noqa: BLE001 - keep beating; an outage makes it stale anyway
-                logger.warning("heartbeat failed: %s", type(e).__name__)
+    @staticmethod
+    def _beat(sweep: Sweep, trial_id: int) -> None:
+        try:
+            sweep.storage.record_heartbeat(trial_id)
+        except Exception as e:  # noqa: BLE001 - keep beating; an outage makes it stale anyway
+            logger.warning("heartbeat failed: %s", type(e).__name__)
 
     def __enter__(self) -> _Heartbeat:
-        self._thread.start()
+        sweep, trial_id, interval_s = self._args
+        self._job = HEARTBEATS.every(interval_s, lambda: self._beat(sweep, trial_id))
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(timeout=5)
+        if self._job is not None:  # a beat under way may take up to 5 s more
+            HEARTBEATS.cancel(self._job, wait_s=5.0)
 
 
 def acquire(sweep: Sweep, index: int, settings: RunnerSettings,

@@ -4,9 +4,10 @@ Each step of a trial was a transaction of several statements (BEGIN, each statem
 every one a round trip to the server; a read was BEGIN, SELECT, ROLLBACK): 23 round trips
 for a trial with one report. On PostgreSQL each step is one statement instead, a
 data-modifying ``WITH`` where it writes several tables, atomic on its own and sent with
-autocommit on: one round trip per step, four for that trial (look up the index and claim it,
-stamping the runner's provenance; open the trial, whose planned params were stored when it was
-enqueued; the report; the finish). SQLite has no data-modifying ``WITH``: there the steps
+autocommit on: one round trip per step, two for that trial (look up the index, claim it,
+stamp the runner's provenance and read the trial back, whose planned params were stored when
+it was enqueued; the finish, with the report written behind). SQLite has no data-modifying
+``WITH``: there the steps
 keep their transactions. What a retry after a lost acknowledgement finds is unchanged: the
 claim's token, the upserts' rows, the finished state and values. The statements go to the
 driver's cursor, past SQLAlchemy's execution layer (see :func:`run`).
