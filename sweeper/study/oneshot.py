@@ -7,10 +7,9 @@ data-modifying ``WITH`` where it writes several tables, atomic on its own and se
 autocommit on: one round trip per step, two for that trial (look up the index, claim it,
 stamp the runner's provenance and read the trial back, whose planned params were stored when
 it was enqueued; the finish, with the report written behind). SQLite has no data-modifying
-``WITH``: there the steps
-keep their transactions. What a retry after a lost acknowledgement finds is unchanged: the
-claim's token, the upserts' rows, the finished state and values. The statements go to the
-driver's cursor, past SQLAlchemy's execution layer (see :func:`run`).
+``WITH``: there the steps keep their transactions. What a retry after a lost acknowledgement
+finds is unchanged: the claim's token, the upserts' rows, the finished state and values. The
+statements go to the driver's cursor, past SQLAlchemy's execution layer (see :func:`run`).
 """
 
 from __future__ import annotations
