@@ -9,7 +9,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 PG_TEST_URL ?= postgresql://sweeper:sweeper-test-pw@127.0.0.1:5432/postgres
 export SWEEPER_TEST_PG ?= $(PG_TEST_URL)
 
-.PHONY: help install install-test demo test lint postgres browser bench chaos clean
+.PHONY: help install install-test demo test lint postgres browser bench chaos clean cluster-up cluster-down cluster-build
 
 help:
 	@echo "make demo     create .venv, install, run a real sweep (SQLite + local processes)"
@@ -17,6 +17,8 @@ help:
 	@echo "make lint     ruff + mypy"
 	@echo "make bench    benchmarks side by side with plain Optuna (PostgreSQL)"
 	@echo "make chaos    the fault-injection sweep at a bigger size (CHAOS_MODE=kill|database)"
+	@echo "make cluster-up    build (once) and start the local Kubernetes control plane; KUBECONFIG=.cluster/kubeconfig"
+	@echo "make cluster-down  stop it and remove its state"
 
 $(VENV)/bin/activate:
 	$(PYTHON) -m venv $(VENV)
@@ -68,6 +70,17 @@ lint: install-test
 
 bench: install-test postgres
 	$(PY) -m benchmarks.run $(BENCH_ARGS)
+
+# The local Kubernetes control plane (etcd, kube-apiserver, kube-controller-manager,
+# kube-scheduler, Kueue) built from Kubernetes' own Go modules, and the process node.
+cluster-build:
+	@tools/cluster/build.sh
+
+cluster-up: install-test
+	@$(PY) -m tests.cluster up
+
+cluster-down:
+	@if [ -x $(PY) ]; then $(PY) -m tests.cluster down; else echo "cluster-down: no .venv, nothing to stop"; fi
 
 # CHAOS_MODE=kill (runners SIGKILLed) or database (faults injected between sweeper and PostgreSQL)
 CHAOS_MODE ?= kill

@@ -1,13 +1,12 @@
-"""The Kubernetes backend end to end: the real `kubernetes` client over HTTP to the stateful fake
-API server in tests/support/k8s_fake (which runs each pod's command as a local process), the
-pods and the CLI sharing one real PostgreSQL database. The pods get the storage URL only from
-the Secret, as on a cluster.
+"""The Kubernetes backend end to end: the official `kubernetes` client against a real
+kube-apiserver, the Job controller of kube-controller-manager and kube-scheduler (the local
+control plane of tests/cluster, whose process node runs each pod's command as a local process),
+the pods and the CLI sharing one real PostgreSQL database. The pods get the storage URL only
+from the Secret, as on any cluster.
 
-The same tests run against a real cluster when SWEEPER_TEST_KUBECONFIG and SWEEPER_TEST_IMAGE
-are set (the ``cluster`` fixture in conftest.py; docs/real-cluster-tests.md): that checks the
-fake's reading of the Job controller and shows what the fake cannot (scheduling, images, the
-real controllers' timing). Tests marked ``fake_only`` need the fake's powers and are skipped
-there. The Job's schema is checked in test_manifests.py.
+The same tests run against a cluster of your own when SWEEPER_TEST_KUBECONFIG and
+SWEEPER_TEST_IMAGE are set (the ``cluster`` fixture in conftest.py; docs/real-cluster-tests.md).
+The Job's schema is checked in test_manifests.py.
 """
 
 from __future__ import annotations
@@ -28,7 +27,6 @@ from sweeper.backends import manifests as m
 from sweeper.backends.kubernetes import ClientFactory, KubernetesBackend, job_info, parse_intervals
 from sweeper.study import create_or_resume, open_storage, trial_id_of
 from tests.support.k8s_cluster import NS, REPO, Cluster
-from tests.support.k8s_fake import FakeKubeAPI
 
 pytestmark = pytest.mark.postgres
 
@@ -62,24 +60,15 @@ def _role_rules() -> set[tuple[str, str]]:
     raise AssertionError("no Role sweeper in manifests/rbac.yaml")
 
 
-def _verb_and_resource(method: str, path: str, query: dict[str, str]) -> tuple[str, str]:
-    """What RBAC checks for an API request, e.g. GET /apis/batch/v1/namespaces/x/jobs -> list
-    jobs; GET /api/v1/namespaces/x/pods/p/log -> get pods/log."""
-    parts = path.strip("/").split("/")
-    rest = parts[parts.index("namespaces") + 2:]  # [resource, name?, subresource?]
-    resource = rest[0] + (f"/{rest[2]}" if len(rest) > 2 else "")
-    named = len(rest) > 1
-    verb = {"POST": "create", "DELETE": "delete" if named else "deletecollection",
-            "PUT": "update", "PATCH": "patch"}.get(method)
-    if verb is None:
-        verb = "watch" if query.get("watch") in ("true", "1") else ("get" if named else "list")
-    return verb, resource
-
-
-def _assert_within_rbac(fake: FakeKubeAPI) -> None:
-    allowed = _role_rules()
-    used = {_verb_and_resource(r.method, r.path, r.query) for r in fake.request_log}
-    assert used and used <= allowed, used - allowed
+def _contains(whole: Any, part: Any) -> bool:
+    """Every field of ``part`` is in ``whole`` with the same value (lists item by item)."""
+    if isinstance(part, dict):
+        return isinstance(whole, dict) and all(k in whole and _contains(whole[k], v)
+                                               for k, v in part.items())
+    if isinstance(part, list):
+        return isinstance(whole, list) and len(whole) == len(part) and all(
+            _contains(w, p) for w, p in zip(whole, part, strict=True))
+    return bool(whole == part)
 
 
 def _one_error_line(result: Result) -> str:
@@ -137,29 +126,37 @@ def test_run_grid_one_finished_trial_per_index(cluster: Cluster) -> None:
     assert len(cluster.jobs("k8s-grid")) == 1
 
 
-@pytest.mark.fake_only(reason="reads the fake's log of every API request")
-def test_requests_are_what_render_prints_and_within_the_role(cluster: Cluster) -> None:
-    """run submits exactly the Job render prints and never sends the password; run, status,
-    logs, cancel and resume ask only what the Role in manifests/rbac.yaml grants."""
-    fake = cluster.fake
-    assert fake is not None
+def test_the_cli_needs_only_its_role_and_submits_what_render_prints(cluster: Cluster) -> None:
+    """run, status, logs, cancel and resume as the ServiceAccount ``sweeper`` of
+    manifests/rbac.yaml: the real apiserver's RBAC allows every request (a missing verb in the
+    Role fails the command). run submits exactly the objects render prints, never the
+    password (the apiserver's audit log of the local control plane)."""
+    kubeconfig, user = cluster.service_account_kubeconfig("sweeper")
     spec = cluster.spec(_grid("k8s-rbac", n=2))
-    result = cluster.sweeper("run", spec, "--backend", "kubernetes")
+    result = cluster.sweeper("run", spec, "--backend", "kubernetes", KUBECONFIG=str(kubeconfig))
     assert result.exit_code == 0, result.output
-    posts = [r for r in fake.request_log if r.method == "POST" and
-             r.path.endswith((f"/namespaces/{NS}/jobs", f"/namespaces/{NS}/configmaps"))]
-    assert len(posts) == 2
-    rendered = list(yaml.safe_load_all(cluster.sweeper("render", spec).stdout))
-    assert [p.body for p in posts] == rendered  # the spec's ConfigMap, then the Job
-    password = urlsplit(cluster.url).password
-    assert password
-    assert password not in json.dumps([r.body for r in fake.request_log], default=str)
-
     for args in (["status", "k8s-rbac"], ["logs", "k8s-rbac", "--index", "1"],
                  ["cancel", "k8s-rbac"], ["resume", "k8s-rbac"]):
-        r = cluster.sweeper(*args)
+        r = cluster.sweeper(*args, KUBECONFIG=str(kubeconfig))
         assert r.exit_code == 0, (args, r.output)
-    _assert_within_rbac(fake)
+    assert "Forbidden" not in result.output
+    if cluster.local is None:
+        return  # the audit log is the local control plane's
+    events = cluster.audit_events(user)
+    assert {e["responseStatus"]["code"] for e in events} <= {200, 201, 404}, \
+        [(e["verb"], e["requestURI"], e["responseStatus"]) for e in events
+         if e["responseStatus"]["code"] >= 400 and e["responseStatus"]["code"] != 404]
+    creates = [e["requestObject"] for e in events if e["verb"] == "create"
+               and e["objectRef"]["resource"] in ("jobs", "configmaps")]
+    rendered = list(yaml.safe_load_all(cluster.sweeper("render", spec).stdout))
+    # The spec's ConfigMap, then the Job; the audit log shows them with the apiserver's
+    # defaults filled in, so what render prints must be contained in what arrived.
+    assert len(creates) >= 2
+    for sent, printed in zip(creates, rendered, strict=False):
+        assert _contains(sent, printed), (sent, printed)
+    password = urlsplit(cluster.url).password
+    assert password
+    assert password not in json.dumps([e.get("requestObject") for e in events])
 
 
 def test_run_tpe_with_several_indexes_per_pod(cluster: Cluster) -> None:
@@ -349,18 +346,47 @@ def test_pods_that_cannot_start_are_reported(cluster: Cluster) -> None:
     assert "CreateContainerConfigError" in warning and "no-such-secret" in warning
 
 
-@pytest.mark.fake_only(reason="denies a permission; a test cannot change a real cluster's RBAC")
 def test_permission_denied_names_the_missing_permission(cluster: Cluster) -> None:
-    fake = cluster.fake
-    assert fake is not None
+    """A ServiceAccount whose Role lacks ``create jobs``: the real apiserver's 403, in one line
+    that names the permission, the user and the manifest that grants it."""
+    rules = yaml.safe_load_all((REPO / "manifests" / "rbac.yaml").read_text())
+    role = next(d for d in rules if d and d["kind"] == "Role" and d["metadata"]["name"] == "sweeper")
+    for rule in role["rules"]:
+        if "jobs" in rule["resources"]:
+            rule["verbs"] = [v for v in rule["verbs"] if v != "create"]
+    _limited_account(cluster, "sweeper-no-jobs", role["rules"])
+    kubeconfig, user = cluster.service_account_kubeconfig("sweeper-no-jobs")
     spec = cluster.spec(_grid("k8s-forbidden", n=2))
-    fake.forbid("create", "jobs", namespace=NS)
-    r = cluster.sweeper("run", spec, "--backend", "kubernetes")
+    r = cluster.sweeper("run", spec, "--backend", "kubernetes", KUBECONFIG=str(kubeconfig))
     assert r.exit_code == 3
     line = _one_error_line(r)
     assert "permission denied:" in line and "may not create jobs.batch in namespace sweeper" \
-        in line and fake.user in line
+        in line and user in line
     assert "manifests/rbac.yaml" in line
+
+
+def _limited_account(cluster: Cluster, name: str, rules: list[dict[str, Any]]) -> None:
+    """ServiceAccount NAME bound to a Role NAME with these rules (replaced if there)."""
+    from kubernetes.client import RbacAuthorizationV1Api
+    from kubernetes.client.exceptions import ApiException
+
+    rbac = RbacAuthorizationV1Api(cluster.api())
+    meta = {"name": name, "namespace": NS}
+    for create, replace, body in (
+            (cluster.core().create_namespaced_service_account, None, {"metadata": meta}),
+            (rbac.create_namespaced_role, rbac.replace_namespaced_role,
+             {"metadata": meta, "rules": rules}),
+            (rbac.create_namespaced_role_binding, None, {
+                "metadata": meta, "roleRef": {"apiGroup": "rbac.authorization.k8s.io",
+                                              "kind": "Role", "name": name},
+                "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": NS}]})):
+        try:
+            create(NS, body)
+        except ApiException as e:
+            if e.status != 409:
+                raise
+            if replace is not None:
+                replace(name, NS, body)
 
 
 def test_api_errors_are_one_clear_line(cluster: Cluster) -> None:

