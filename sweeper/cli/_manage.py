@@ -162,10 +162,17 @@ def _sweep_jobs_to_delete(sweep: Any, kube: bool | None, ns: str, kubeconfig: st
 
 
 def _delete_jobs(clients: Any, name: str, ns: str, wait_s: float, *, required: bool) -> None:
-    from sweeper.backends.kubernetes import cancel
+    """Delete the sweep's Jobs; their pods, and the spec's ConfigMap that each Job owns, go
+    with them through the garbage collector. A ConfigMap nobody owns (applied on its own, by
+    GitOps or an older sweeper) is deleted here."""
+    from sweeper.backends.kubernetes import KubeClient, cancel
+    from sweeper.backends.manifests import spec_configmap_name
     from sweeper.errors import BackendError
 
+    api = KubeClient(clients, name)
+    configmap = spec_configmap_name(name)
     try:
+        before = api.read_configmap(ns, configmap)
         result = cancel(clients, name, ns, wait_s=wait_s)
     except BackendError as e:
         if required:
@@ -175,11 +182,11 @@ def _delete_jobs(clients: Any, name: str, ns: str, wait_s: float, *, required: b
     for job in result.jobs:
         click.echo(f"deleted Job {ns}/{job}" + (" (its pods still terminating)"
                                                 if result.unfinished else ""))
-    from sweeper.backends.kubernetes import KubeClient
-    from sweeper.backends.manifests import spec_configmap_name
-
-    configmap = spec_configmap_name(name)
-    if KubeClient(clients, name).delete_configmap(ns, configmap):
+    if before is None:
+        return
+    if before["metadata"].get("ownerReferences"):
+        click.echo(f"ConfigMap {ns}/{configmap} goes with its Job (garbage collector)")
+    elif api.delete_configmap(ns, configmap):
         click.echo(f"deleted ConfigMap {ns}/{configmap}")
 
 

@@ -1,12 +1,13 @@
-"""GitOps: the objects `sweeper render` prints are enough to run a sweep. Applied directly
-through the API (what `kubectl apply -f -` does), with no `sweeper run`: the pods find no sweep,
+"""GitOps: the objects `sweeper render` prints are enough to run a sweep. Applied with
+`kubectl apply -f -` against the real apiserver, with no `sweeper run`: the pods find no sweep,
 create it from the mounted spec (one study, one plan, however many start at once), and every
 index finishes exactly once; `status`, `best` and `resume` work on it afterwards. Against the
-fake API server (tests/support/k8s_fake) and a real PostgreSQL, or a real cluster."""
+local control plane (or a cluster of your own) and a real PostgreSQL."""
 
 from __future__ import annotations
 
 import json
+import subprocess
 import time
 from typing import Any
 
@@ -18,7 +19,7 @@ from sweeper import protocol
 from sweeper.backends import manifests as m
 from sweeper.backends.kubernetes import job_info
 from sweeper.study import driver_url
-from tests.support.k8s_cluster import NS, Cluster
+from tests.support.k8s_cluster import NS, Cluster, kubectl
 
 pytestmark = pytest.mark.postgres
 
@@ -39,21 +40,13 @@ parameters:
 
 
 def apply(cluster: Cluster, objects: list[dict[str, Any]]) -> None:
-    """`kubectl apply -f -` of freshly rendered objects: create each one through the API."""
-    from kubernetes.client.exceptions import ApiException
-
-    for obj in objects:
-        if obj["kind"] == "ConfigMap":
-            try:
-                cluster.core().create_namespaced_config_map(NS, obj)
-            except ApiException as e:  # left by an earlier run on a real cluster
-                if e.status != 409:
-                    raise
-                cluster.core().replace_namespaced_config_map(obj["metadata"]["name"], NS, obj)
-        elif obj["kind"] == "Job":
-            cluster.batch().create_namespaced_job(NS, obj)
-        else:
-            raise AssertionError(f"render printed an unexpected {obj['kind']}")
+    """`kubectl apply -f -` of the rendered objects, as a GitOps tool would."""
+    assert [o["kind"] for o in objects] == ["ConfigMap", "Job"], objects
+    out = subprocess.run([kubectl(), "--kubeconfig", str(cluster.kubeconfig), "apply", "-f", "-"],
+                         input=yaml.safe_dump_all(objects), capture_output=True, text=True,
+                         timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines()[-1].startswith(f"job.batch/{objects[1]['metadata']['name']}")
 
 
 def wait_finished(cluster: Cluster, name: str, n: int, job_name: str | None = None,

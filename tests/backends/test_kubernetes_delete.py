@@ -1,5 +1,6 @@
-"""`sweeper delete` of a sweep launched on Kubernetes: its Jobs (and their pods) go first, then
-the study; against the fake API server (or a real cluster, see test_kubernetes_backend.py)."""
+"""`sweeper delete` of a sweep launched on Kubernetes: its Jobs go first, and with them, through
+the garbage collector and owner references, their pods and the spec's ConfigMap; then the
+study. Against the local control plane (or a cluster of your own)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import pytest
 from optuna.trial import TrialState
 
 from sweeper.study import open_storage
-from tests.support.k8s_cluster import Cluster
+from tests.support.k8s_cluster import NS, Cluster
 
 pytestmark = pytest.mark.postgres
 
@@ -37,6 +38,11 @@ def test_delete_removes_the_jobs_then_the_study(cluster: Cluster) -> None:
         assert time.monotonic() < deadline
         time.sleep(0.1)
 
+    (job,) = cluster.jobs("k8s-delete")
+    configmap = cluster.core().read_namespaced_config_map("k8s-delete-spec", NS)
+    assert [(r.kind, r.uid) for r in configmap.metadata.owner_references] == [
+        ("Job", job["metadata"]["uid"])]
+
     refused = cluster.sweeper("delete", "k8s-delete")
     assert refused.exit_code == 2
     assert "1 Kubernetes Job(s) in namespace sweeper: k8s-delete" in refused.stderr
@@ -46,9 +52,27 @@ def test_delete_removes_the_jobs_then_the_study(cluster: Cluster) -> None:
     assert deleted.exit_code == 0, deleted.output
     assert deleted.stdout.splitlines()[0] == "deleted Job sweeper/k8s-delete"
     assert "deleted sweep k8s-delete (4 trial(s))" in deleted.stdout
+    assert "ConfigMap sweeper/k8s-delete-spec goes with its Job (garbage collector)" \
+        in deleted.stdout
     assert cluster.jobs("k8s-delete") == [] and cluster.pods("k8s-delete") == []
+    deadline = time.monotonic() + cluster.patience(10)
+    while _configmap_exists(cluster, "k8s-delete-spec"):
+        assert time.monotonic() < deadline, "the garbage collector left the ConfigMap"
+        time.sleep(0.2)
     assert [s.study_name for s in optuna.get_all_study_summaries(open_storage(cluster.url))] \
         == []
 
     offline = cluster.sweeper("delete", "k8s-delete", "--yes", "--no-kubernetes")
     assert offline.exit_code == 2 and "no sweep named 'k8s-delete'" in offline.stderr
+
+
+def _configmap_exists(cluster: Cluster, name: str) -> bool:
+    from kubernetes.client.exceptions import ApiException
+
+    try:
+        cluster.core().read_namespaced_config_map(name, NS)
+    except ApiException as e:
+        if e.status == 404:
+            return False
+        raise
+    return True

@@ -27,3 +27,11 @@ def slow(ctx: TrialContext) -> float:
         ctx.report(step, loss=float(ctx.index) + 4 - step)
     print(f"objective output of index {ctx.index}", flush=True)
     return float(ctx.index)
+
+
+def fails_on_index_1(ctx: TrialContext) -> float:
+    """Index 1 raises on every attempt (a retryable failure each time, until the Job's
+    backoffLimitPerIndex is spent); every other index returns its number."""
+    if ctx.index == 1:
+        raise RuntimeError(f"fails_on_index_1: attempt {ctx.attempt} of index 1 fails")
+    return float(ctx.index)

@@ -99,7 +99,8 @@ class KubernetesBackend:
         if warning:
             self.echo(f"warning: {warning}")
         api.apply_configmap(ns, configmap)  # every pod mounts it: created before the Job
-        api.create_job(ns, job)
+        created = api.create_job(ns, job)
+        api.own_configmap(ns, configmap["metadata"]["name"], created)
         self._record_launch(sweep, launch)
         completions = job["spec"]["completions"]
         sparse = " (a sparse resume Job)" if m.INDEX_MAP_ANNOTATION in \

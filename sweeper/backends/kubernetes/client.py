@@ -143,6 +143,27 @@ class KubeClient:
         if created is None:
             self._request(core.replace_namespaced_config_map, name, namespace, body)
 
+    def own_configmap(self, namespace: str, name: str, job: Obj) -> None:
+        """Make the Job an owner of the ConfigMap: the garbage collector removes it with the
+        sweep's last Job (``sweeper delete``), as it removes the Job's pods."""
+        meta = job["metadata"]
+        ref = {"apiVersion": "batch/v1", "kind": "Job", "name": meta["name"],
+               "uid": meta["uid"], "blockOwnerDeletion": False, "controller": False}
+        current = self.read_configmap(namespace, name)
+        if current is None:
+            return
+        refs = [r for r in current["metadata"].get("ownerReferences") or []
+                if r.get("uid") != meta["uid"]] + [ref]
+        self._request(self.factory.core().patch_namespaced_config_map, name, namespace,
+                      {"metadata": {"ownerReferences": refs,
+                                    "resourceVersion": current["metadata"]["resourceVersion"]}})
+
+    def read_configmap(self, namespace: str, name: str) -> Obj | None:
+        """The ConfigMap, or None when there is none of that name."""
+        data = self._request(self.factory.core().read_namespaced_config_map, name, namespace,
+                             missing_ok=True)
+        return None if data is None else _json(data)
+
     def delete_configmap(self, namespace: str, name: str) -> bool:
         """Delete the ConfigMap; False when it was already gone."""
         data = self._request(self.factory.core().delete_namespaced_config_map, name, namespace,
