@@ -159,7 +159,7 @@ def _wait(what: str, ready: Callable[[], bool], timeout: float, procs: list[Proc
         try:
             if ready():
                 return
-        except Exception:  # not up yet
+        except Exception:  # noqa: BLE001 - not up yet
             pass
         time.sleep(0.2)
     raise ClusterError(f"timed out after {timeout:.0f} s waiting for {what}")

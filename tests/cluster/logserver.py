@@ -41,7 +41,7 @@ class _Handler(BaseHTTPRequestHandler):
     def log_message(self, format: str, *args: object) -> None:
         pass
 
-    def do_GET(self) -> None:  # noqa: N802 - http.server's name
+    def do_GET(self) -> None:
         url = urlsplit(self.path)
         parts = [unquote(p) for p in url.path.split("/") if p]
         if len(parts) not in (3, 4) or parts[0] != "containerLogs":

@@ -19,6 +19,7 @@ import argparse
 import json
 import os
 import platform
+import re
 import shutil
 import signal
 import subprocess
@@ -31,12 +32,13 @@ from typing import Any
 from kubernetes import client, config, watch
 
 from .logserver import LogServer
-from .podenv import NODE_IP, Obj, PodEnv, decode_secret, parse_quantity
+from .podenv import NODE_IP, Obj, PodEnv, decode_secret
 from .pods import PodRuntime, Runner, new_runtime
 from .status import now_rfc3339
 
 KUBELET_VERSION = "v1.36.3"
 HEARTBEAT_SECONDS = 5.0
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 
 
 def machine_capacity(gpus: int | None = None) -> dict[str, str]:
@@ -58,7 +60,9 @@ def detect_gpus() -> int:
         out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=10)
     except (OSError, subprocess.TimeoutExpired):
         return 0
-    return sum(line.startswith("GPU ") for line in out.stdout.splitlines()) if out.returncode == 0 else 0
+    if out.returncode != 0:
+        return 0
+    return sum(line.startswith("GPU ") for line in out.stdout.splitlines())
 
 
 def node_object(name: str, port: int, capacity: dict[str, str]) -> Obj:
@@ -98,8 +102,9 @@ def node_conditions() -> list[Obj]:
 class ApiSources:
     """Secrets, ConfigMaps and Services read through the API server."""
 
-    def __init__(self, core: client.CoreV1Api) -> None:
-        self.core = core
+    def __init__(self, api: client.ApiClient) -> None:
+        self.core = client.CoreV1Api(api)
+        self.discovery = client.DiscoveryV1Api(api)
 
     def _get(self, fn: Any, *args: str) -> Obj | None:
         try:
@@ -117,11 +122,23 @@ class ApiSources:
         return None if obj is None else dict(obj.get("data") or {})
 
     def service_ports(self, namespace: str, name: str) -> dict[int, int] | None:
-        obj = self._get(self.core.read_namespaced_service, name, namespace)
-        if obj is None:
+        """Service port -> the port its endpoints listen on: a numeric targetPort, or a named
+        one resolved through the EndpointSlices the endpointslice controller wrote."""
+        if not _DNS_LABEL.match(name) or not _DNS_LABEL.match(namespace):
             return None
-        return {p["port"]: p["targetPort"] for p in obj["spec"].get("ports") or []
-                if isinstance(p.get("targetPort"), int)}
+        svc = self._get(self.core.read_namespaced_service, name, namespace)
+        if svc is None:
+            return None
+        slices = json.loads(self.discovery.list_namespaced_endpoint_slice(
+            namespace, label_selector=f"kubernetes.io/service-name={name}",
+            _preload_content=False).data)["items"]
+        by_name = {p.get("name", ""): p["port"] for sl in slices for p in sl.get("ports") or []}
+        out = {}
+        for p in svc["spec"].get("ports") or []:
+            target = p.get("targetPort", p["port"])
+            out[p["port"]] = target if isinstance(target, int) else by_name.get(p.get("name", ""),
+                                                                                p["port"])
+        return out
 
 
 class Node:
@@ -130,9 +147,12 @@ class Node:
         self.core = client.CoreV1Api(api)
         self.coord = client.CoordinationV1Api(api)
         self.name, self.root, self.port = name, root, port
-        self.sources = ApiSources(self.core)
+        self.sources = ApiSources(api)
         base_env = {k: os.environ[k] for k in ("PATH", "PYTHONPATH", "HOME", "LANG", "TMPDIR")
                     if k in os.environ}
+        # The project's environment stands in for the image: its commands come first.
+        base_env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent),
+                                            base_env.get("PATH", os.defpath)])
         self.runner = Runner(base_env, workdir, root / "shared", max_grace)
         self.pods: dict[str, Obj] = {}  # uid -> the pod as last seen
         self.runtimes: dict[str, PodRuntime] = {}
@@ -163,7 +183,7 @@ class Node:
                 self._renew_lease()
                 self.core.patch_node_status(self.name, {"status": {
                     "conditions": node_conditions()}})
-            except Exception as e:  # the apiserver may be restarting: try again next beat
+            except Exception as e:  # noqa: BLE001 - the apiserver may be restarting: next beat
                 log(f"heartbeat: {e!r}")
 
     def _renew_lease(self) -> None:
@@ -195,7 +215,7 @@ class Node:
                     self._on_event(event)
                     if self.stopping.is_set():
                         return
-            except Exception as e:  # expired resourceVersion, apiserver restart: relist
+            except Exception as e:  # noqa: BLE001 - expired resourceVersion, a restart: relist
                 log(f"pod watch: {e!r}")
                 time.sleep(0.5)
 
@@ -218,7 +238,7 @@ class Node:
             for pod in pods:
                 try:
                     self._sync(pod)
-                except Exception as e:  # one broken pod must not stop the node
+                except Exception as e:  # noqa: BLE001 - one broken pod must not stop the node
                     log(f"pod {pod['metadata']['name']}: {e!r}")
             self._forget({p["metadata"]["uid"] for p in pods})
 

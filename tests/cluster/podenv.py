@@ -27,8 +27,12 @@ Obj = dict[str, Any]
 NODE_IP = "127.0.0.1"
 _PYTHON = re.compile(r"^python(3(\.\d+)?)?$")
 _FIELD_MAP = re.compile(r"^metadata\.(labels|annotations)\['(.+)'\]$")
-_SERVICE = re.compile(r"\b([a-z0-9]([-a-z0-9]*[a-z0-9])?)\.([a-z0-9]([-a-z0-9]*[a-z0-9])?)"
-                      r"\.svc(\.cluster\.local)?(:(\d+))?\b")
+#: NAME.NS.svc[.cluster.local][:PORT], or NAME[.NS]:PORT (a short name needs its port here, so
+#: that a plain word is never taken for a Service).
+_SERVICE_FQDN = re.compile(r"(?<![\w.-])([a-z0-9][-a-z0-9]*)\.([a-z0-9][-a-z0-9]*)"
+                           r"\.svc(?:\.cluster\.local)?(?::(\d+))?(?![\w.-])")
+_SERVICE_SHORT = re.compile(r"(?<![\w.-])([a-z0-9][-a-z0-9]*)(?:\.([a-z0-9][-a-z0-9]*))?"
+                            r":(\d+)(?![\w.-])")
 _SUFFIXES: dict[str, Decimal] = {
     "Ki": Decimal(2**10), "Mi": Decimal(2**20), "Gi": Decimal(2**30), "Ti": Decimal(2**40),
     "Pi": Decimal(2**50), "Ei": Decimal(2**60), "n": Decimal("1e-9"), "u": Decimal("1e-6"),
@@ -87,17 +91,18 @@ def rewrite_path(value: str, mounts: list[tuple[str, str]]) -> str:
     return value
 
 
-def rewrite_services(value: str, sources: Sources) -> str:
-    """A Service's DNS name (and port) -> 127.0.0.1 (and the Service's targetPort)."""
-    def sub(m: re.Match[str]) -> str:
-        ports = sources.service_ports(m.group(3), m.group(1))
+def rewrite_services(value: str, namespace: str, sources: Sources) -> str:
+    """A Service's DNS name (and port) -> 127.0.0.1 (and the port its endpoints listen on)."""
+    def sub(m: re.Match[str], short: bool) -> str:
+        name, ns, port = m.group(1), m.group(2) or namespace, m.group(3)
+        ports = sources.service_ports(ns, name)
         if ports is None:
             return m.group(0)
-        port = m.group(7)
         if port is None:
             return NODE_IP
         return f"{NODE_IP}:{ports.get(int(port), int(port))}"
-    return _SERVICE.sub(sub, value)
+    value = _SERVICE_FQDN.sub(lambda m: sub(m, False), value)
+    return _SERVICE_SHORT.sub(lambda m: sub(m, True), value)
 
 
 def _decode(b64: str) -> str:
@@ -139,7 +144,8 @@ class PodEnv:
             return str((meta.get(m.group(1)) or {}).get(m.group(2), ""))
         simple = {
             "metadata.name": meta.get("name"), "metadata.namespace": meta.get("namespace"),
-            "metadata.uid": meta.get("uid"), "spec.nodeName": spec.get("nodeName") or self.node_name,
+            "metadata.uid": meta.get("uid"),
+            "spec.nodeName": spec.get("nodeName") or self.node_name,
             "spec.serviceAccountName": spec.get("serviceAccountName", "default"),
             "status.hostIP": NODE_IP, "status.hostIPs": NODE_IP,
             "status.podIP": status.get("podIP") or NODE_IP, "status.podIPs": NODE_IP,
@@ -211,7 +217,8 @@ class PodEnv:
             argv[0] = sys.executable  # the project's environment stands in for the image
         return argv
 
-    def launch(self, spec: Obj, volumes: dict[str, Path]) -> tuple[list[str], dict[str, str], str | None]:
+    def launch(self, spec: Obj, volumes: dict[str, Path]
+               ) -> tuple[list[str], dict[str, str], str | None]:
         """(argv, declared env, working directory or None) with mounts and Services
         rewritten."""
         mounts = []
@@ -228,7 +235,7 @@ class PodEnv:
         argv = self.argv(spec, declared)
 
         def fix(v: str) -> str:
-            return rewrite_services(rewrite_path(v, mounts), self.sources)
+            return rewrite_services(rewrite_path(v, mounts), self.ns, self.sources)
         declared = {k: fix(v) for k, v in declared.items()}
         argv = [argv[0]] + [fix(a) for a in argv[1:]]
         wd = spec.get("workingDir")
