@@ -61,8 +61,12 @@ browser:
 	@command -v chromium >/dev/null && command -v chromedriver >/dev/null || { $(SUDO) apt-get update -qq && \
 		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq chromium chromium-driver >/dev/null; }
 
-test: install-test postgres browser
-	$(VENV)/bin/pytest
+# The Kubernetes tests start the local control plane for the session (unless `make cluster-up`
+# already did) and stop it after; then no process of it may be left running.
+test: install-test postgres browser cluster-build
+	@was_up=$$($(PY) -m tests.cluster status 2>/dev/null | grep -x up); \
+	$(VENV)/bin/pytest; rc=$$?; \
+	if [ -z "$$was_up" ]; then $(PY) -m tests.cluster leaks || rc=1; fi; exit $$rc
 
 lint: install-test
 	$(VENV)/bin/ruff check sweeper trial_runner tests benchmarks

@@ -5,12 +5,12 @@ from __future__ import annotations
 import argparse
 import sys
 
-from .control_plane import ClusterError, default_layout, down, is_up, up
+from .control_plane import ClusterError, default_layout, down, is_up, leftovers, up
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m tests.cluster")
-    p.add_argument("command", choices=("up", "down", "status"))
+    p.add_argument("command", choices=("up", "down", "status", "leaks"))
     p.add_argument("--no-build", action="store_true", help="fail instead of building binaries")
     args = p.parse_args(argv)
     lo = default_layout()
@@ -26,6 +26,11 @@ def main(argv: list[str] | None = None) -> int:
             stopped = down(lo)
             print(f"cluster-down: stopped {', '.join(stopped) or 'nothing (nothing was running)'}; "
                   f"removed {lo.run}")
+        elif args.command == "leaks":
+            left = leftovers(lo)
+            for line in left:
+                print(f"cluster-leaks: still running: {line}", file=sys.stderr)
+            return 1 if left else 0
         else:
             print("up" if is_up(lo) else "down")
             return 0 if is_up(lo) else 1

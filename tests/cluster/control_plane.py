@@ -42,13 +42,14 @@ class ClusterError(RuntimeError):
 @dataclass(frozen=True)
 class Layout:
     root: Path  # .cluster
-    etcd_port: int = 12379
+    etcd_port: int = 12379  # and the next one, etcd's peer port
     apiserver_port: int = 16443
     node_port: int = 16450
+    bin_dir: Path | None = None  # default: $CLUSTER_BIN, else ROOT/bin
 
     @property
     def bin(self) -> Path:
-        return Path(os.environ.get("CLUSTER_BIN", self.root / "bin"))
+        return self.bin_dir or Path(os.environ.get("CLUSTER_BIN", self.root / "bin"))
 
     @property
     def run(self) -> Path:
@@ -310,3 +311,22 @@ def down(lo: Layout) -> list[str]:
     shutil.rmtree(lo.run, ignore_errors=True)
     lo.kubeconfig.unlink(missing_ok=True)
     return stopped
+
+
+def leftovers(lo: Layout) -> list[str]:
+    """Processes of ours still running: any whose command line names this cluster's
+    directory (etcd, the apiserver, the controllers, the node, Kueue) or whose process group
+    the node recorded for a pod. Empty after :func:`down`."""
+    found = []
+    root = str(lo.root).encode()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if root in cmdline and alive(int(entry.name)):
+            command = cmdline.replace(b"\0", b" ").decode(errors="replace")
+            found.append(f"{entry.name}: {command[:120]}")
+    return found

@@ -32,7 +32,7 @@ _FIELD_MAP = re.compile(r"^metadata\.(labels|annotations)\['(.+)'\]$")
 _SERVICE_FQDN = re.compile(r"(?<![\w.-])([a-z0-9][-a-z0-9]*)\.([a-z0-9][-a-z0-9]*)"
                            r"\.svc(?:\.cluster\.local)?(?::(\d+))?(?![\w.-])")
 _SERVICE_SHORT = re.compile(r"(?<![\w.-])([a-z0-9][-a-z0-9]*)(?:\.([a-z0-9][-a-z0-9]*))?"
-                            r":(\d+)(?![\w.-])")
+                            r":(\d+)(?![\w.@-])")
 _SUFFIXES: dict[str, Decimal] = {
     "Ki": Decimal(2**10), "Mi": Decimal(2**20), "Gi": Decimal(2**30), "Ti": Decimal(2**40),
     "Pi": Decimal(2**50), "Ei": Decimal(2**60), "n": Decimal("1e-9"), "u": Decimal("1e-6"),
