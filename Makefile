@@ -69,7 +69,7 @@ test: install-test postgres browser cluster-build
 	if [ -z "$$was_up" ]; then $(PY) -m tests.cluster leaks || rc=1; fi; exit $$rc
 
 lint: install-test
-	$(VENV)/bin/ruff check sweeper trial_runner tests benchmarks
+	$(VENV)/bin/ruff check sweeper trial_runner tests benchmarks tools
 	$(VENV)/bin/mypy
 
 bench: install-test postgres

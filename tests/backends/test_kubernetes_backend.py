@@ -350,7 +350,8 @@ def test_permission_denied_names_the_missing_permission(cluster: Cluster) -> Non
     """A ServiceAccount whose Role lacks ``create jobs``: the real apiserver's 403, in one line
     that names the permission, the user and the manifest that grants it."""
     rules = yaml.safe_load_all((REPO / "manifests" / "rbac.yaml").read_text())
-    role = next(d for d in rules if d and d["kind"] == "Role" and d["metadata"]["name"] == "sweeper")
+    role = next(d for d in rules
+                if d and d["kind"] == "Role" and d["metadata"]["name"] == "sweeper")
     for rule in role["rules"]:
         if "jobs" in rule["resources"]:
             rule["verbs"] = [v for v in rule["verbs"] if v != "create"]

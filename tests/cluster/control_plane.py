@@ -186,7 +186,7 @@ def _read(lo: Layout, what: str) -> dict[str, Any]:
         core = client.CoreV1Api(api)
         resp = (core.read_node("process-node", _preload_content=False) if what == "node" else
                 core.read_namespaced_service_account("default", "default", _preload_content=False))
-        return json.loads(resp.data)  # type: ignore[no-any-return]
+        return json.loads(resp.data)
     finally:
         api.close()
 

@@ -108,7 +108,7 @@ class ApiSources:
 
     def _get(self, fn: Any, *args: str) -> Obj | None:
         try:
-            return json.loads(fn(*args, _preload_content=False).data)  # type: ignore[no-any-return]
+            return json.loads(fn(*args, _preload_content=False).data)
         except client.exceptions.ApiException as e:
             if e.status == 404:
                 return None

@@ -1,4 +1,4 @@
-"""Write tools/cluster/k8s/go.mod from the go.mod that the module proxy serves for k8s.io/kubernetes.
+"""Write tools/cluster/k8s/go.mod from the go.mod the module proxy serves for k8s.io/kubernetes.
 
 k8s.io/kubernetes replaces every k8s.io/* staging module with ./staging/src/..., which only
 works inside its own repository. A module that requires it must pin each of those modules
