@@ -1,17 +1,20 @@
-"""Shared fixtures: a real PostgreSQL database per test (fails, never skips, under CI=true)
-and a SQLite file per test."""
+"""Shared fixtures: a real PostgreSQL database per test and the session's Kubernetes cluster
+(both fail, never skip, under CI=true), and a SQLite file per test."""
 
 from __future__ import annotations
 
 import os
 import uuid
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
 
+from tests.cluster.control_plane import ClusterError, default_layout, down, is_up, up
 from tests.support.helpers import drop_database
+from tests.support.k8s_cluster import LOCAL_IMAGE, prepare_namespace, real_cluster_config
 
 PG_ADMIN_URL = os.environ.get(
     "SWEEPER_TEST_PG", "postgresql://sweeper:sweeper-test-pw@127.0.0.1:5432/postgres")
@@ -62,3 +65,36 @@ def storage_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     if request.param == "sqlite":
         return f"sqlite:///{tmp_path / 'sweeps.db'}"
     return str(request.getfixturevalue("pg_url"))
+
+
+@dataclass(frozen=True)
+class Target:
+    kubeconfig: Path
+    image: str
+    local: Path | None  # the local control plane's directory
+
+
+@pytest.fixture(scope="session")
+def k8s_target() -> Iterator[Target]:
+    """The local control plane (tests/cluster), started for the session unless `make
+    cluster-up` already did, and stopped after it; or a cluster of your own named by
+    ``SWEEPER_TEST_KUBECONFIG`` (with ``SWEEPER_TEST_IMAGE``; docs/real-cluster-tests.md)."""
+    own = real_cluster_config()
+    if own is not None:
+        yield Target(own[0], own[1], None)
+        return
+    lo = default_layout()
+    started = not is_up(lo)
+    try:
+        up(lo, say=lambda line: print(f"\n{line}"))
+    except ClusterError as e:
+        msg = f"the local Kubernetes control plane could not start: {e}"
+        if os.environ.get("CI") == "true":
+            pytest.fail(msg)
+        pytest.skip(msg)
+    prepare_namespace(lo.kubeconfig)
+    try:
+        yield Target(lo.kubeconfig, LOCAL_IMAGE, lo.root)
+    finally:
+        if started:
+            down(lo)

@@ -1,7 +1,7 @@
-"""`sweeper logs` and `run`'s failure summary on Kubernetes, end to end through the fake API
-server (or a real cluster, see conftest.py): an attempt of an index picked by the runner's
-header in the pod logs, following a pod's log as it is written, and the failed index's reason
-and pod log lines in `run`'s summary."""
+"""`sweeper logs` and `run`'s failure summary on Kubernetes, end to end through the local
+control plane (or a cluster of your own, see conftest.py): an attempt of an index picked by the
+runner's header in the pod logs, following a pod's log as it is written, and the failed index's
+reason and pod log lines in `run`'s summary."""
 
 from __future__ import annotations
 

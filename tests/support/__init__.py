@@ -1,1 +1,2 @@
-"""Test support: fixtures, helpers and the fake Kubernetes API server (not collected as tests)."""
+"""Test support: fixtures and helpers, among them the tests' view of the local Kubernetes
+cluster (k8s_cluster); not collected as tests."""

@@ -1,5 +1,6 @@
 """Objectives for the cluster-readiness tests (issue 10), run by real trial runners (local
-processes or fake pods) as ``tests.support.cluster_objectives:NAME``."""
+processes or pods on the local cluster's process node) as
+``tests.support.cluster_objectives:NAME``."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
-"""Objectives the Kubernetes end-to-end tests run inside fake pods (imported by the runner as
-``tests.support.k8s_objectives:NAME``; the fake starts pods in the repository root)."""
+"""Objectives the Kubernetes end-to-end tests run inside pods (imported by the runner as
+``tests.support.k8s_objectives:NAME``; the local cluster's process node starts pods in the
+repository root)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
 """moto's S3 in server mode on a free local port, for tests whose S3 clients live in other
-processes (trial runners, fake pods): they reach it at ``endpoint`` with ``credentials``."""
+processes (trial runners, pods on the local cluster's process node): they reach it at
+``endpoint`` with ``credentials``."""
 
 from __future__ import annotations
 
