@@ -1,69 +1,259 @@
-"""A Kubernetes sweep whose pods reach the study only through the storage proxy: the fake API
-server (its pods are local processes) with no database Secret at all, a real ``sweeper proxy``
-process in front of a real PostgreSQL, and the CLI talking to the same proxy. Every index
-finishes exactly once and no pod ever sees the database URL."""
+"""The storage proxy as a user deploys it: the kustomize component
+manifests/components/storage-proxy applied with `kubectl apply -k` (its Service, its Deployment
+of `sweeper proxy` reading the database URL from Secret ``sweeper-db``, its PodDisruptionBudget,
+NetworkPolicies and dashboard ConfigMap), then a Kubernetes sweep whose trial pods have no
+database Secret at all, only ``grpc://sweeper-storage-proxy:13000``. Every index finishes
+exactly once through the proxy, and neither a trial pod nor the CLI's output holds the password.
+Against the local control plane (the real Deployment, ReplicaSet and EndpointSlice controllers;
+the process node runs the proxy's pod; its NetworkPolicies are applied, not enforced) or a
+cluster of your own, and a real PostgreSQL."""
 
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import time
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
-from click.testing import CliRunner
+import yaml
+from prometheus_client.parser import text_string_to_metric_families
 
-from sweeper.cli import cli
+from sweeper.backends import manifests as m
 from tests.support.chaos import check
-from tests.support.k8s_cluster import NS, POD_ENV, REPO
-from tests.support.k8s_fake import FakeKubeAPI
-from tests.support.k8s_fake.store import JOBS, PODS
-from tests.support.proxy import ProxyProcess
+from tests.support.k8s_cluster import NS, REAL_SECRET, REPO, Cluster, kubectl
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 
-SPEC = """
+COMPONENT = REPO / "manifests" / "components" / "storage-proxy"
+PROXY = "sweeper-storage-proxy"
+DB_SECRET = "sweeper-db"
+PROXY_PODS = f"app.kubernetes.io/name={PROXY},app.kubernetes.io/instance={PROXY}"
+#: What `sweeper proxy` prints once it serves (storage-proxy.yaml: --host 0.0.0.0 --port 13000).
+SERVING = "on grpc://0.0.0.0:13000"
+ADDRESS = f"grpc://{PROXY}:13000"
+
+SPEC = f"""
 name: via-proxy
 method: grid
-objective: {metric: loss, direction: minimize}
+objective: {{metric: loss, direction: minimize}}
 parallelism: 3
 trial:
   entrypoint: tests.support.fault_objectives:steady
-  fixed: {duration: 0.4, steps: 4}
+  fixed: {{duration: 0.4, steps: 4}}
   retries: 1
 parameters:
-  x: {type: float, values: [0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7]}
+  x: {{type: float, values: [0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7]}}
 kubernetes:
-  storage_proxy: PROXY
+  storage_proxy: {ADDRESS.removeprefix("grpc://")}
 """
 
+Obj = dict[str, Any]
 
-def test_pods_reach_the_study_only_through_the_proxy(pg_url: str, tmp_path: Path) -> None:
-    markers = tmp_path / "markers"
+
+def _kubectl(cluster: Cluster, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([kubectl(), "--kubeconfig", str(cluster.kubeconfig), *args],
+                          capture_output=True, text=True, timeout=180)
+
+
+def _ok(cluster: Cluster, *args: str) -> str:
+    out = _kubectl(cluster, *args)
+    assert out.returncode == 0, f"kubectl {' '.join(args)}: {out.stderr}"
+    return out.stdout
+
+
+def _image(image: str) -> Obj:
+    """kustomize's ``images:`` entry that swaps the component's image for the test image."""
+    entry: Obj = {"name": "sweeper-trial-runner"}
+    if "@" in image:
+        entry["newName"], entry["digest"] = image.split("@", 1)
+        return entry
+    name, _, tag = image.rpartition(":")
+    if not name or "/" in tag:
+        name, tag = image, "latest"
+    entry.update(newName=name, newTag=tag)
+    return entry
+
+
+def _overlay(cluster: Cluster) -> Path:
+    """An overlay of the component alone, as a user's cluster directory would add it (the
+    namespace and RBAC of the base are already there)."""
+    overlay = cluster.tmp / "storage-proxy-overlay"
+    overlay.mkdir()
+    (overlay / "kustomization.yaml").write_text(yaml.safe_dump({
+        "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
+        # kustomize takes a component only by a relative path
+        "components": [os.path.relpath(COMPONENT, overlay)],
+        "images": [_image(cluster.image)]}))
+    return overlay
+
+
+def _put_db_secret(cluster: Cluster) -> None:
+    """Secret sweeper-db, key url: this test's database as the pods reach it (the fixture's
+    Secret holds exactly that: cluster.url on the local cluster)."""
+    from kubernetes.client.exceptions import ApiException
+
+    core = cluster.core()
+    url = core.read_namespaced_secret(REAL_SECRET, NS).data["url"]
+    body = {"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+            "metadata": {"name": DB_SECRET,
+                         "labels": {"app.kubernetes.io/part-of": "sweeper-tests"}},
+            "data": {"url": url}}
+    try:
+        core.create_namespaced_secret(NS, body)
+    except ApiException as e:
+        if e.status != 409:
+            raise
+        core.replace_namespaced_secret(DB_SECRET, NS, body)
+
+
+def _proxy_pods(cluster: Cluster) -> list[Obj]:
+    resp = cluster.core().list_namespaced_pod(NS, label_selector=PROXY_PODS,
+                                              _preload_content=False)
+    return [p for p in json.loads(resp.data)["items"] if not p["metadata"].get("deletionTimestamp")]
+
+
+def _log(cluster: Cluster, pod: Obj) -> str:
+    # The raw bytes: for a log, kubernetes 36's client otherwise returns str(bytes), "b'...'".
+    resp = cluster.core().read_namespaced_pod_log(pod["metadata"]["name"], NS,
+                                                  container="proxy", _preload_content=False)
+    return bytes(resp.data).decode()
+
+
+def _serving_pod(cluster: Cluster) -> Obj:
+    """The one proxy pod once `sweeper proxy` in it says it serves (the process node runs no
+    probes: Ready means started, not serving)."""
+    deadline = time.monotonic() + cluster.patience(30)
+    while True:
+        pods = _proxy_pods(cluster)
+        running = [p for p in pods if p["status"].get("phase") == "Running"]
+        if len(pods) == 1 and running and SERVING in _log(cluster, running[0]):
+            return running[0]
+        assert time.monotonic() < deadline, [(p["metadata"]["name"], p["status"]) for p in pods]
+        time.sleep(0.3)
+
+
+@contextmanager
+def storage_proxy(cluster: Cluster) -> Iterator[Obj]:
+    """The component applied, its Deployment available with one serving pod (yielded);
+    everything it made, and Secret sweeper-db, removed afterwards."""
+    overlay = _overlay(cluster)
+    _put_db_secret(cluster)
+    try:
+        applied = _ok(cluster, "apply", "-k", str(overlay))
+        for made in (f"service/{PROXY}", f"deployment.apps/{PROXY}",
+                     f"poddisruptionbudget.policy/{PROXY}"):
+            assert f"{made} created" in applied or f"{made} configured" in applied, applied
+        # Two replicas would each bind 13000 (and 9090) on the process node's one network,
+        # which every pod shares: the second would crash-loop on "address in use". On a real
+        # cluster each replica has its own pod IP, and both serve.
+        _ok(cluster, "scale", "-n", NS, f"deployment/{PROXY}", "--replicas=1")
+        _ok(cluster, "rollout", "status", "-n", NS, f"deployment/{PROXY}",
+            f"--timeout={cluster.patience(30):.0f}s")
+        _ok(cluster, "wait", "-n", NS, f"deployment/{PROXY}", "--for=condition=Available",
+            f"--timeout={cluster.patience(30):.0f}s")
+        yield _serving_pod(cluster)
+    finally:
+        # Foreground: the Deployment goes only after its ReplicaSet and pods, so the proxy's
+        # ports are free again when the test ends.
+        _kubectl(cluster, "delete", "-k", str(overlay), "--ignore-not-found",
+                 "--cascade=foreground", "--wait", "--timeout=120s")
+        _kubectl(cluster, "delete", "secret", "-n", NS, DB_SECRET, "--ignore-not-found")
+
+
+def _metrics(pod: Obj) -> dict[str, float]:
+    """The proxy's Prometheus samples (name{labels} -> value), read at its pod IP."""
+    port = next(p["containerPort"] for p in pod["spec"]["containers"][0]["ports"]
+                if p["name"] == "metrics")
+    with urllib.request.urlopen(f"http://{pod['status']['podIP']}:{port}/metrics",
+                                timeout=10) as r:
+        text = r.read().decode()
+    return {s.name + json.dumps(s.labels, sort_keys=True): s.value
+            for family in text_string_to_metric_families(text) for s in family.samples}
+
+
+def _restarts(pod: Obj) -> int:
+    return int(pod["status"]["containerStatuses"][0]["restartCount"])
+
+
+def _env(container: Obj) -> dict[str, Obj]:
+    return {e["name"]: e for e in container.get("env") or []}
+
+
+def _check_trial_pods(pods: list[Obj]) -> None:
+    """Each trial pod is told the proxy's Service address, and nothing else about storage."""
+    for pod in pods:
+        spec = pod["spec"]
+        for container in spec["containers"] + (spec.get("initContainers") or []):
+            storage = _env(container).get("SWEEPER_STORAGE")
+            assert storage is None or storage == {"name": "SWEEPER_STORAGE", "value": ADDRESS}
+            assert not any("secretRef" in src for src in container.get("envFrom") or [])
+        assert _env(spec["containers"][0])["SWEEPER_STORAGE"]["value"] == ADDRESS
+        assert not [v for v in spec.get("volumes") or [] if "secret" in v], spec["volumes"]
+
+
+def _check_proxy_pod(cluster: Cluster, pod: Obj, log: str, password: str) -> None:
+    """The proxy alone reads the database URL, from Secret sweeper-db; it says it serves, with
+    the password redacted; and it served this sweep's claims and tells."""
+    (container,) = pod["spec"]["containers"]
+    assert container["command"] + container["args"][:1] == ["sweeper", "proxy"]
+    assert _env(container)["SWEEPER_STORAGE"]["valueFrom"] == {
+        "secretKeyRef": {"name": DB_SECRET, "key": "url"}}
+    (line,) = [x for x in log.splitlines() if SERVING in x]
+    assert line.startswith("storage proxy for postgresql://"), line
+    assert ":***@" in line and password not in log
+    if cluster.local is None:
+        return  # the pod IP is this machine's only on the local cluster
+    samples = _metrics(pod)
+    tells = {k: v for k, v in samples.items() if k.startswith("sweeper_tell_seconds_count")}
+    claims = {k: v for k, v in samples.items()
+              if k.startswith("sweeper_index_claim_seconds_count")}
+    assert sum(tells.values()) == 8, tells  # one tell per index, none from elsewhere
+    assert sum(claims.values()) >= 8, claims
+
+
+def test_pods_reach_the_study_only_through_the_deployed_proxy(cluster: Cluster) -> None:
+    markers = cluster.tmp / "markers"
     markers.mkdir()
-    with ProxyProcess(pg_url, tmp_path) as proxy:
-        spec = tmp_path / "via-proxy.yaml"
-        spec.write_text(SPEC.replace("PROXY", proxy.url.removeprefix("grpc://")))
-        fake = FakeKubeAPI(workdir=REPO, state_dir=tmp_path / "fake",
-                           extra_env={**POD_ENV, "SWEEPER_TEST_MARKERS": str(markers)})
-        fake.start()
-        try:
-            fake.add_namespace(NS)  # and no Secret: a pod that wanted one could not start
-            kubeconfig = fake.write_kubeconfig(tmp_path / "kubeconfig", namespace=NS)
-            env = {"SWEEPER_STORAGE": proxy.url, "KUBECONFIG": str(kubeconfig),
-                   "SWEEPER_POLL_INTERVAL": "0.2", "SWEEPER_GRACE_PERIOD": "5",
-                   "KUBERNETES_SERVICE_HOST": None}
-            result = CliRunner().invoke(cli, ["run", str(spec), "--backend", "kubernetes"],
-                                        env=env, catch_exceptions=False)
-            jobs = fake.store.list(JOBS, NS) + fake.store.list(PODS, NS)
-        finally:
-            fake.stop()
-    assert result.exit_code == 0, result.output
+    text = SPEC
+    if cluster.local is not None:  # the pods are processes here: they share tmp_path
+        text += f"  env: {{SWEEPER_TEST_MARKERS: '{markers}'}}\n"
+    spec = cluster.spec(text)
+    with storage_proxy(cluster) as proxy_pod:
+        # The CLI talks to PostgreSQL (cluster.url); only the pods go through the proxy.
+        result = cluster.sweeper("run", spec, "--backend", "kubernetes")
+        proxy_log = _log(cluster, proxy_pod)
+        (after,) = _proxy_pods(cluster)  # the same pod, its proxy not restarted meanwhile
+        assert after["metadata"]["uid"] == proxy_pod["metadata"]["uid"]
+        assert _restarts(after) == _restarts(proxy_pod), after["status"]
+        assert result.exit_code == 0, result.output
+        _check_proxy_pod(cluster, after, proxy_log, urlsplit(cluster.url).password or "")
+
     assert "this launch: 8 of 8 indexes finished" in result.output
-    report = check(pg_url, "via-proxy", 8, markers, 0, 0, 0.0)
+    report = check(cluster.url, "via-proxy", 8, markers, 0, 0, 0.0)
     assert report.problems == []
     assert report.trials == 8  # nothing retried, nothing run twice
-    password = urlsplit(pg_url).password
+    assert cluster.finished_per_index("via-proxy") == {i: 1 for i in range(8)}
+    if cluster.local is not None:
+        assert len(list(markers.iterdir())) == 8  # each trial executed exactly once
+
+    jobs, pods = cluster.jobs("via-proxy"), cluster.pods("via-proxy")
+    assert len(jobs) == 1 and len(pods) == 8, [p["metadata"]["name"] for p in pods]
+    assert all(p["status"]["phase"] == "Succeeded" for p in pods)
+    _check_trial_pods(pods)
+    configmap = json.loads(cluster.core().read_namespaced_config_map(
+        m.spec_configmap_name("via-proxy"), NS, _preload_content=False).data)
+    password = urlsplit(cluster.url).password
     assert password and password not in result.output
-    assert len(jobs) == 1 + 8  # the Job and its 8 pods
-    dumped = json.dumps(jobs)
+    # The spec's ConfigMap names storage_secret's default (sweeper-db), unused through a
+    # proxy: no password in it, but the name is there.
+    assert password not in json.dumps(configmap)
+    dumped = json.dumps(jobs + pods)
     assert password not in dumped and "secretKeyRef" not in dumped
+    assert DB_SECRET not in dumped and REAL_SECRET not in dumped  # no Secret named at all
