@@ -124,6 +124,10 @@ def index_map(spec: SweepSpec, indexes: Sequence[int] | None) -> list[int] | Non
     return todo
 
 
+#: The label Kueue admits a Job by (the LocalQueue's name).
+KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+
+
 def render_job(spec: SweepSpec, indexes: Sequence[int] | None = None, *, launch: int = 0
                ) -> dict[str, Any]:
     """The Indexed Job for ``indexes`` of ``spec`` (all of them when None)."""
@@ -151,6 +155,10 @@ def render_job(spec: SweepSpec, indexes: Sequence[int] | None = None, *, launch:
     }
     if k.active_deadline is not None:
         job_spec["activeDeadlineSeconds"] = math.ceil(k.active_deadline)
+    if KUEUE_QUEUE_LABEL in k.labels:
+        # Created suspended: Kueue unsuspends the Job when it admits it. A queued Job created
+        # running could start pods before Kueue (webhook or reconciler) suspends it.
+        job_spec["suspend"] = True
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
@@ -209,7 +217,8 @@ def _pod_failure_policy() -> dict[str, Any]:
 
 
 __all__ = ["COMPLETION_INDEX", "CONTAINER_NAME", "DEFAULT_CPU", "DEFAULT_MEMORY",
-           "INDEXES_PER_POD_ANNOTATION", "INDEX_MAP_ANNOTATION", "LAUNCH_ANNOTATION",
+           "INDEXES_PER_POD_ANNOTATION", "INDEX_MAP_ANNOTATION", "KUEUE_QUEUE_LABEL",
+           "LAUNCH_ANNOTATION",
            "RUNNER_COMMAND", "RUN_AS", "S3_CREDENTIAL_KEYS", "SCRATCH", "SPEC_DIR", "SPEC_KEY",
            "SWEEP_LABEL", "checkpoint_warning", "index_map", "job_name", "labels",
            "launch_of", "render", "render_job", "render_spec_configmap", "selector",

@@ -102,6 +102,9 @@ def test_every_field_renders_schema_valid_and_reads_back() -> None:
         assert meta["annotations"]["example.com/owner"] == "ml-team"
         assert meta["annotations"]["cost-center"] == "42"
     assert m.LAUNCH_ANNOTATION in job["metadata"]["annotations"]
+    assert job["spec"]["suspend"] is True  # queued: Kueue unsuspends it on admission
+    assert "suspend" not in m.render_job(_spec(FULL.replace(
+        "kueue.x-k8s.io/queue-name: team-a, ", "")))["spec"]
 
     assert pod["priorityClassName"] == "high-priority"
     assert pod["runtimeClassName"] == "nvidia"

@@ -289,7 +289,12 @@ class Node:
             if uid not in live:
                 rt = self.runtimes.pop(uid)
                 self.runner.signal(rt, signal.SIGKILL)
+                self.runner.stop(rt)
                 self.runner.close(rt)
+                # The pod is gone from the API: its directory (logs, emptyDirs) goes too.
+                self.logs = {k: v for k, v in self.logs.items()
+                             if not any(p.is_relative_to(rt.dir) for p in v.values())}
+                shutil.rmtree(rt.dir, ignore_errors=True)
         self.deleted &= live
         self._write_pgids()
 

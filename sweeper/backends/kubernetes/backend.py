@@ -52,6 +52,7 @@ class _Watch:
     last_failed: int = 0
     last_pending: float = 0.0
     last_stale: float = 0.0
+    suspended: bool | None = None  # as last said (None: nothing said yet)
 
 
 class KubernetesBackend:
@@ -170,6 +171,11 @@ class KubernetesBackend:
     def _observe(self, sweep: Sweep, w: _Watch, info: JobInfo) -> None:
         """One look at the Job: new failed pods, pods that cannot start, stale trials."""
         now = time.monotonic()
+        suspended = info.reason == "Suspended"
+        if suspended != bool(w.suspended) and (suspended or w.suspended is not None):
+            w.suspended = suspended
+            self.echo(f"Job {w.namespace}/{w.name}: {info.message}" if suspended
+                      else f"Job {w.namespace}/{w.name} admitted: its pods start")
         if info.failed != w.last_failed:
             w.last_failed = info.failed
             self._report_failures(w, info)

@@ -95,6 +95,10 @@ def job_state(job: Obj) -> tuple[str, str | None, str | None]:
     for c in (job.get("status") or {}).get("conditions") or []:
         if c.get("status") == "True" and c.get("type") in ("Complete", "Failed"):
             state, reason, message = c["type"], c.get("reason"), c.get("message")
+    if state == "Running" and (job.get("spec") or {}).get("suspend"):
+        reason = "Suspended"
+        message = "waiting for admission: a queued Job runs once Kueue admits it (its " \
+                  "ClusterQueue has quota for it)"
     if (job.get("metadata") or {}).get("deletionTimestamp"):
         state = "Deleting"
     return state, reason, message
