@@ -1,20 +1,29 @@
-"""The spec's ``data:`` on Kubernetes, through the fake API server: an S3 dataset (moto's
+"""The spec's ``data:`` on Kubernetes, against the local control plane: an S3 dataset (moto's
 server) is synced once per pod into its scratch, so the indexes a pod runs share one download;
-a dataset on a read-only PVC is read in place."""
+a dataset on a read-only PVC (bound by kube-controller-manager's PV binder to a hostPath
+PersistentVolume) is read in place.
+
+Local control plane only: its pods share this machine's network (they reach moto on
+127.0.0.1), and the test fills the claim's directory on the process node."""
 
 from __future__ import annotations
 
+import base64
+import shutil
+import time
+import uuid
 from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 import pytest
+from optuna.trial import FrozenTrial
 
 from sweeper.backends.kubernetes import job_info
 from tests.support.k8s_cluster import NS, Cluster
 from tests.support.s3 import CREDENTIALS, REGION, S3Server, moto_s3
 
-pytestmark = [pytest.mark.postgres,
-              pytest.mark.fake_only(reason="pods reach moto on 127.0.0.1; the fake's PVCs are "
-                                           "local directories the test fills")]
+pytestmark = pytest.mark.postgres
 
 SPEC = """
 name: {name}
@@ -29,6 +38,21 @@ parameters:
 {extra}"""
 
 
+def _local(cluster: Cluster) -> Path:
+    """The local control plane's directory: these tests need its process node."""
+    assert cluster.local is not None, (
+        "needs the local control plane: its pods reach moto on 127.0.0.1 and the test writes "
+        "into a claim's directory on its process node")
+    return cluster.local
+
+
+def _values(trials: list[FrozenTrial]) -> list[float]:
+    """The trials' values, sorted; every trial has one."""
+    values = [t.value for t in trials]
+    assert all(v is not None for v in values), trials
+    return sorted(v for v in values if v is not None)
+
+
 @pytest.fixture
 def s3() -> Iterator[S3Server]:
     with moto_s3() as server:
@@ -39,13 +63,35 @@ def s3() -> Iterator[S3Server]:
         yield server
 
 
-def test_s3_dataset_is_downloaded_once_per_pod(cluster: Cluster, s3: S3Server) -> None:
-    fake = cluster.fake
-    assert fake is not None
-    fake.add_secret(NS, "s3-creds", dict(CREDENTIALS))
+@pytest.fixture
+def s3_secret(cluster: Cluster) -> Iterator[str]:
+    """Secret ``s3-creds`` with moto's credentials, created through the API."""
+    from kubernetes.client.exceptions import ApiException
+
+    name, core = "s3-creds", cluster.core()
+    body = {"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+            "metadata": {"name": name, "labels": {"app.kubernetes.io/part-of": "sweeper-tests"}},
+            "data": {k: base64.b64encode(v.encode()).decode() for k, v in CREDENTIALS.items()}}
+    try:
+        core.create_namespaced_secret(NS, body)
+    except ApiException as e:
+        if e.status != 409:
+            raise
+        core.replace_namespaced_secret(name, NS, body)
+    yield name
+    try:
+        core.delete_namespaced_secret(name, NS)
+    except ApiException as e:
+        if e.status != 404:
+            raise
+
+
+def test_s3_dataset_is_downloaded_once_per_pod(cluster: Cluster, s3: S3Server,
+                                               s3_secret: str) -> None:
+    local = _local(cluster)
     spec = cluster.spec(SPEC.format(name="k8s-data", extra=f"""
 data: {{s3: s3://datasets/digits, endpoint_url: '{s3.endpoint}', region: {REGION},
-        credentials_secret: s3-creds}}
+        credentials_secret: {s3_secret}}}
 kubernetes:
   indexes_per_pod: 2
   env: {{NO_PROXY: 127.0.0.1}}
@@ -54,33 +100,88 @@ kubernetes:
     assert result.exit_code == 0, result.output
     assert job_info(cluster.jobs("k8s-data")[0], 4).state == "Complete"
     trials = [t for ts in cluster.trials("k8s-data").values() for t in ts]
-    assert sorted(t.value for t in trials) == [3.0, 4.0, 5.0, 6.0]
+    assert _values(trials) == [3.0, 4.0, 5.0, 6.0]
     assert all(t.user_attrs["data_files"] == ["a.txt", "b/c.txt"] for t in trials)
     pods = cluster.pods("k8s-data")
     assert len(pods) == 2
     for pod in pods:  # two indexes per pod, one download each
-        log = fake.pod_log(NS, pod["metadata"]["name"])
+        log = cluster.core().read_namespaced_pod_log(pod["metadata"]["name"], NS)
         assert log.count("data: downloading s3://datasets/digits: 2 files, 2 B") == 1, log
         assert log.count(" complete: loss=") == 2
-        assert "/scratch/sweeper-data/" not in log  # the fake maps /scratch to the pod's dir
     dirs = {t.user_attrs["data_dir"] for t in trials}
-    assert len(dirs) == 2  # one copy per pod, in that pod's scratch
+    # One copy per pod, in that pod's scratch: the process node's emptyDir is a directory of
+    # the pod's own (its mountPath /scratch rewritten in the env), so the copies differ.
+    assert len(dirs) == 2, dirs
+    pod_dirs = local / "run" / "node" / "pods"
+    assert all(Path(d).is_relative_to(pod_dirs) for d in dirs), dirs
 
 
-def test_dataset_on_a_read_only_pvc(cluster: Cluster) -> None:
-    fake = cluster.fake
-    assert fake is not None
-    claim = fake.state_dir / "pvc" / NS / "digits-data" / "digits"
-    (claim / "sub").mkdir(parents=True)
-    (claim / "one.txt").write_text("10")
-    (claim / "sub" / "two.txt").write_text("20")
-    spec = cluster.spec(SPEC.format(name="k8s-pvc-data", extra="""
-data: {path: /datasets/digits}
+@pytest.fixture
+def claim(cluster: Cluster) -> Iterator[tuple[str, Path]]:
+    """A read-only PVC bound to a hostPath PersistentVolume (the PV binder binds them; the
+    scheduler places no pod whose claim is unbound), and the directory that is the claim's
+    volume on the process node. Both objects and the directory are removed afterwards."""
+    local = _local(cluster)
+    name = f"digits-{uuid.uuid4().hex[:8]}"
+    pv_name = f"sweeper-test-{NS}-{name}"
+    directory = local / "run" / "node" / "shared" / "pvc" / NS / name
+    core = cluster.core()
+    modes, size = ["ReadOnlyMany"], "1Mi"
+    core.create_persistent_volume({
+        "apiVersion": "v1", "kind": "PersistentVolume",
+        "metadata": {"name": pv_name, "labels": {"app.kubernetes.io/part-of": "sweeper-tests"}},
+        "spec": {"capacity": {"storage": size}, "accessModes": modes,
+                 "persistentVolumeReclaimPolicy": "Retain", "storageClassName": "",
+                 "hostPath": {"path": str(directory), "type": "DirectoryOrCreate"},
+                 "claimRef": {"namespace": NS, "name": name}}})
+    try:
+        core.create_namespaced_persistent_volume_claim(NS, {
+            "apiVersion": "v1", "kind": "PersistentVolumeClaim",
+            "metadata": {"name": name,
+                         "labels": {"app.kubernetes.io/part-of": "sweeper-tests"}},
+            "spec": {"accessModes": modes, "storageClassName": "", "volumeName": pv_name,
+                     "resources": {"requests": {"storage": size}}}})
+        _wait_bound(cluster, name)
+        yield name, directory
+    finally:
+        _delete(core.delete_namespaced_persistent_volume_claim, name, NS)
+        _delete(core.delete_persistent_volume, pv_name)
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+def _wait_bound(cluster: Cluster, claim: str) -> None:
+    deadline = time.monotonic() + cluster.patience(15)
+    while True:
+        pvc = cluster.core().read_namespaced_persistent_volume_claim(claim, NS)
+        if pvc.status.phase == "Bound":
+            return
+        assert time.monotonic() < deadline, f"claim {claim} not bound: {pvc.status}"
+        time.sleep(0.2)
+
+
+def _delete(fn: Any, *args: str) -> None:
+    from kubernetes.client.exceptions import ApiException
+
+    try:
+        fn(*args)
+    except ApiException as e:
+        if e.status != 404:
+            raise
+
+
+def test_dataset_on_a_read_only_pvc(cluster: Cluster, claim: tuple[str, Path]) -> None:
+    name, directory = claim
+    data = directory / "digits"
+    (data / "sub").mkdir(parents=True)
+    (data / "one.txt").write_text("10")
+    (data / "sub" / "two.txt").write_text("20")
+    spec = cluster.spec(SPEC.format(name="k8s-pvc-data", extra=f"""
+data: {{path: /datasets/digits}}
 kubernetes:
-  volumes: [{name: datasets, mount_path: /datasets, pvc: digits-data, read_only: true}]
+  volumes: [{{name: datasets, mount_path: /datasets, pvc: {name}, read_only: true}}]
 """))
     result = cluster.sweeper("run", spec, "--backend", "kubernetes")
     assert result.exit_code == 0, result.output
     trials = [t for ts in cluster.trials("k8s-pvc-data").values() for t in ts]
-    assert sorted(t.value for t in trials) == [30.0, 31.0, 32.0, 33.0]
-    assert {t.user_attrs["data_dir"] for t in trials} == {str(claim)}
+    assert _values(trials) == [30.0, 31.0, 32.0, 33.0]
+    assert {t.user_attrs["data_dir"] for t in trials} == {str(data)}

@@ -1,13 +1,26 @@
-"""Checkpoints that survive the pod, end to end through the fake API server: a pod preempted
-in the middle of training is replaced by a new pod (a fresh /scratch), and the retry resumes
-from the step the killed attempt saved, to S3 (moto's server) or to a checkpoint volume (NFS,
-which the fake maps to one directory every pod shares), not from step 0."""
+"""Checkpoints that survive the pod, end to end against the local control plane: a pod evicted
+in the middle of training (the Eviction API: the apiserver marks it DisruptionTarget and
+deletes it, SIGTERM then the grace period; the Job's podFailurePolicy ignores the failure) is
+replaced by the Job controller with a new pod (a fresh /scratch), and the retry resumes from
+the step the evicted attempt saved, to S3 (moto's server) or to a checkpoint volume (a claim
+bound to an NFS PersistentVolume, which every pod shares), not from step 0.
+
+The checkpoint volume is a PVC, not an inline ``nfs:`` volume: the namespace of manifests/
+enforces Pod Security "restricted", whose admission rejects pods with inline NFS volumes.
+
+Local control plane only: its pods share this machine's network (they reach moto on
+127.0.0.1) and the test reads the claim's directory on its process node."""
 
 from __future__ import annotations
 
+import base64
+import shutil
 import time
+import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 from optuna.trial import TrialState
@@ -17,8 +30,7 @@ from sweeper.backends.kubernetes import job_info
 from tests.support.k8s_cluster import NS, Cluster
 from tests.support.s3 import CREDENTIALS, REGION, S3Server, moto_s3
 
-pytestmark = [pytest.mark.postgres,
-              pytest.mark.fake_only(reason="preempts a pod; pods reach moto on 127.0.0.1")]
+pytestmark = pytest.mark.postgres
 
 
 @pytest.fixture
@@ -27,22 +39,131 @@ def s3() -> Iterator[S3Server]:
         yield server
 
 
+@pytest.fixture
+def s3_secret(cluster: Cluster) -> Iterator[str]:
+    """Secret ``s3-creds`` with moto's credentials, created through the API."""
+    from kubernetes.client.exceptions import ApiException
+
+    name, core = "s3-creds", cluster.core()
+    body = {"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+            "metadata": {"name": name, "labels": {"app.kubernetes.io/part-of": "sweeper-tests"}},
+            "data": {k: base64.b64encode(v.encode()).decode() for k, v in CREDENTIALS.items()}}
+    try:
+        core.create_namespaced_secret(NS, body)
+    except ApiException as e:
+        if e.status != 409:
+            raise
+        core.replace_namespaced_secret(name, NS, body)
+    yield name
+    try:
+        core.delete_namespaced_secret(name, NS)
+    except ApiException as e:
+        if e.status != 404:
+            raise
+
+
+def _logs(cluster: Cluster, name: str) -> dict[str, str]:
+    """Each pod's log, through the apiserver (for an assertion's message)."""
+    out = {}
+    for pod in cluster.pods(name):
+        pod_name = pod["metadata"]["name"]
+        try:
+            out[pod_name] = cluster.core().read_namespaced_pod_log(pod_name, NS)
+        except Exception as e:  # noqa: BLE001 - a pod not started yet, or gone: say so
+            out[pod_name] = f"(no log: {e})"
+    return out
+
+
+def _wait_for_the_job(cluster: Cluster, name: str, timeout: float) -> dict[str, Any]:
+    """The Job once it has a Complete or Failed condition."""
+    deadline = time.monotonic() + cluster.patience(timeout)
+    while True:
+        (job,) = cluster.jobs(name)
+        conds = {c["type"] for c in job["status"].get("conditions") or []
+                 if c["status"] == "True"}
+        if conds & {"Complete", "Failed"}:
+            return job
+        assert time.monotonic() < deadline, (job["status"], _logs(cluster, name))
+        time.sleep(0.3)
+
+
+@contextmanager
+def _nfs_claim(cluster: Cluster) -> Iterator[tuple[str, Path]]:
+    """A ReadWriteMany claim bound to an NFS PersistentVolume (kube-controller-manager's PV
+    binder binds them; the scheduler places no pod whose claim is unbound), and the directory
+    that is the claim's volume on the process node. Removed afterwards."""
+    assert cluster.local is not None
+    name = f"ckpt-{uuid.uuid4().hex[:8]}"
+    pv_name = f"sweeper-test-{NS}-{name}"
+    directory = cluster.local / "run" / "node" / "shared" / "pvc" / NS / name
+    labels = {"app.kubernetes.io/part-of": "sweeper-tests"}
+    core, modes, size = cluster.core(), ["ReadWriteMany"], "1Gi"
+    core.create_persistent_volume({
+        "apiVersion": "v1", "kind": "PersistentVolume",
+        "metadata": {"name": pv_name, "labels": labels},
+        "spec": {"capacity": {"storage": size}, "accessModes": modes,
+                 "persistentVolumeReclaimPolicy": "Retain", "storageClassName": "",
+                 "nfs": {"server": "nfs.internal", "path": f"/sweeps/{name}"},
+                 "claimRef": {"namespace": NS, "name": name}}})
+    try:
+        core.create_namespaced_persistent_volume_claim(NS, {
+            "apiVersion": "v1", "kind": "PersistentVolumeClaim",
+            "metadata": {"name": name, "labels": labels},
+            "spec": {"accessModes": modes, "storageClassName": "", "volumeName": pv_name,
+                     "resources": {"requests": {"storage": size}}}})
+        _wait_bound(cluster, name)
+        yield name, directory
+    finally:
+        _delete(core.delete_namespaced_persistent_volume_claim, name, NS)
+        _delete(core.delete_persistent_volume, pv_name)
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+def _wait_bound(cluster: Cluster, claim: str) -> None:
+    deadline = time.monotonic() + cluster.patience(15)
+    while True:
+        pvc = cluster.core().read_namespaced_persistent_volume_claim(claim, NS)
+        if pvc.status.phase == "Bound":
+            return
+        assert time.monotonic() < deadline, f"claim {claim} not bound: {pvc.status}"
+        time.sleep(0.2)
+
+
+def _delete(fn: Any, *args: str) -> None:
+    from kubernetes.client.exceptions import ApiException
+
+    try:
+        fn(*args)
+    except ApiException as e:
+        if e.status != 404:
+            raise
+
+
 @pytest.mark.parametrize("where", ["s3", "volume"])
 def test_preempted_pod_is_replaced_and_resumes_from_the_durable_checkpoint(
-        cluster: Cluster, s3: S3Server, tmp_path: Path, where: str) -> None:
-    fake = cluster.fake
-    assert fake is not None
+        cluster: Cluster, s3: S3Server, s3_secret: str, tmp_path: Path, where: str) -> None:
+    assert cluster.local is not None, (
+        "needs the local control plane: its pods reach moto on 127.0.0.1 and the test reads "
+        "the claim's directory on its process node")
+    name = f"k8s-ckpt-{where}"
     s3.client().create_bucket(Bucket="ckpts")
-    fake.add_secret(NS, "s3-creds", dict(CREDENTIALS))
     markers = tmp_path / "markers"
     markers.mkdir()
-    durable = f"""artifacts: {{store: s3, bucket: ckpts, endpoint_url: '{s3.endpoint}',
-             region: {REGION}, credentials_secret: s3-creds}}
-kubernetes:""" if where == "s3" else """kubernetes:
-  volumes: [{name: ckpt, mount_path: /ckpt, nfs: {server: nfs.internal, path: /sweeps}}]
-  checkpoint_volume: ckpt"""
-    spec = cluster.spec(f"""
-name: k8s-ckpt
+    if where == "s3":
+        _preempt_and_resume(cluster, name, _spec(name, markers, f"""artifacts: {{store: s3,
+  bucket: ckpts, endpoint_url: '{s3.endpoint}', region: {REGION},
+  credentials_secret: {s3_secret}}}
+kubernetes:"""), markers, None)
+        return
+    with _nfs_claim(cluster) as (claim, directory):
+        _preempt_and_resume(cluster, name, _spec(name, markers, f"""kubernetes:
+  volumes: [{{name: ckpt, mount_path: /ckpt, pvc: {claim}}}]
+  checkpoint_volume: ckpt"""), markers, directory)
+
+
+def _spec(name: str, markers: Path, durable: str) -> str:
+    return f"""
+name: {name}
 method: grid
 objective: {{metric: loss, direction: minimize}}
 parallelism: 1
@@ -54,36 +175,46 @@ parameters:
   x: {{type: int, values: [0]}}
 {durable}
   env: {{MARKER_DIR: '{markers}', NO_PROXY: 127.0.0.1}}
-""")
-    result = cluster.sweeper("run", spec, "--backend", "kubernetes", "--detach")
+"""
+
+
+def _preempt_and_resume(cluster: Cluster, name: str, text: str, markers: Path,
+                        volume: Path | None) -> None:
+    """Run, evict the pod once step 2 is saved, check the retry resumed from the last saved
+    step: restored from S3, or (``volume``: the checkpoint volume's directory) found there."""
+    result = cluster.sweeper("run", cluster.spec(text), "--backend", "kubernetes", "--detach")
     assert result.exit_code == 0, result.output
     assert "checkpoints go to the pod's" not in result.output  # durable: no warning
 
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + cluster.patience(60)
     while not (markers / "saved-0-0-2").exists():
-        assert time.monotonic() < deadline, [fake.pod_log(NS, p["metadata"]["name"])
-                                             for p in cluster.pods("k8s-ckpt")]
+        assert time.monotonic() < deadline, _logs(cluster, name)
         time.sleep(0.05)
-    (first,) = cluster.pods("k8s-ckpt")
-    fake.disrupt(first["metadata"]["name"], NS)  # preempted: SIGKILL, the pod is deleted
+    (first,) = cluster.pods(name)
+    victim = first["metadata"]["name"]
+    # Preempted: the apiserver adds DisruptionTarget and deletes the pod (SIGTERM, then the
+    # grace period); the podFailurePolicy ignores the failure, so no retry is spent on it.
+    cluster.core().create_namespaced_pod_eviction(victim, NS, {
+        "apiVersion": "policy/v1", "kind": "Eviction",
+        "metadata": {"name": victim, "namespace": NS}})
 
-    job = fake.wait_for_job(NS, "k8s-ckpt", timeout=90)
+    job = _wait_for_the_job(cluster, name, 90)
     assert job_info(job, 1).state == "Complete", job["status"]
-    pods = cluster.pods("k8s-ckpt")
-    assert len(pods) == 1 and pods[0]["metadata"]["uid"] != first["metadata"]["uid"]
-    killed, retry = cluster.trials("k8s-ckpt")[0]
+    assert not job["status"].get("failed"), job["status"]  # the eviction spent no retry
+    pods = cluster.pods(name)
+    assert len(pods) == 1 and pods[0]["metadata"]["uid"] != first["metadata"]["uid"], pods
+    killed, retry = cluster.trials(name)[0]
     assert killed.state == TrialState.FAIL and retry.state == TrialState.COMPLETE
     saved = max(int(p.name.rsplit("-", 1)[1]) for p in markers.glob("saved-0-0-*"))
     assert saved >= 2
     assert retry.user_attrs[protocol.RESUMED_ATTR] == saved
     assert retry.user_attrs["start_step"] == saved + 1
     assert min(s for s, _ in retry.user_attrs[protocol.HISTORY_ATTR]["loss"]) == saved + 1
-    log = fake.pod_log(NS, pods[0]["metadata"]["name"])
+    log = cluster.core().read_namespaced_pod_log(pods[0]["metadata"]["name"], NS)
     assert CREDENTIALS["AWS_SECRET_ACCESS_KEY"] not in log
-    if where == "s3":
+    if volume is None:
         assert f"restored the checkpoint of step {saved} (trial #{killed.number}) from " \
-               "s3://ckpts/checkpoints/k8s-ckpt/index-0" in log
+               f"s3://ckpts/checkpoints/{name}/index-0" in log
     else:  # the volume is the checkpoint directory: nothing to restore, it is just there
         assert "restored the checkpoint" not in log
-        shared = fake.state_dir / "nfs" / "nfs.internal" / "sweeps" / "checkpoints"
-        assert (shared / "k8s-ckpt" / "index-0" / "checkpoint.pt").is_file()
+        assert (volume / "checkpoints" / name / "index-0" / "checkpoint.pt").is_file()
