@@ -346,6 +346,32 @@ def test_pods_that_cannot_start_are_reported(cluster: Cluster) -> None:
     assert "CreateContainerConfigError" in warning and "no-such-secret" in warning
 
 
+def test_pods_the_job_cannot_create_are_reported(cluster: Cluster) -> None:
+    """Pod Security admission ("restricted" on the namespace) refuses a pod with an inline NFS
+    volume: the Job controller records FailedCreate and run says so instead of waiting in
+    silence."""
+    spec = cluster.parse(_grid("k8s-refused", n=2, parallelism=1, extra="""kubernetes:
+  volumes:
+    - {name: shared, nfs: {server: nfs.internal, path: /sweeps}, mount_path: /shared}"""))
+    sweep, _ = create_or_resume(open_storage(cluster.url), spec)
+    said: list[str] = []
+    backend = KubernetesBackend(ClientFactory(str(cluster.kubeconfig)), poll_interval_s=0.1,
+                                echo=said.append)
+    backend.stuck_check_interval_s = 0.2
+    deadline = time.monotonic() + cluster.patience(20)
+
+    def tick() -> None:
+        if any("cannot create pods" in line for line in said) or time.monotonic() > deadline:
+            raise KeyboardInterrupt
+
+    result = backend.run(sweep, [0, 1], storage_url=cluster.url, tick=tick)
+    assert result.interrupted
+    (warning,) = [line for line in said if "cannot create pods" in line]
+    assert warning.startswith("warning: Job sweeper/k8s-refused cannot create pods: ")
+    assert 'violates PodSecurity "restricted' in warning and "nfs" in warning
+    assert cluster.pods("k8s-refused") == []
+
+
 def test_permission_denied_names_the_missing_permission(cluster: Cluster) -> None:
     """A ServiceAccount whose Role lacks ``create jobs``: the real apiserver's 403, in one line
     that names the permission, the user and the manifest that grants it."""

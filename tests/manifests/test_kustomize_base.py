@@ -36,7 +36,8 @@ EXPECTED_RULES = {
     ("batch", "jobs"): {"create", "get", "list", "watch", "delete"},
     ("", "pods"): {"get", "list"},
     ("", "pods/log"): {"get"},
-    ("", "configmaps"): {"create", "update", "delete"},
+    ("", "configmaps"): {"get", "create", "update", "patch", "delete"},
+    ("", "events"): {"list"},
 }
 CLI_ACCOUNT = "sweeper"
 TRIAL_ACCOUNT = "sweeper-trial"

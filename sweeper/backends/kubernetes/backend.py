@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -19,6 +20,7 @@ from sweeper import protocol
 from sweeper.backends import manifests as m
 from sweeper.backends.base import LogTail, RunResult, Tick
 from sweeper.backends.kubernetes.client import ClientFactory, KubeClient, Obj
+from sweeper.backends.kubernetes.errors import first_line
 from sweeper.backends.kubernetes.jobstatus import (
     JOB_NAME_LABEL,
     JobInfo,
@@ -36,6 +38,7 @@ from sweeper.protocol import BACKEND_ATTR, LAUNCHES_ATTR
 from sweeper.study import Sweep, fail_stale_trials
 
 logger = logging.getLogger(__name__)
+_POD_NAME = re.compile(r'pods "[^"]*" ')
 
 Echo = Callable[[str], None]
 
@@ -51,6 +54,7 @@ class _Watch:
     warned: set[tuple[str, str]] = field(default_factory=set)
     last_failed: int = 0
     last_pending: float = 0.0
+    last_events: float = 0.0
     last_stale: float = 0.0
     suspended: bool | None = None  # as last said (None: nothing said yet)
 
@@ -182,6 +186,10 @@ class KubernetesBackend:
         if info.active > info.ready and now - w.last_pending >= self.stuck_check_interval_s:
             w.last_pending = now
             self._report_stuck(w, info)
+        if info.active == 0 and not suspended and not info.finished \
+                and now - w.last_events >= self.stuck_check_interval_s:
+            w.last_events = now
+            self._report_failed_creates(w)
         if now - w.last_stale >= max(1.0, self.grace_period_s / 4):
             w.last_stale = now
             fail_stale_trials(sweep.storage, sweep.study_id, self.grace_period_s)
@@ -208,6 +216,21 @@ class KubernetesBackend:
                     w.warned.add((pname, reason))
                     self.echo(f"warning: index {pod_indexes(pod, info)}: pod {pname} cannot "
                               f"start: {reason}: {message}")
+
+    def _report_failed_creates(self, w: _Watch) -> None:
+        """Warn (once per message) when the Job controller cannot create pods at all: Pod
+        Security admission refused them, a quota is spent, a ServiceAccount is missing."""
+        try:
+            events = w.api.job_events(w.namespace, w.name, "FailedCreate")
+        except BackendError as e:  # e.g. a Role from before sweeper read events: not fatal
+            logger.debug("cannot read the Job's events: %s", e)
+            return
+        for event in events:
+            # One warning per cause: each event names the pod it could not create.
+            message = _POD_NAME.sub("pods ", first_line(str(event.get("message") or "")))
+            if ("FailedCreate", message) not in w.warned:
+                w.warned.add(("FailedCreate", message))
+                self.echo(f"warning: Job {w.namespace}/{w.name} cannot create pods: {message}")
 
     def _config_error_detail(self, w: _Watch, info: JobInfo) -> str:
         """The runner's own reason, from the log of a pod that exited with EXIT_CONFIG."""

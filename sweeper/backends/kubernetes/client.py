@@ -170,6 +170,15 @@ class KubeClient:
                              missing_ok=True)
         return data is not None
 
+    # ---------------------------------------------------------------- v1 Events
+
+    def job_events(self, namespace: str, job: str, reason: str) -> list[Obj]:
+        """The Job's events of one reason (e.g. FailedCreate: the Job controller could not
+        create a pod, such as one Pod Security admission refused)."""
+        selector = f"involvedObject.kind=Job,involvedObject.name={job},reason={reason}"
+        return _items(self._request(self.factory.core().list_namespaced_event, namespace,
+                                    field_selector=selector))
+
     # ---------------------------------------------------------------- v1 Pods
 
     def list_pods(self, namespace: str, label_selector: str, *,
