@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import http.client
+import json
 import socket
 import subprocess
 import sys
@@ -27,6 +28,8 @@ QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 CONVERTED = ("clusterqueues", "cohorts", "localqueues", "workloads")
 #: The API groups whose admission webhooks this manager serves; the manifests list more.
 SERVED_GROUPS = frozenset({"batch", "kueue.x-k8s.io"})
+#: libyaml's loader when PyYAML has it: the pure-Python one takes seconds on the Workload CRD.
+LOADER: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 #: Quota for the resources sweeper's pods request besides CPU, so that only CPU gates admission.
 AMPLE = {"memory": "1Ti", "ephemeral-storage": "1Ti"}
 
@@ -66,7 +69,7 @@ def crds(crd_dir: Path, base_url: str, ca: bytes) -> list[dict[str, Any]]:
     """Kueue's CRDs, with the conversion webhook that Kueue's kustomization adds."""
     out = []
     for f in sorted(crd_dir.glob("*.yaml")):
-        crd = yaml.safe_load(f.read_text())
+        crd = yaml.load(f.read_text(), Loader=LOADER)
         if crd["spec"]["names"]["plural"] in CONVERTED:
             crd["spec"]["conversion"] = {"strategy": "Webhook", "webhook": {
                 "clientConfig": _client_config(f"{base_url}/convert", ca),
@@ -80,7 +83,7 @@ def webhook_configurations(manifests: Path, base_url: str,
     """The Mutating/ValidatingWebhookConfigurations of Kueue's manifests, cut to what is served
     and pointed at ``base_url``."""
     out = []
-    for doc in yaml.safe_load_all(manifests.read_text()):
+    for doc in yaml.load_all(manifests.read_text(), Loader=LOADER):
         hooks = [h for h in doc.get("webhooks", [])
                  if {g for r in h["rules"] for g in r["apiGroups"]} <= SERVED_GROUPS]
         for h in hooks:
@@ -108,7 +111,7 @@ def configuration(webhook_port: int, probe_port: int, cert_dir: Path) -> dict[st
 
 
 def _apply(kubeconfig: Path, objects: list[dict[str, Any]], path: Path) -> None:
-    path.write_text(yaml.safe_dump_all(objects, sort_keys=False))
+    path.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": objects}))
     _kubectl(kubeconfig, "apply", "--server-side", "--force-conflicts",
              "--field-manager=sweeper-tests", "-f", str(path), what=f"applying {path.name}")
 
@@ -155,9 +158,9 @@ def start(kubeconfig: Path, bin_dir: Path, run_dir: Path,
     webhook_port, probe_port = _free_port(), _free_port()
     base_url = f"https://127.0.0.1:{webhook_port}"
     ca = _make_cert(d)
-    _apply(kubeconfig, crds(bin_dir / "kueue-crds", base_url, ca), d / "crds.yaml")
+    _apply(kubeconfig, crds(bin_dir / "kueue-crds", base_url, ca), d / "crds.json")
     _kubectl(kubeconfig, "wait", "--for=condition=Established", "--timeout=60s",
-             "-f", str(d / "crds.yaml"), what="waiting for Kueue's CRDs to be Established")
+             "-f", str(d / "crds.json"), what="waiting for Kueue's CRDs to be Established")
     config = d / "config.yaml"
     config.write_text(yaml.safe_dump(configuration(webhook_port, probe_port, d)))
     log = run_dir / "kueue.log"
@@ -169,7 +172,7 @@ def start(kubeconfig: Path, bin_dir: Path, run_dir: Path,
     try:
         _wait_ready(popen, probe_port, log, timeout)
         _apply(kubeconfig, webhook_configurations(bin_dir / "kueue-webhooks.yaml", base_url, ca),
-               d / "webhooks.yaml")
+               d / "webhooks.json")
     except BaseException:
         popen.kill()
         popen.wait()

@@ -48,4 +48,10 @@ build_module k8s "$HERE/k8s" ./etcd k8s.io/kubernetes/cmd/kube-apiserver \
 	k8s.io/kubernetes/cmd/kube-controller-manager k8s.io/kubernetes/cmd/kube-scheduler
 if [[ -d "$HERE/kueue" ]]; then
 	build_module kueue "$HERE/kueue" ./kueue-manager
+	# Kueue's CRDs and webhook configurations from the same module version, for tests/cluster/kueue.py.
+	kueue_src="$(cd "$HERE/kueue" && go list -m -f '{{.Dir}}' sigs.k8s.io/kueue)"
+	[[ -d "$kueue_src/config/components/crd/bases" ]] || die "sigs.k8s.io/kueue is not in the module cache; run: cd tools/cluster/kueue && go mod download"
+	rm -rf "$BIN/kueue-crds" && mkdir -p "$BIN/kueue-crds"
+	install -m 0644 "$kueue_src"/config/components/crd/bases/*.yaml "$BIN/kueue-crds/"
+	install -m 0644 "$kueue_src/config/components/webhook/manifests.yaml" "$BIN/kueue-webhooks.yaml"
 fi
