@@ -285,7 +285,7 @@ def _start_all(lo: Layout, procs: list[Proc], say: Callable[[str], None]) -> Non
     if (lo.bin / "kueue-manager").exists():
         from . import kueue
 
-        procs.append(Proc.adopt("kueue", kueue.start(lo.kubeconfig, lo.bin, lo.run), lo.run))
+        procs.append(kueue.start(lo.kubeconfig, lo.bin, lo.run))
     say(f"control plane {K8S_VERSION} up: " + ", ".join(p.name for p in procs))
 
 

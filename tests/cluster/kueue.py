@@ -22,6 +22,8 @@ from typing import Any
 
 import yaml
 
+from .procs import Proc, stop_all
+
 API = "kueue.x-k8s.io/v1beta2"
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 #: CRDs that Kueue's kustomization points at the /convert webhook (v1beta1 <-> v1beta2).
@@ -134,20 +136,19 @@ def _ready(port: int) -> bool:
         conn.close()
 
 
-def _wait_ready(popen: subprocess.Popen[bytes], port: int, log: Path, timeout: float) -> None:
+def _wait_ready(proc: Proc, port: int, log: Path, timeout: float) -> None:
     deadline = time.monotonic() + timeout
     while not _ready(port):
-        if popen.poll() is not None:
-            raise RuntimeError(f"kueue-manager exited with {popen.returncode} while starting; "
-                               f"its log: {log}\n{_tail(log)}")
+        if not proc.running():
+            raise RuntimeError(f"kueue-manager exited while starting; its log: {log}\n"
+                               f"{_tail(log)}")
         if time.monotonic() > deadline:
             raise RuntimeError(f"kueue-manager not ready after {timeout:.0f} s; its log: "
                                f"{log}\n{_tail(log)}")
         time.sleep(0.2)
 
 
-def start(kubeconfig: Path, bin_dir: Path, run_dir: Path,
-          timeout: float = 60.0) -> subprocess.Popen[bytes]:
+def start(kubeconfig: Path, bin_dir: Path, run_dir: Path, timeout: float = 60.0) -> Proc:
     """Install Kueue's CRDs and start its manager in its own session (logs in
     ``run_dir/kueue.log``); return once it is ready and its webhooks are registered."""
     exe = bin_dir / "kueue-manager"
@@ -163,21 +164,16 @@ def start(kubeconfig: Path, bin_dir: Path, run_dir: Path,
              "-f", str(d / "crds.json"), what="waiting for Kueue's CRDs to be Established")
     config = d / "config.yaml"
     config.write_text(yaml.safe_dump(configuration(webhook_port, probe_port, d)))
-    log = run_dir / "kueue.log"
-    with log.open("ab") as out:
-        popen = subprocess.Popen(
-            [str(exe), f"--config={config}", f"--kubeconfig={kubeconfig}"], cwd=run_dir,
-            stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-            start_new_session=True)
+    proc = Proc.start("kueue", [str(exe), f"--config={config}", f"--kubeconfig={kubeconfig}"],
+                      run_dir, cwd=run_dir)
     try:
-        _wait_ready(popen, probe_port, log, timeout)
+        _wait_ready(proc, probe_port, proc.log, timeout)
         _apply(kubeconfig, webhook_configurations(bin_dir / "kueue-webhooks.yaml", base_url, ca),
                d / "webhooks.json")
     except BaseException:
-        popen.kill()
-        popen.wait()
+        stop_all([proc])
         raise
-    return popen
+    return proc
 
 
 def queue_objects(name: str, namespace: str, cpu: str) -> list[dict[str, Any]]:

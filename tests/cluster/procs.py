@@ -1,7 +1,8 @@
-"""The processes of the local cluster: started in their own session with their output in a
-log file, recorded in ``run/pids/NAME.json`` so that another process (``make cluster-down``,
-after a crash of anything) can find and stop them, and never mistaken for a process that
-reused the pid."""
+"""The processes of the local cluster: started detached (in a session of their own, not
+children of whoever started them: a test session's own children stay its own) with their
+output in a log file, recorded in ``run/pids/NAME.json`` so that another process (``make
+cluster-down``, after a crash of anything) can find and stop them, and never mistaken for a
+process that reused the pid."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import os
 import signal
 import subprocess
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 
@@ -29,24 +30,18 @@ class Proc:
     pid: int
     exe: str  # argv[0]: what /proc/PID/cmdline must start with
     log: Path
-    popen: subprocess.Popen[bytes] | None = field(default=None, compare=False)
 
     @classmethod
     def start(cls, name: str, argv: list[str], run: Path, cwd: Path,
               env: dict[str, str] | None = None) -> Proc:
+        """Start ``argv`` in the background of a short-lived shell, so that it is nobody's
+        child here (init reaps it) and leads no process group of ours."""
         log = run / f"{name}.log"
-        with log.open("ab") as out:
-            popen = subprocess.Popen(argv, cwd=cwd, stdin=subprocess.DEVNULL, stdout=out,
-                                     stderr=subprocess.STDOUT, start_new_session=True,
-                                     env={**os.environ, **(env or {})})
-        return cls.adopt(name, popen, run, argv[0], log)
-
-    @classmethod
-    def adopt(cls, name: str, popen: subprocess.Popen[bytes], run: Path,
-              exe: str | None = None, log: Path | None = None) -> Proc:
-        args = popen.args
-        argv0 = exe or (str(args[0]) if isinstance(args, list | tuple) else str(args))
-        proc = cls(name, popen.pid, argv0, log or run / f"{name}.log", popen)
+        shell = subprocess.run(
+            ["sh", "-c", 'log=$1; shift; "$@" >>"$log" 2>&1 </dev/null & echo $!', "sh",
+             str(log), *argv], cwd=cwd, env={**os.environ, **(env or {})},
+            capture_output=True, text=True, start_new_session=True, check=True)
+        proc = cls(name, int(shell.stdout.split()[-1]), argv[0], log)
         (run / "pids").mkdir(parents=True, exist_ok=True)
         (run / "pids" / f"{name}.json").write_text(json.dumps(
             {"name": name, "pid": proc.pid, "exe": proc.exe, "log": str(proc.log)}))
@@ -70,8 +65,6 @@ class Proc:
         return argv0 == self.exe and alive(self.pid)
 
     def running(self) -> bool:
-        if self.popen is not None:
-            return self.popen.poll() is None
         return self.ours()
 
     def tail(self, lines: int = 15) -> str:
@@ -82,7 +75,7 @@ class Proc:
 
     def signal(self, sig: int) -> None:
         with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(self.pid, sig)  # its own session: the group is its pid
+            os.killpg(os.getpgid(self.pid), sig)  # the session the shell started
 
 
 def stop_all(procs: list[Proc], grace: float = 10.0) -> list[str]:
@@ -97,7 +90,7 @@ def stop_all(procs: list[Proc], grace: float = 10.0) -> list[str]:
             time.sleep(0.05)
         if p.running():
             p.signal(signal.SIGKILL)
-        if p.popen is not None:
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                p.popen.wait(timeout=5)
+            deadline = time.monotonic() + 5
+            while p.running() and time.monotonic() < deadline:
+                time.sleep(0.05)
     return [p.name for p in running]

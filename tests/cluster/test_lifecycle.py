@@ -83,8 +83,12 @@ def test_a_crash_is_cleaned_up_and_a_new_cluster_resumes_the_study(
         def states() -> list[TrialState]:
             return [t.state for ts in cluster.trials("lifecycle").values() for t in ts]
         _wait("a running trial", lambda: TrialState.RUNNING in states())
-        pgids = [int(p) for p in (second.run / "node" / "pgids").read_text().split()]
-        assert pgids and all(alive(p) for p in pgids)
+
+        def pgids() -> list[int]:
+            return [int(p) for p in (second.run / "node" / "pgids").read_text().split()]
+        _wait("the node's record of its pods", lambda: bool(pgids()), 10)
+        pods = pgids()
+        assert all(alive(p) for p in pods)
         cluster.names.clear()  # the Job must not be deleted: the crash ends this cluster
 
     # A crash: the node and the apiserver die without a word.
@@ -96,7 +100,7 @@ def test_a_crash_is_cleaned_up_and_a_new_cluster_resumes_the_study(
     stopped = down(second)
     assert {"etcd", "kube-controller-manager", "kube-scheduler"} <= set(stopped)
     assert leftovers(second) == []
-    assert not any(alive(p) for p in pgids), "a pod's processes outlived cluster-down"
+    assert not any(alive(p) for p in pods), "a pod's processes outlived cluster-down"
     assert not second.run.exists() and not second.kubeconfig.exists()
 
     # A new cluster, the same study: resume runs what the dead pods left.
