@@ -328,12 +328,12 @@ def _run_trial(sweep: Sweep, study: optuna.Study, trial: optuna.Trial, index: in
         if attrs or todo:
             write_trial(trial, user_attrs=attrs, params=todo)
         params = suggest_active(trial, spec.parameters)
-        mirror = CheckpointMirror.for_index(spec, storage.url, index)
+        mirror = CheckpointMirror.for_index(spec, storage.url, index, sweep.state_key)
         ctx = TrialContext(
             params={**params, **spec.trial.fixed}, index=index, trial_number=number,
             attempt=attempt, trial=trial, objective_metrics=metrics,
             planned_method=None if spec.is_adaptive else spec.method,
-            checkpoint_dir=settings.checkpoint_root / spec.name / f"index-{index}",
+            checkpoint_dir=settings.checkpoint_root / sweep.state_key / f"index-{index}",
             artifact_store_factory=lambda: cached_artifact_store(spec.artifacts, storage.url),
             checkpoint_mirror=mirror,
             data_factory=(lambda: data_dir(spec.data)) if spec.data.configured else None,

@@ -71,8 +71,9 @@ def logs(name: str, index: int, attempt: int | None, follow: bool, tail: int | N
         raise click.BadParameter(f"sweep {name} has indexes 0..{sweep.spec.trials - 1}",
                                  param_hint="--index")
     attrs = sweep.storage.get_study_user_attrs(sweep.study_id) if sweep is not None else {}
-    local_dir = _shown(Path(log_dir) / name if log_dir else
-                       Path(attrs.get(protocol.LOG_DIR_ATTR) or Path(DEFAULT_LOG_DIR) / name))
+    key = sweep.state_key if sweep is not None else name
+    local_dir = _shown(Path(log_dir) / key if log_dir else
+                       Path(attrs.get(protocol.LOG_DIR_ATTR) or Path(DEFAULT_LOG_DIR) / key))
     clients = _clients(kubeconfig, context)
     kind = backend or _where_it_ran(attrs, sweep, local_dir, index, clients)
     try:
