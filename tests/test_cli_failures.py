@@ -12,6 +12,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 from sweeper.cli import cli
+from sweeper.study import load_sweep, open_storage
 from tests.support.helpers import write_spec
 
 
@@ -47,7 +48,8 @@ def test_run_names_each_failed_index_its_reason_and_last_log_lines(
            "of memory on index 3" in err
     block = err[err.index("index 1 failed for good"):err.index("index 3 failed for good")]
     lines = block.splitlines()
-    assert lines[1] == f"  last lines of file {Path('.sweeper/logs/failing/index-1.log')}:"
+    key = load_sweep(open_storage(sqlite_url), "failing").state_key  # the sweep's own logs
+    assert lines[1] == f"  last lines of file {Path('.sweeper/logs', key, 'index-1.log')}:"
     shown = [line[4:] for line in lines[2:-1]]
     assert len(shown) == 5 and all(line.startswith("    ") for line in lines[2:-1])
     assert any(line.startswith("ValueError: bad learning rate for index 1") for line in shown)
@@ -91,3 +93,37 @@ def test_status_shows_the_reason_in_the_table_and_json(failing_sweep: Path,
     assert reasons[1] == "objective raised ValueError: bad learning rate for index 1"
     assert reasons[3] == "objective raised RuntimeError: out of memory on index 3"
     assert reasons[0] is None and reasons[2] is None and reasons[4] is None
+
+
+def test_a_failing_program_reads_like_its_own_output(tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """A command trial that fails: its log holds the program's stdout and stderr and one line
+    from sweeper with the exit code (no traceback of sweeper's, each line once); a program
+    that prints no objective metric is told which line was expected, with its last lines."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "bad.py").write_text("import sys\nprint('epoch 1 done')\n"
+                                     "raise ValueError('bad shape')\n")
+    (tmp_path / "quiet.py").write_text("print('loss is 0.3')\n")
+    for name, script in (("bad-program", "bad.py"), ("quiet-program", "quiet.py")):
+        spec = write_spec(tmp_path, name=name, method="grid",
+                          objective={"metric": "val_loss", "direction": "minimize"},
+                          trial={"command": ["python", script], "retries": 0},
+                          parameters={"x": {"type": "int", "values": [0]}})
+        assert sweeper("run", str(spec)).exit_code == 1
+    key = load_sweep(open_storage("sqlite:///sweeps.db"), "bad-program").state_key
+    log = (tmp_path / ".sweeper" / "logs" / key / "index-0.log").read_text()
+    assert "epoch 1 done" in log and 'File "' in log and "ValueError: bad shape" in log
+    assert "trial_runner" not in log.split("ValueError: bad shape")[0].split("epoch 1 done")[1]
+    failed = [line for line in log.splitlines() if "failed:" in line]
+    assert len(failed) == 1, log
+    assert failed[0].endswith("index 0: trial #0 failed: the program exited with code 1: "
+                              "ValueError: bad shape")
+    assert "Traceback (most recent call last)" in log and log.count("Traceback") == 1
+
+    key = load_sweep(open_storage("sqlite:///sweeps.db"), "quiet-program").state_key
+    log = (tmp_path / ".sweeper" / "logs" / key / "index-0.log").read_text()
+    (failed,) = [line for line in log.splitlines() if "failed:" in line]
+    assert failed.endswith("the program reported no 'val_loss': expected a stdout line like "
+                           "'val_loss=0.25' or 'val_loss: 0.25' (or 'val_loss' in the JSON "
+                           "file $SWEEPER_METRICS_FILE), saw none; the last lines of its "
+                           "stdout: loss is 0.3")

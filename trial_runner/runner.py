@@ -68,6 +68,7 @@ from trial_runner.background import HEARTBEATS, Job
 from trial_runner.checkpoints import CheckpointMirror
 from trial_runner.context import (
     InvalidResult,
+    ProgramFailed,
     SuggestNotAllowed,
     TrialContext,
     TrialTimeout,
@@ -350,7 +351,7 @@ def _run_trial(sweep: Sweep, study: optuna.Study, trial: optuna.Trial, index: in
         except optuna.TrialPruned:
             with writer.finishing():
                 return _finish_pruned(study, trial_id, index, number, trial=own)
-        except (TrialTimeout, DataError, SuggestNotAllowed) as e:
+        except (TrialTimeout, DataError, SuggestNotAllowed, ProgramFailed, InvalidResult) as e:
             return fail(str(e), _exit_code_of(e))
         if result is None and ctx.should_prune():
             with writer.finishing():
@@ -390,13 +391,15 @@ def _final(code: int, attempt: int, retries: int) -> bool:
     return code == protocol.EXIT_NO_RETRY or (code == protocol.EXIT_RETRY and attempt >= retries)
 
 
-def _exit_code_of(e: TrialTimeout | DataError | SuggestNotAllowed) -> int:
-    """How a failure the runner recognises ends the index: a timeout is not retried; a
-    missing bucket or a ``ctx.suggest_*`` in a planned sweep would fail every index the same
-    way, so the sweep stops and says why; a data source that may come back is retried."""
-    if isinstance(e, TrialTimeout):
+def _exit_code_of(e: Exception) -> int:
+    """How a failure the runner recognises ends the index (one line, no traceback: what the
+    trial printed says why): a timeout, or a program that printed no objective metric, is not
+    retried; a program that failed is; a missing bucket or a ``ctx.suggest_*`` in a planned
+    sweep would fail every index the same way, so the sweep stops and says why; a data source
+    that may come back is retried."""
+    if isinstance(e, TrialTimeout | InvalidResult):
         return protocol.EXIT_NO_RETRY
-    if isinstance(e, DataError) and e.retryable:
+    if isinstance(e, ProgramFailed) or (isinstance(e, DataError) and e.retryable):
         return protocol.EXIT_RETRY
     return protocol.EXIT_CONFIG
 
@@ -454,8 +457,7 @@ def _superseded(index: int, number: int) -> Outcome:
 
 def _fail(storage: Any, index: int, trial_id: int, number: int, reason: str,
           code: int) -> Outcome:
-    mark_failed(storage, trial_id, reason)
-    logger.error("index %d: trial #%d failed: %s", index, number, reason)
+    mark_failed(storage, trial_id, reason)  # the caller logs the outcome (trial_runner.main)
     return Outcome(index, code, "FAIL", number, f"index {index}: trial #{number} failed: {reason}")
 
 
