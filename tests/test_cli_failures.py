@@ -8,6 +8,7 @@ import re
 import shlex
 from pathlib import Path
 
+import optuna
 import pytest
 from click.testing import CliRunner, Result
 
@@ -127,3 +128,52 @@ def test_a_failing_program_reads_like_its_own_output(tmp_path: Path,
                            "'val_loss=0.25' or 'val_loss: 0.25' (or 'val_loss' in the JSON "
                            "file $SWEEPER_METRICS_FILE), saw none; the last lines of its "
                            "stdout: loss is 0.3")
+
+
+def _broken_sweep(tmp_path: Path, name: str, **extra: object) -> Path:
+    (tmp_path / "broken.py").write_text(
+        "import os\n"
+        "def train(ctx):\n"
+        "    if not os.path.exists('fixed'):\n"
+        "        raise KeyError('step')\n"
+        "    return float(ctx.params['a'])\n")
+    return write_spec(tmp_path, name=name, method="random", trials=20,
+                      trial={"entrypoint": "broken:train", "retries": 1}, **extra)
+
+
+def test_a_sweep_whose_first_attempts_all_fail_stops_early(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sqlite_url: str) -> None:
+    """The default brake: 20 indexes whose objective always raises stop after the first 5
+    failed attempts (plus those already running), with one line naming the common reason;
+    the rest stays resumable once the bug is fixed."""
+    monkeypatch.chdir(tmp_path)
+    spec = _broken_sweep(tmp_path, "broken")
+    result = sweeper("run", str(spec), "--storage", sqlite_url, "-p", "2")
+    assert result.exit_code == 1, result.output
+    study = optuna.load_study(study_name="broken", storage=sqlite_url)
+    failed = [t for t in study.trials if t.state.name == "FAIL"]
+    assert 5 <= len(failed) <= 5 + 2, len(failed)  # not 40 attempts
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: stopped: stop rule failing_start fired at ")
+    assert "the first 5 attempts all failed and none completed; most often: objective raised " \
+           "KeyError: 'step'" in last
+    assert "`sweeper resume broken --ignore-stop` runs them" in last
+    assert len(result.output.splitlines()) < 40
+
+    (tmp_path / "fixed").touch()
+    resumed = sweeper("resume", "broken", "--storage", sqlite_url, "--ignore-stop")
+    assert resumed.exit_code == 0, resumed.output
+    finished = {t.user_attrs["sweeper:index"] for t in optuna.load_study(
+        study_name="broken", storage=sqlite_url).trials if t.state.name == "COMPLETE"}
+    assert finished == set(range(20))
+
+
+def test_the_brake_is_off_with_max_failed_trials_0(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sqlite_url: str) -> None:
+    monkeypatch.chdir(tmp_path)
+    spec = _broken_sweep(tmp_path, "unbraked", stop={"max_failed_trials": 0})
+    result = sweeper("run", str(spec), "--storage", sqlite_url, "-p", "2")
+    assert result.exit_code == 1, result.output
+    trials = optuna.load_study(study_name="unbraked", storage=sqlite_url).trials
+    assert [t.state.name for t in trials].count("FAIL") == 40
+    assert "stop rule" not in result.output

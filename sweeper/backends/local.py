@@ -38,7 +38,7 @@ from sweeper.backends.gpus import detect_gpus, gpu_slots
 from sweeper.errors import BackendError, SpecError
 from sweeper.spec.registry import make_pruner, make_sampler
 from sweeper.study import Sweep, attempts, fail_stale_trials, mark_failed
-from sweeper.study.stop import before_start
+from sweeper.study.stop import before_start, brake
 
 logger = logging.getLogger(__name__)
 #: Workers in a row that die before they are ready before the sweep gives up.
@@ -394,6 +394,8 @@ class LocalBackend:
         elif code == protocol.EXIT_CONFIG:
             raise SpecError(f"index {index}: the runner reported a configuration error; see "
                             f"{self.log_dir / f'index-{index}.log'}", source=sweep.spec.source)
+        elif not finished and brake(sweep.storage, sweep.study_id, sweep.spec):
+            pending.clear()  # every attempt so far failed: start no new one (the brake)
         elif code != protocol.EXIT_NO_RETRY and \
                 dispatched.get(index, 0) <= sweep.spec.trial.retries:
             logger.info("index %d failed (attempt %d); retrying", index, dispatched[index])
