@@ -40,8 +40,9 @@ def report_stop(sweep: Any, missing: list[int], failed_for_good: bool) -> bool:
     state = stop_state(sweep.storage, sweep.study_id)
     if state is None or not state.stopped:
         return False
-    line = (f"stopped: {state.describe()}; {len(missing)} of {sweep.spec.trials} indexes not "
-            f"finished (`sweeper resume {sweep.name} --ignore-stop` runs them)")
+    line = f"stopped: {state.describe()}; " + (
+        f"{len(missing)} of {sweep.spec.trials} indexes not finished (`sweeper resume "
+        f"{sweep.name} --ignore-stop` runs them)" if missing else "every index finished")
     if failed_for_good or state.rule in ("max_failed_trials", BRAKE_RULE):
         raise SweepFailedError(line)
     click.echo(line, err=True)

@@ -208,6 +208,8 @@ def changed_spec_error(spec: SweepSpec, stored: Any) -> SpecError:
         if {k: mine["trial"].get(k) for k in ("entrypoint", "command", "fixed")} != \
                 {k: stored.get("trial", {}).get(k) for k in ("entrypoint", "command", "fixed")}:
             changed.append("trial")
+        if spec.method == "grid" and "parameters" in changed and "trials" in changed:
+            changed.remove("trials")  # a grid's size follows from its parameters
     what = f" ({', '.join(changed)} differ)" if changed else ""
     return SpecError(f"a different sweep named {spec.name!r} already exists in this storage"
                      f"{what}{_FIXES.format(spec.name)}", source=spec.source,
