@@ -69,3 +69,9 @@ class ArtifactError(SweeperError):
     Not a StorageError: inside a trial it fails that trial, it does not stop the runner."""
 
     exit_code = 2
+
+
+class PortInUseError(SweeperError):
+    """A port a command must listen on is taken: choose another (a usage problem)."""
+
+    exit_code = 2

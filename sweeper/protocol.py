@@ -68,6 +68,14 @@ BACKEND_ATTR = "sweeper:backend"
 #: Study user attr: the local backend's log directory of the sweep (absolute; its files are
 #: ``index-I.log``, see :func:`index_log_name`).
 LOG_DIR_ATTR = "sweeper:log_dir"
+#: Study user attr: the local backend's checkpoint directory of the sweep (absolute: the root
+#: and the sweep's :func:`state_key`), for ``sweeper delete``.
+CHECKPOINT_DIR_ATTR = "sweeper:checkpoint_dir"
+#: Study user attr: the sweep's identity, a UUID (hex) written when the study is created. What
+#: a sweep keeps outside the study (local checkpoints and logs, checkpoint prefixes in S3 or on
+#: a volume) is keyed by it (:func:`state_key`), so a new study under an old name, in this
+#: storage or another, never reads an old sweep's state. Studies from before it have none.
+UID_ATTR = "sweeper:uid"
 #: Study system attr, Optuna's own (``Study.set_metric_names``): objective names.
 METRIC_NAMES_ATTR = "study:metric_names"
 #: Trial system attr, Optuna's own (``Study.enqueue_trial``): the params a trial must take.
@@ -199,6 +207,12 @@ class LogHeader:
 
 
 _LOG_HEADER_RE = re.compile(r"^=== sweeper: index (\d+), attempt (\d+), trial #(\d+) ===$")
+
+
+def state_key(name: str, uid: str | None) -> str:
+    """The directory (or key prefix) of a sweep's state outside the study: ``NAME-UID8`` for a
+    sweep with an identity, plain ``NAME`` (the layout before identities) for one without."""
+    return f"{name}-{uid[:8]}" if uid else name
 
 
 def index_log_name(index: int) -> str:

@@ -56,7 +56,8 @@ def test_run_each_method(storage_url: str, tmp_path: Path, method: str,
     assert best["values"]["loss"] == pytest.approx(study.best_value)
     assert best["params"] == study.best_trial.params
     # per-index logs exist for every index
-    logs = list((tmp_path / ".sweeper" / "logs" / f"e2e-{method}").glob("index-*.log"))
+    key = load_sweep(open_storage(storage_url), f"e2e-{method}").state_key
+    logs = list((tmp_path / ".sweeper" / "logs" / key).glob("index-*.log"))
     assert len(logs) == len(done)
     # running it again resumes: nothing to do, no new trial
     code, _, err = run_cli("run", str(spec), "--storage", storage_url, "-p", "3")

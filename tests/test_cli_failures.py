@@ -8,10 +8,12 @@ import re
 import shlex
 from pathlib import Path
 
+import optuna
 import pytest
 from click.testing import CliRunner, Result
 
 from sweeper.cli import cli
+from sweeper.study import load_sweep, open_storage
 from tests.support.helpers import write_spec
 
 
@@ -47,7 +49,8 @@ def test_run_names_each_failed_index_its_reason_and_last_log_lines(
            "of memory on index 3" in err
     block = err[err.index("index 1 failed for good"):err.index("index 3 failed for good")]
     lines = block.splitlines()
-    assert lines[1] == f"  last lines of file {Path('.sweeper/logs/failing/index-1.log')}:"
+    key = load_sweep(open_storage(sqlite_url), "failing").state_key  # the sweep's own logs
+    assert lines[1] == f"  last lines of file {Path('.sweeper/logs', key, 'index-1.log')}:"
     shown = [line[4:] for line in lines[2:-1]]
     assert len(shown) == 5 and all(line.startswith("    ") for line in lines[2:-1])
     assert any(line.startswith("ValueError: bad learning rate for index 1") for line in shown)
@@ -91,3 +94,86 @@ def test_status_shows_the_reason_in_the_table_and_json(failing_sweep: Path,
     assert reasons[1] == "objective raised ValueError: bad learning rate for index 1"
     assert reasons[3] == "objective raised RuntimeError: out of memory on index 3"
     assert reasons[0] is None and reasons[2] is None and reasons[4] is None
+
+
+def test_a_failing_program_reads_like_its_own_output(tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """A command trial that fails: its log holds the program's stdout and stderr and one line
+    from sweeper with the exit code (no traceback of sweeper's, each line once); a program
+    that prints no objective metric is told which line was expected, with its last lines."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "bad.py").write_text("import sys\nprint('epoch 1 done')\n"
+                                     "raise ValueError('bad shape')\n")
+    (tmp_path / "quiet.py").write_text("print('loss is 0.3')\n")
+    for name, script in (("bad-program", "bad.py"), ("quiet-program", "quiet.py")):
+        spec = write_spec(tmp_path, name=name, method="grid",
+                          objective={"metric": "val_loss", "direction": "minimize"},
+                          trial={"command": ["python", script], "retries": 0},
+                          parameters={"x": {"type": "int", "values": [0]}})
+        assert sweeper("run", str(spec)).exit_code == 1
+    key = load_sweep(open_storage("sqlite:///sweeps.db"), "bad-program").state_key
+    log = (tmp_path / ".sweeper" / "logs" / key / "index-0.log").read_text()
+    assert "epoch 1 done" in log and 'File "' in log and "ValueError: bad shape" in log
+    assert "trial_runner" not in log.split("ValueError: bad shape")[0].split("epoch 1 done")[1]
+    failed = [line for line in log.splitlines() if "failed:" in line]
+    assert len(failed) == 1, log
+    assert failed[0].endswith("index 0: trial #0 failed: the program exited with code 1: "
+                              "ValueError: bad shape")
+    assert "Traceback (most recent call last)" in log and log.count("Traceback") == 1
+
+    key = load_sweep(open_storage("sqlite:///sweeps.db"), "quiet-program").state_key
+    log = (tmp_path / ".sweeper" / "logs" / key / "index-0.log").read_text()
+    (failed,) = [line for line in log.splitlines() if "failed:" in line]
+    assert failed.endswith("the program reported no 'val_loss': expected a stdout line like "
+                           "'val_loss=0.25' or 'val_loss: 0.25' (or 'val_loss' in the JSON "
+                           "file $SWEEPER_METRICS_FILE), saw none; the last lines of its "
+                           "stdout: loss is 0.3")
+
+
+def _broken_sweep(tmp_path: Path, name: str, **extra: object) -> Path:
+    (tmp_path / "broken.py").write_text(
+        "import os\n"
+        "def train(ctx):\n"
+        "    if not os.path.exists('fixed'):\n"
+        "        raise KeyError('step')\n"
+        "    return float(ctx.params['a'])\n")
+    return write_spec(tmp_path, name=name, method="random", trials=20,
+                      trial={"entrypoint": "broken:train", "retries": 1}, **extra)
+
+
+def test_a_sweep_whose_first_attempts_all_fail_stops_early(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sqlite_url: str) -> None:
+    """The default brake: 20 indexes whose objective always raises stop after the first 5
+    failed attempts (plus those already running), with one line naming the common reason;
+    the rest stays resumable once the bug is fixed."""
+    monkeypatch.chdir(tmp_path)
+    spec = _broken_sweep(tmp_path, "broken")
+    result = sweeper("run", str(spec), "--storage", sqlite_url, "-p", "2")
+    assert result.exit_code == 1, result.output
+    study = optuna.load_study(study_name="broken", storage=sqlite_url)
+    failed = [t for t in study.trials if t.state.name == "FAIL"]
+    assert 5 <= len(failed) <= 5 + 2, len(failed)  # not 40 attempts
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: stopped: stop rule failing_start fired at ")
+    assert "the first 5 attempts all failed and none completed; most often: objective raised " \
+           "KeyError: 'step'" in last
+    assert "`sweeper resume broken --ignore-stop` runs them" in last
+    assert len(result.output.splitlines()) < 40
+
+    (tmp_path / "fixed").touch()
+    resumed = sweeper("resume", "broken", "--storage", sqlite_url, "--ignore-stop")
+    assert resumed.exit_code == 0, resumed.output
+    finished = {t.user_attrs["sweeper:index"] for t in optuna.load_study(
+        study_name="broken", storage=sqlite_url).trials if t.state.name == "COMPLETE"}
+    assert finished == set(range(20))
+
+
+def test_the_brake_is_off_with_max_failed_trials_0(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sqlite_url: str) -> None:
+    monkeypatch.chdir(tmp_path)
+    spec = _broken_sweep(tmp_path, "unbraked", stop={"max_failed_trials": 0})
+    result = sweeper("run", str(spec), "--storage", sqlite_url, "-p", "2")
+    assert result.exit_code == 1, result.output
+    trials = optuna.load_study(study_name="unbraked", storage=sqlite_url).trials
+    assert [t.state.name for t in trials].count("FAIL") == 40
+    assert "stop rule" not in result.output

@@ -53,7 +53,8 @@ def test_logs_of_a_local_sweep_by_attempt(tmp_path: Path, monkeypatch: pytest.Mo
     # The log directory and backend were recorded: no --log-dir, no --backend needed.
     latest = sweeper("logs", "retried", "--index", "2", "--storage", sqlite_url)
     assert latest.exit_code == 0, latest.output
-    path = Path("elsewhere", "retried", protocol.index_log_name(2))  # under the cwd: relative
+    key = load_sweep(open_storage(sqlite_url), "retried").state_key  # the sweep's own directory
+    path = Path("elsewhere", key, protocol.index_log_name(2))  # under the cwd: relative
     assert re.fullmatch(rf"file {re.escape(str(path))} \(index 2, attempt 1, trial #\d+; "
                         r"attempts in the file: 0-1\)", latest.stderr.strip()), latest.stderr
     assert "output of index 2 attempt 1" in latest.stdout
@@ -102,7 +103,8 @@ def test_logs_without_the_storage_finds_the_default_log_directory(
     assert sweeper("run", str(spec), "--storage", sqlite_url).exit_code == 0
     result = sweeper("logs", "nostore", "--index", "3")
     assert result.exit_code == 0, result.output
-    assert f"file {Path('.sweeper/logs/nostore/index-3.log')} (index 3, attempt 0" \
+    key = load_sweep(open_storage(sqlite_url), "nostore").state_key
+    assert f"file {Path('.sweeper/logs', key, 'index-3.log')} (index 3, attempt 0" \
         in result.stderr
     assert "index 3: trial #" in result.stdout
 
@@ -142,7 +144,8 @@ def test_follow_prints_the_log_while_the_index_runs_and_stops_when_it_ends(
         assert follow.returncode == 0, err
         assert "through the gate" in rest
         assert "index 0: trial #0 complete: loss=1" in rest  # written after the trial ended
-        assert f"file {Path('.sweeper/logs/gated/index-0.log')} (index 0" in err
+        key = load_sweep(open_storage(sqlite_url), "gated").state_key
+        assert f"file {Path('.sweeper/logs', key, 'index-0.log')} (index 0" in err
         assert err.strip().splitlines()[-1] == "index 0: attempt 0 (trial #0) ended COMPLETE"
         assert run.wait(timeout=120) == 0
     finally:

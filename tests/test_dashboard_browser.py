@@ -93,7 +93,7 @@ def test_dashboard_port_in_use_is_one_line(tmp_path: Path) -> None:
         s.listen()
         port = s.getsockname()[1]
         result = invoke("dashboard", "--storage", url, "--port", str(port))
-    assert result.exit_code == 1
+    assert result.exit_code == 2  # a usage problem, like the dashboard's other errors
     assert result.stderr.strip().splitlines()[-1].startswith(f"error: cannot serve on "
                                                              f"127.0.0.1:{port}")
 

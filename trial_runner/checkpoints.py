@@ -9,7 +9,7 @@ whole, so a reader never sees half a checkpoint. A new attempt of the index call
 :meth:`CheckpointMirror.pull` before the user's code runs: the latest checkpoint of the previous
 attempts lands in the local directory, where ``ctx.load_checkpoint()`` finds it.
 
-Objects: ``[PREFIX/]checkpoints/SWEEP/index-I/checkpoint.pt`` and ``checkpoint.json``.
+Objects: ``[PREFIX/]checkpoints/SWEEP-UID8/index-I/checkpoint.pt`` and ``checkpoint.json``.
 Without S3 artifacts nothing is mirrored: the local directory is the checkpoint (durable when
 it is a volume that outlives the pod, ``kubernetes.checkpoint_volume``).
 """
@@ -45,11 +45,14 @@ class CheckpointMirror:
         self.where = where
 
     @classmethod
-    def for_index(cls, spec: SweepSpec, storage_url: str, index: int) -> CheckpointMirror | None:
-        """The mirror of ``index``'s checkpoint, or None when the sweep has no S3 store."""
+    def for_index(cls, spec: SweepSpec, storage_url: str, index: int, state_key: str
+                  ) -> CheckpointMirror | None:
+        """The mirror of ``index``'s checkpoint, or None when the sweep has no S3 store.
+        ``state_key`` is the sweep's (:func:`sweeper.protocol.state_key`): a new sweep under
+        an old name never finds the old one's checkpoints."""
         if spec.artifacts.store != "s3":
             return None
-        key = f"checkpoints/{spec.name}/index-{index}"
+        key = f"checkpoints/{state_key}/index-{index}"
         where = describe(spec.artifacts, storage_url).split(" at ", 1)[0] + key
         return cls(lambda: cached_artifact_store(spec.artifacts, storage_url), key, where)
 

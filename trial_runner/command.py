@@ -29,7 +29,7 @@ import optuna
 
 from sweeper import protocol
 from sweeper.spec import MetricsSpec
-from trial_runner.context import TrialContext, TrialTimeout
+from trial_runner.context import InvalidResult, ProgramFailed, TrialContext, TrialTimeout
 from trial_runner.metrics import JsonLinesTail, Metrics, parse_metric_line
 
 #: Environment variables never passed on to the user's program (the storage URL has a password).
@@ -153,7 +153,7 @@ def _run_in(workdir: Path, ctx: TrialContext, argv: list[str], values: dict[str,
                                 text=True, bufsize=1, errors="replace",
                                 preexec_fn=_die_with_parent)
     except OSError as e:
-        raise RuntimeError(f"cannot start {argv[0]!r}: {e.strerror}") from None
+        raise ProgramFailed(f"cannot start {argv[0]!r}: {e.strerror}") from None
     assert proc.stderr is not None
     stderr = _StderrTee(proc.stderr)
     if tail is not None:
@@ -169,8 +169,9 @@ def _run_in(workdir: Path, ctx: TrialContext, argv: list[str], values: dict[str,
         timer = threading.Timer(timeout_s, expire)
         timer.daemon = True
         timer.start()
+    last: deque[str] = deque(maxlen=3)
     try:
-        _follow(proc, None if tail is not None else seen, fmt)
+        _follow(proc, None if tail is not None else seen, fmt, last)
         code = proc.wait()
     except BaseException:
         _terminate(proc)
@@ -187,19 +188,39 @@ def _run_in(workdir: Path, ctx: TrialContext, argv: list[str], values: dict[str,
         raise optuna.TrialPruned()
     if code != 0:
         why = stderr.reason()
-        raise RuntimeError(f"command exited with code {code}" + (f": {why}" if why else ""))
+        raise ProgramFailed(f"the program exited with code {code}" + (f": {why}" if why else ""))
     final = {**seen.final, **_metrics_file(metrics_file)}
+    missing = [m for m in ctx.objective_metrics if m not in final]
+    if missing:
+        raise InvalidResult(_no_metric(missing[0], how, list(last)))
     return {k: v for k, v in final.items() if not (isinstance(v, float) and math.isnan(v))
             or k in ctx.objective_metrics}
 
 
+def _no_metric(metric: str, how: MetricsSpec, last: list[str]) -> str:
+    """Why a command trial has no objective value: which lines were expected, none seen."""
+    if how.file is not None:
+        expected = f"a JSON line with {metric!r} in {how.file}"
+    elif how.format is not None:
+        expected = f"a stdout line matching metrics.format {how.format!r} for {metric!r}"
+    else:
+        expected = (f"a stdout line like '{metric}=0.25' or '{metric}: 0.25' (or "
+                    f"{metric!r} in the JSON file ${protocol.ENV_METRICS_FILE})")
+    shown = " | ".join(line.rstrip("\n") for line in last) or "(nothing)"
+    return f"the program reported no {metric!r}: expected {expected}, saw none; the last " \
+           f"lines of its stdout: {shown}"
+
+
 def _follow(proc: subprocess.Popen[str], seen: Metrics | None,
-            fmt: re.Pattern[str] | None) -> None:
-    """Echo the program's stdout; unless its metrics come from a file, read them from each line
-    (``seen`` reports steps and stops the program when the pruner says so)."""
+            fmt: re.Pattern[str] | None, last: deque[str]) -> None:
+    """Echo the program's stdout (keeping its ``last`` lines); unless its metrics come from a
+    file, read them from each line (``seen`` reports steps and stops the program when the
+    pruner says so)."""
     assert proc.stdout is not None
     for line in proc.stdout:
         sys.stdout.write(line)
+        if line.strip():
+            last.append(line)
         if seen is not None and seen.add(parse_metric_line(line, fmt)):
             _terminate(proc)
 

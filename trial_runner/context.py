@@ -315,5 +315,10 @@ class TrialTimeout(Exception):
     """The trial ran past ``trial.timeout``."""
 
 
+class ProgramFailed(Exception):
+    """A ``trial.command`` program exited with an error: its own output says why, so the
+    runner logs one line with the exit code, not a traceback of its own."""
+
+
 class SuggestNotAllowed(Exception):
     """``ctx.suggest_*`` in a sweep whose sets are planned up front (grid, random, qmc)."""

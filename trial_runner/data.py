@@ -54,7 +54,9 @@ def data_dir(spec: DataSpec, env: Mapping[str, str] | None = None) -> Path | Non
         return None
     env = os.environ if env is None else env
     if spec.path is not None:
-        path = Path(env.get(protocol.ENV_DATA_DIR) or spec.path)
+        # A relative path is the spec's directory's (the local backend passes it on).
+        path = Path(env.get(protocol.ENV_DATA_DIR)
+                    or Path(env.get(protocol.ENV_SPEC_DIR) or ".") / spec.path)
         if not path.is_dir():
             raise DataError(f"data: {spec.path} is not a directory here ({path})")
         return path

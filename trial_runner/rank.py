@@ -140,7 +140,7 @@ def _context(spec: SweepSpec, launch: dict[str, Any], rank: int, local_rank: int
         sweep = load_sweep(storage, spec.name)
         study = sweep.runner_study(make_sampler(spec, launch["index"]), make_pruner(spec))
         trial = optuna.Trial(study, launch["trial_id"])
-        mirror = CheckpointMirror.for_index(spec, storage.url, launch["index"])
+        mirror = CheckpointMirror.for_index(spec, storage.url, launch["index"], sweep.state_key)
         url = storage.url
         factory = lambda: cached_artifact_store(spec.artifacts, url)  # noqa: E731
     return RankContext(

@@ -68,6 +68,7 @@ from trial_runner.background import HEARTBEATS, Job
 from trial_runner.checkpoints import CheckpointMirror
 from trial_runner.context import (
     InvalidResult,
+    ProgramFailed,
     SuggestNotAllowed,
     TrialContext,
     TrialTimeout,
@@ -328,12 +329,12 @@ def _run_trial(sweep: Sweep, study: optuna.Study, trial: optuna.Trial, index: in
         if attrs or todo:
             write_trial(trial, user_attrs=attrs, params=todo)
         params = suggest_active(trial, spec.parameters)
-        mirror = CheckpointMirror.for_index(spec, storage.url, index)
+        mirror = CheckpointMirror.for_index(spec, storage.url, index, sweep.state_key)
         ctx = TrialContext(
             params={**params, **spec.trial.fixed}, index=index, trial_number=number,
             attempt=attempt, trial=trial, objective_metrics=metrics,
             planned_method=None if spec.is_adaptive else spec.method,
-            checkpoint_dir=settings.checkpoint_root / spec.name / f"index-{index}",
+            checkpoint_dir=settings.checkpoint_root / sweep.state_key / f"index-{index}",
             artifact_store_factory=lambda: cached_artifact_store(spec.artifacts, storage.url),
             checkpoint_mirror=mirror,
             data_factory=(lambda: data_dir(spec.data)) if spec.data.configured else None,
@@ -350,7 +351,7 @@ def _run_trial(sweep: Sweep, study: optuna.Study, trial: optuna.Trial, index: in
         except optuna.TrialPruned:
             with writer.finishing():
                 return _finish_pruned(study, trial_id, index, number, trial=own)
-        except (TrialTimeout, DataError, SuggestNotAllowed) as e:
+        except (TrialTimeout, DataError, SuggestNotAllowed, ProgramFailed, InvalidResult) as e:
             return fail(str(e), _exit_code_of(e))
         if result is None and ctx.should_prune():
             with writer.finishing():
@@ -390,13 +391,15 @@ def _final(code: int, attempt: int, retries: int) -> bool:
     return code == protocol.EXIT_NO_RETRY or (code == protocol.EXIT_RETRY and attempt >= retries)
 
 
-def _exit_code_of(e: TrialTimeout | DataError | SuggestNotAllowed) -> int:
-    """How a failure the runner recognises ends the index: a timeout is not retried; a
-    missing bucket or a ``ctx.suggest_*`` in a planned sweep would fail every index the same
-    way, so the sweep stops and says why; a data source that may come back is retried."""
-    if isinstance(e, TrialTimeout):
+def _exit_code_of(e: Exception) -> int:
+    """How a failure the runner recognises ends the index (one line, no traceback: what the
+    trial printed says why): a timeout, or a program that printed no objective metric, is not
+    retried; a program that failed is; a missing bucket or a ``ctx.suggest_*`` in a planned
+    sweep would fail every index the same way, so the sweep stops and says why; a data source
+    that may come back is retried."""
+    if isinstance(e, TrialTimeout | InvalidResult):
         return protocol.EXIT_NO_RETRY
-    if isinstance(e, DataError) and e.retryable:
+    if isinstance(e, ProgramFailed) or (isinstance(e, DataError) and e.retryable):
         return protocol.EXIT_RETRY
     return protocol.EXIT_CONFIG
 
@@ -454,8 +457,7 @@ def _superseded(index: int, number: int) -> Outcome:
 
 def _fail(storage: Any, index: int, trial_id: int, number: int, reason: str,
           code: int) -> Outcome:
-    mark_failed(storage, trial_id, reason)
-    logger.error("index %d: trial #%d failed: %s", index, number, reason)
+    mark_failed(storage, trial_id, reason)  # the caller logs the outcome (trial_runner.main)
     return Outcome(index, code, "FAIL", number, f"index {index}: trial #{number} failed: {reason}")
 
 

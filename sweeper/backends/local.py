@@ -38,7 +38,7 @@ from sweeper.backends.gpus import detect_gpus, gpu_slots
 from sweeper.errors import BackendError, SpecError
 from sweeper.spec.registry import make_pruner, make_sampler
 from sweeper.study import Sweep, attempts, fail_stale_trials, mark_failed
-from sweeper.study.stop import before_start
+from sweeper.study.stop import before_start, brake
 
 logger = logging.getLogger(__name__)
 #: Workers in a row that die before they are ready before the sweep gives up.
@@ -75,13 +75,24 @@ class _Worker:
     lines: list[str] = field(default_factory=list)
 
 
+def checkpoint_root() -> Path:
+    """Where local workers keep checkpoints (each sweep under its state key): absolute, so
+    that every worker and ``sweeper delete`` agree whatever their working directory."""
+    return Path(os.environ.get(protocol.ENV_CHECKPOINT_DIR)
+                or protocol.DEFAULT_CHECKPOINT_DIR).resolve()
+
+
 class LocalBackend:
     name = "local"
 
-    def __init__(self, log_dir: Path, *, grace_period_s: float | None = None,
+    def __init__(self, log_dir: Path, *, keyed: bool = False,
+                 grace_period_s: float | None = None,
                  stop_timeout_s: float = 15.0, max_starting: int | None = None,
                  stagger_s: float = STAGGER_S,
                  proxy: bool | None = None, metrics: Any = None) -> None:
+        #: ``keyed``: ``log_dir`` is the root under which each sweep logs in the directory of its
+        #: identity (protocol.state_key: a new sweep under an old name starts a clean log).
+        self._log_root = log_dir if keyed else None
         self.log_dir = log_dir
         #: Workers reach the study through an in-process storage proxy: True, False, or None
         #: (when it pays: sweeper.proxy.server.proxy_pays). A Prometheus registry in
@@ -111,6 +122,8 @@ class LocalBackend:
         self._startup_failures = 0
         if not pending:
             return RunResult()
+        if self._log_root is not None:
+            self.log_dir = self._log_root / sweep.state_key
         self.log_dir.mkdir(parents=True, exist_ok=True)
         self._record_launch(sweep)
         n = min(sweep.spec.parallelism, len(pending))
@@ -175,7 +188,9 @@ class LocalBackend:
     def _record_launch(self, sweep: Sweep) -> None:
         """Where this sweep ran and logged (``sweeper logs`` and ``resume`` read it)."""
         for key, value in ((protocol.BACKEND_ATTR, self.name),
-                           (protocol.LOG_DIR_ATTR, str(self.log_dir.resolve()))):
+                           (protocol.LOG_DIR_ATTR, str(self.log_dir.resolve())),
+                           (protocol.CHECKPOINT_DIR_ATTR,
+                            str(checkpoint_root() / sweep.state_key))):
             sweep.storage.set_study_user_attr(sweep.study_id, key, value)
 
     # ---------------------------------------------------------------- workers
@@ -251,6 +266,7 @@ class LocalBackend:
         env = dict(os.environ)
         env.update({protocol.ENV_STORAGE: storage_url, protocol.ENV_STUDY: sweep.name,
                     protocol.ENV_LOG_DIR: str(self.log_dir), "PYTHONUNBUFFERED": "1",
+                    protocol.ENV_CHECKPOINT_DIR: str(checkpoint_root()),
                     protocol.ENV_PARENT_PID: str(os.getpid())})
         threads = str(max(1, (os.cpu_count() or 1) // n_workers))
         for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
@@ -378,6 +394,8 @@ class LocalBackend:
         elif code == protocol.EXIT_CONFIG:
             raise SpecError(f"index {index}: the runner reported a configuration error; see "
                             f"{self.log_dir / f'index-{index}.log'}", source=sweep.spec.source)
+        elif not finished and brake(sweep.storage, sweep.study_id, sweep.spec):
+            pending.clear()  # every attempt so far failed: start no new one (the brake)
         elif code != protocol.EXIT_NO_RETRY and \
                 dispatched.get(index, 0) <= sweep.spec.trial.retries:
             logger.info("index %d failed (attempt %d); retrying", index, dispatched[index])

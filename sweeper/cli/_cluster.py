@@ -71,8 +71,12 @@ def logs(name: str, index: int, attempt: int | None, follow: bool, tail: int | N
         raise click.BadParameter(f"sweep {name} has indexes 0..{sweep.spec.trials - 1}",
                                  param_hint="--index")
     attrs = sweep.storage.get_study_user_attrs(sweep.study_id) if sweep is not None else {}
-    local_dir = _shown(Path(log_dir) / name if log_dir else
-                       Path(attrs.get(protocol.LOG_DIR_ATTR) or Path(DEFAULT_LOG_DIR) / name))
+    if sweep is not None:
+        key = sweep.state_key
+    else:  # no storage at hand: the sweep's newest log directory under its name
+        key = _newest_log_key(Path(log_dir or DEFAULT_LOG_DIR), name)
+    local_dir = _shown(Path(log_dir) / key if log_dir else
+                       Path(attrs.get(protocol.LOG_DIR_ATTR) or Path(DEFAULT_LOG_DIR) / key))
     clients = _clients(kubeconfig, context)
     kind = backend or _where_it_ran(attrs, sweep, local_dir, index, clients)
     try:
@@ -82,6 +86,13 @@ def logs(name: str, index: int, attempt: int | None, follow: bool, tail: int | N
             _pod_log(sweep, name, index, attempt, follow, tail, namespace, clients)
     except KeyboardInterrupt:
         sys.exit(130)
+
+
+def _newest_log_key(root: Path, name: str) -> str:
+    """The most recently written of NAME-UID8 (and a plain NAME from before identities)."""
+    found = [p for p in root.glob(f"{name}-*") if p.is_dir() and len(p.name) == len(name) + 9]
+    found += [root / name] if (root / name).is_dir() else []
+    return max(found, key=lambda p: p.stat().st_mtime).name if found else name
 
 
 def _where_it_ran(attrs: dict[str, Any], sweep: Any | None, local_dir: Path, index: int,

@@ -3,6 +3,7 @@ spec file; nothing here creates a storage."""
 
 from __future__ import annotations
 
+import errno
 import json
 from pathlib import Path
 from typing import Any
@@ -20,7 +21,7 @@ from sweeper.cli._common import (
     name_storage_option,
 )
 from sweeper.cli._group import cli
-from sweeper.errors import SweeperError, SweepFailedError
+from sweeper.errors import PortInUseError, SweeperError, SweepFailedError
 
 
 @cli.command()
@@ -244,8 +245,8 @@ def dashboard(name: str | None, storage: str | None, host: str, port: int) -> No
         artifacts = dashboard_artifacts_spec(store)
     artifact_store = open_artifact_store(artifacts, url, create=False)
     if _listening(host, port):
-        raise SweeperError(f"cannot serve on {host}:{port}: something is already listening "
-                           "there (pick another --port)")
+        raise PortInUseError(f"cannot serve on {host}:{port}: something is already "
+                             "listening there (pick another --port)")
     # Said once the storage opened (a bad one stays a one-line error), before the slow part.
     click.echo(f"starting optuna-dashboard on http://{host}:{port} ...", err=True)
     ready = _Announcer(
@@ -256,7 +257,8 @@ def dashboard(name: str | None, storage: str | None, host: str, port: int) -> No
     try:
         optuna_dashboard.run_server(store, host=host, port=port, artifact_store=artifact_store)
     except OSError as e:
-        raise SweeperError(f"cannot serve on {host}:{port}: {e.strerror}") from None
+        error = PortInUseError if e.errno == errno.EADDRINUSE else SweeperError
+        raise error(f"cannot serve on {host}:{port}: {e.strerror}") from None
     except KeyboardInterrupt:
         pass
     finally:

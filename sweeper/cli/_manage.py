@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 import sys
+from pathlib import Path
 from typing import Any
 
 import click
@@ -129,11 +131,46 @@ def delete(name: str, storage: str | None, yes: bool, kube: bool | None,
     _confirm(f"delete sweep {sweep.name}: " + "; ".join(what), yes)
     if clients is not None:
         _delete_jobs(clients, sweep.name, ns, wait_s, required=kube is True)
+    local = _local_state(sweep)
     sweep.storage.delete_study(sweep.study_id)
     click.echo(f"deleted sweep {sweep.name} ({sum(counts.values())} trial(s)) from "
                f"{redact(target.url)}")
     if artifact_ids:
         click.echo(remove_artifacts(sweep.spec.artifacts, target.url, artifact_ids))
+    for kind, path in local:
+        if path.is_dir():
+            shutil.rmtree(path)
+            click.echo(f"removed the local {kind} {path}")
+    kept = _kept_state(sweep)
+    if kept:
+        click.echo(f"kept {kept}")
+
+
+def _local_state(sweep: Any) -> list[tuple[str, Path]]:
+    """The sweep's own directories on this machine (logs, checkpoints), as its local launches
+    recorded them; a sweep from before identities (no uid) shares them by name: kept."""
+    if sweep.uid is None:
+        return []
+    attrs = sweep.storage.get_study_user_attrs(sweep.study_id)
+    return [(what, Path(attrs[key])) for what, key in (
+        ("logs", protocol.LOG_DIR_ATTR), ("checkpoints", protocol.CHECKPOINT_DIR_ATTR))
+        if isinstance(attrs.get(key), str) and Path(attrs[key]).name == sweep.state_key]
+
+
+def _kept_state(sweep: Any) -> str | None:
+    """What delete leaves: checkpoints in S3 or on a cluster volume (no new sweep reads
+    them: they are under this sweep's identity)."""
+    from sweeper.backends.pod import checkpoint_dir
+
+    where = []
+    if sweep.spec.artifacts.store == "s3":
+        where.append(f"the checkpoints under s3://{sweep.spec.artifacts.bucket}/"
+                     + (f"{sweep.spec.artifacts.prefix}/" if sweep.spec.artifacts.prefix
+                        else "") + f"checkpoints/{sweep.state_key}/")
+    if sweep.spec.kubernetes.checkpoint_volume:
+        where.append(f"the checkpoints in {checkpoint_dir(sweep.spec.kubernetes)}/"
+                     f"{sweep.state_key}/ on the cluster's volume")
+    return "; ".join(where) or None
 
 
 def _sweep_jobs_to_delete(sweep: Any, kube: bool | None, ns: str, kubeconfig: str | None,

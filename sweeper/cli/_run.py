@@ -140,7 +140,7 @@ def _backend(kind: str, spec: Any, log_dir: str, kubeconfig: str | None, context
         warning = check_gpus(spec, allow_cpu=allow_cpu)
         if warning:
             click.echo(f"warning: {warning}", err=True)
-        return LocalBackend(Path(log_dir) / spec.name, proxy=proxy, metrics=metrics)
+        return LocalBackend(Path(log_dir), keyed=True, proxy=proxy, metrics=metrics)
     return _kubernetes_backend(kubeconfig, context, detach)
 
 

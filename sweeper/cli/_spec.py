@@ -36,8 +36,10 @@ def validate(spec_file: str, no_import: bool, overrides: tuple[str, ...], fmt: s
         return
     what = spec.trial.entrypoint or "command " + " ".join(spec.trial.command)
     what = what.splitlines()[0][:60] + ("..." if len(what) > 60 or "\n" in what else "")
-    click.echo(f"ok: {spec.name}: {spec.method}, {spec.trials} indexes, "
-               f"{len(spec.parameters)} parameters, objective "
+    n = len(spec.parameters)
+    click.echo(f"ok: {spec.name}: {spec.method}, {spec.trials} "
+               f"{'index' if spec.trials == 1 else 'indexes'}, {n} "
+               f"{'parameter' if n == 1 else 'parameters'}, objective "
                + ", ".join(f"{o.direction} {o.metric}" for o in spec.objectives)
                + f", trial {what}")
 

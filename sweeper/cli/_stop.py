@@ -35,14 +35,15 @@ def may_launch(sweep: Any, ignore: bool) -> bool:
 def report_stop(sweep: Any, missing: list[int], failed_for_good: bool) -> bool:
     """After a launch: if a stop rule fired, say which and when as the last line and return
     True (exit 1 when indexes failed for good or the rule was max_failed_trials, else 0)."""
-    from sweeper.study.stop import stop_state
+    from sweeper.study.stop import BRAKE_RULE, stop_state
 
     state = stop_state(sweep.storage, sweep.study_id)
     if state is None or not state.stopped:
         return False
-    line = (f"stopped: {state.describe()}; {len(missing)} of {sweep.spec.trials} indexes not "
-            f"finished (`sweeper resume {sweep.name} --ignore-stop` runs them)")
-    if failed_for_good or state.rule == "max_failed_trials":
+    line = f"stopped: {state.describe()}; " + (
+        f"{len(missing)} of {sweep.spec.trials} indexes not finished (`sweeper resume "
+        f"{sweep.name} --ignore-stop` runs them)" if missing else "every index finished")
+    if failed_for_good or state.rule in ("max_failed_trials", BRAKE_RULE):
         raise SweepFailedError(line)
     click.echo(line, err=True)
     return True

@@ -23,7 +23,7 @@ def stop_spec(v: Checks, value: Any, path: Path_, objectives: tuple[Objective, .
                                       "max_failed_trials")
     target = float(v.number(m["value"], (*path, "value"))) if "value" in m else None
     patience = v.integer(m["patience"], (*path, "patience"), 1) if "patience" in m else None
-    failed = v.integer(m["max_failed_trials"], (*path, "max_failed_trials"), 1) \
+    failed = v.integer(m["max_failed_trials"], (*path, "max_failed_trials"), 0) \
         if "max_failed_trials" in m else None
     duration = v.duration(m["max_duration"], (*path, "max_duration")) \
         if "max_duration" in m else None

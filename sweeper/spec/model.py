@@ -72,8 +72,10 @@ class StopSpec:
 
     ``value``: a complete trial reached it (single objective, in its direction); ``patience``:
     that many trials finished since the best one without beating it; ``max_failed_trials``:
-    that many indexes failed for good; ``max_duration``: seconds since the sweep's first
-    launch. Not part of the spec hash: a sweep may be given other rules when it is run again.
+    that many indexes failed for good, and also how many failed attempts with none complete
+    stop a sweep at its start (default 5: the brake; 0 turns both off); ``max_duration``:
+    seconds since the sweep's first launch. Not part of the spec hash: a sweep may be given
+    other rules when it is run again.
     """
 
     value: float | None = None

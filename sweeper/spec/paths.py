@@ -7,7 +7,11 @@ and kustomize resolve theirs, so ``sweeper run sub/spec.yaml`` works from any di
   ``{placeholders}``, outputs that do not exist yet) is passed on as written;
 - ``trial.entrypoint``: the spec's directory goes on ``sys.path`` (and the local workers'
   ``PYTHONPATH``) before the working directory;
-- ``artifacts.path``: relative to the spec's directory (made absolute when the file is read).
+- ``artifacts.path``: relative to the spec's directory (made absolute when the file is read);
+- ``storage:``: a SQLite file named by a relative path is the file in the spec's directory
+  (``sqlite:///my.db`` next to the spec, wherever ``sweeper`` runs from);
+- ``data.path``: on the local backend, relative to the spec's directory (the workers get it as
+  ``SWEEPER_SPEC_DIR``); on Kubernetes it is a path in the pod, as written.
 
 The sweep record keeps ``command`` and ``entrypoint`` as written: where the file lives is not
 part of the sweep (its hash does not change when the spec moves). The local backend hands the
@@ -37,7 +41,21 @@ def anchored(spec: SweepSpec, spec_file: str | Path) -> SweepSpec:
     if artifacts.store == "filesystem" and artifacts.path and \
             not Path(artifacts.path).expanduser().is_absolute():
         artifacts = replace(artifacts, path=str(base / artifacts.path))
-    return replace(spec, base_dir=str(base), artifacts=artifacts)
+    return replace(spec, base_dir=str(base), artifacts=artifacts,
+                   storage=anchored_storage(spec.storage, base))
+
+
+def anchored_storage(url: str | None, base: Path) -> str | None:
+    """A SQLite URL whose file path is relative, made absolute against ``base`` (the spec's
+    directory); any other URL as it is."""
+    if url is None:
+        return None
+    for prefix in ("sqlite:///", "sqlite+pysqlite:///"):
+        if url.startswith(prefix):
+            path, sep, query = url[len(prefix):].partition("?")
+            if path and path != ":memory:" and not Path(path).expanduser().is_absolute():
+                return f"{prefix}{base / path}{sep}{query}"
+    return url
 
 
 def _looks_like_path(arg: str) -> bool:

@@ -5,8 +5,10 @@ same name is refused."""
 
 from __future__ import annotations
 
+import functools
 import json
 import threading
+import uuid
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -22,6 +24,8 @@ from sweeper.protocol import (
     SPEC_ATTR,
     SPEC_DIR_ATTR,
     STARTED_ATTR,
+    UID_ATTR,
+    state_key,
 )
 from sweeper.proxy import client as proxy
 from sweeper.spec import SweepSpec, parse_spec_dict
@@ -46,6 +50,17 @@ class Sweep:
     @property
     def name(self) -> str:
         return self.spec.name
+
+    @functools.cached_property
+    def uid(self) -> str | None:
+        """The sweep's identity (protocol.UID_ATTR); None for a study from before it."""
+        uid = self.storage.get_study_user_attrs(self.study_id).get(UID_ATTR)
+        return uid if isinstance(uid, str) else None
+
+    @property
+    def state_key(self) -> str:
+        """Where this sweep's checkpoints and local logs live, under their roots."""
+        return state_key(self.name, self.uid)
 
     def study(self, sampler: optuna.samplers.BaseSampler | None = None,
               pruner: optuna.pruners.BasePruner | None = None) -> optuna.Study:
@@ -141,6 +156,8 @@ def _record_and_enqueue(conn: sa.Connection, study_id: int, spec: SweepSpec,
                             field="name")
     _set_study_attr(conn, study_id, SPEC_ATTR, record)
     _set_study_attr(conn, study_id, HASH_ATTR, spec.spec_hash)
+    if created and UID_ATTR not in attrs:  # a new sweep: state of its own, under no old name
+        _set_study_attr(conn, study_id, UID_ATTR, uuid.uuid4().hex)
     if spec.base_dir is not None and attrs.get(SPEC_DIR_ATTR) != spec.base_dir:
         _set_study_attr(conn, study_id, SPEC_DIR_ATTR, spec.base_dir)
     if STARTED_ATTR not in attrs:  # the first launch: stop.max_duration counts from here
@@ -191,6 +208,8 @@ def changed_spec_error(spec: SweepSpec, stored: Any) -> SpecError:
         if {k: mine["trial"].get(k) for k in ("entrypoint", "command", "fixed")} != \
                 {k: stored.get("trial", {}).get(k) for k in ("entrypoint", "command", "fixed")}:
             changed.append("trial")
+        if spec.method == "grid" and "parameters" in changed and "trials" in changed:
+            changed.remove("trials")  # a grid's size follows from its parameters
     what = f" ({', '.join(changed)} differ)" if changed else ""
     return SpecError(f"a different sweep named {spec.name!r} already exists in this storage"
                      f"{what}{_FIXES.format(spec.name)}", source=spec.source,

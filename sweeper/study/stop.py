@@ -17,7 +17,7 @@ from typing import Any
 import sqlalchemy as sa
 from optuna.storages import RDBStorage
 
-from sweeper.protocol import FAILED_FOR_GOOD_ATTR, STARTED_ATTR, STOP_ATTR
+from sweeper.protocol import FAIL_REASON_ATTR, FAILED_FOR_GOOD_ATTR, STARTED_ATTR, STOP_ATTR
 from sweeper.proxy import client as proxy
 from sweeper.spec import SweepSpec
 from sweeper.study._bulk import exclusive
@@ -219,7 +219,7 @@ def _fired(storage: RDBStorage, study_id: int, spec: SweepSpec,
                 after = conn.execute(sa.text(_FINISHED_AFTER_SQL),
                                      {"s": study_id, "t": best[1]}).scalar_one()
             failed = 0
-            if rules.max_failed_trials is not None:
+            if rules.max_failed_trials:
                 failed = conn.execute(sa.text(_FAILED_FOR_GOOD_SQL),
                                       {"s": study_id}).scalar_one()
             return best, after, failed
@@ -233,8 +233,60 @@ def _fired(storage: RDBStorage, study_id: int, spec: SweepSpec,
         return "patience", (f"{after} trials finished since the best, trial #{best[0]} "
                             f"({metric}={best[2]:.6g}), without beating it (patience "
                             f"{rules.patience})"), best[0]
-    if rules.max_failed_trials is not None and failed >= rules.max_failed_trials:
+    if rules.max_failed_trials and failed >= rules.max_failed_trials:
         return "max_failed_trials", (f"{failed} indexes failed for good (max_failed_trials "
                                      f"{rules.max_failed_trials})"), None
     why = check_duration(spec, started)
     return ("max_duration", why, None) if why else None
+
+
+# --------------------------------------------------------------------------- the default brake
+
+#: A sweep whose first attempts all failed stops after this many (``stop.max_failed_trials``
+#: sets another number, 0 turns the brake off): a deterministic bug should not spend every
+#: index's retries.
+DEFAULT_BRAKE = 5
+BRAKE_RULE = "failing_start"
+_BRAKE_SQL = """
+SELECT (SELECT COUNT(*) FROM trials WHERE study_id = :s AND state IN ('COMPLETE', 'PRUNED')),
+       (SELECT COUNT(*) FROM trials WHERE study_id = :s AND state = 'FAIL')"""
+_COMMON_REASON_SQL = f"""
+SELECT a.value_json, COUNT(*) AS n FROM trial_user_attributes a
+JOIN trials t ON t.trial_id = a.trial_id
+WHERE t.study_id = :s AND t.state = 'FAIL' AND a.key = '{FAIL_REASON_ATTR}'
+GROUP BY a.value_json ORDER BY n DESC LIMIT 1"""
+
+
+def brake_limit(spec: SweepSpec) -> int:
+    n = spec.stop.max_failed_trials
+    return DEFAULT_BRAKE if n is None else n
+
+
+def brake(storage: RDBStorage | proxy.ProxyStorage, study_id: int,
+          spec: SweepSpec) -> StopState | None:
+    """What the launcher checks after a failed attempt: when the sweep's first attempts have
+    all failed (``brake_limit`` of them, none completed or pruned), record the stop with the
+    most common reason. Not through a storage proxy (the launcher holds the database)."""
+    limit = brake_limit(spec)
+    if limit <= 0 or isinstance(storage, proxy.ProxyStorage):
+        return None
+    current = stop_state(storage, study_id)
+    if current is not None:  # stopped already, or the rules are off (--ignore-stop)
+        return current if current.stopped else None
+
+    def query() -> tuple[int, int, str | None]:
+        with storage.engine.connect() as conn:
+            done, failed = conn.execute(sa.text(_BRAKE_SQL), {"s": study_id}).one()
+            common = None
+            if not done and failed >= limit:
+                row = conn.execute(sa.text(_COMMON_REASON_SQL), {"s": study_id}).first()
+                common = json.loads(row[0]) if row is not None else None
+            return int(done), int(failed), common
+
+    done, failed, common = with_retry(query, what="check the failing start")
+    if done or failed < limit:
+        return None
+    why = f"; most often: {common}" if isinstance(common, str) else ""
+    return record_stop(storage, study_id, BRAKE_RULE,
+                       f"the first {failed} attempts all failed and none completed{why} "
+                       "(stop.max_failed_trials sets how many; 0 never stops)")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit, urlunsplit
@@ -29,26 +30,41 @@ def driver_url(url: str) -> str:
     return url
 
 
+#: Query parameters whose values are secrets (``?sslpassword=...``, ``?token=...``).
+_SECRET_QUERY = re.compile(r"(?i)^(password|passwd|pwd|sslpassword|secret|token|key|"
+                           r"access_key|secret_key|api_key)$")
+#: A URL inside a message: a scheme, ``://`` and what follows up to whitespace or a quote.
+_URL_IN_TEXT = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>]+")
+
+
 def redact(url: str) -> str:
-    """The URL with any password replaced by ``***`` (safe to print or log)."""
+    """The URL with its password (and any secret query value) replaced by ``***``, by
+    parsing it: the user, host, scheme and database name stay as they are, whatever the
+    password is (safe to print or log)."""
     try:
         parts = urlsplit(url)
+        password = parts.password
     except ValueError:
         return "<unparseable storage URL>"
-    if parts.password is None:
+    netloc = parts.netloc
+    if password is not None:
+        userinfo, host = netloc.rsplit("@", 1)
+        netloc = f"{userinfo.split(':', 1)[0]}:***@{host}"
+    query = "&".join(_redact_pair(pair) for pair in parts.query.split("&")) \
+        if parts.query else parts.query
+    if netloc == parts.netloc and query == parts.query:
         return url
-    netloc = parts.netloc.rsplit("@", 1)
-    user = netloc[0].split(":", 1)[0]
-    return urlunsplit(parts._replace(netloc=f"{user}:***@{netloc[1]}"))
+    return urlunsplit(parts._replace(netloc=netloc, query=query))
+
+
+def _redact_pair(pair: str) -> str:
+    name, eq, _ = pair.partition("=")
+    return f"{name}=***" if eq and _SECRET_QUERY.match(name) else pair
 
 
 def scrub(text: str, url: str) -> str:
-    """Remove the password of ``url`` from an error message (drivers sometimes echo it)."""
-    try:
-        password = urlsplit(url).password
-    except ValueError:
-        password = None
+    """An error message with the password of every URL in it masked (drivers sometimes echo
+    the URL). Only URLs are touched: the password as a word elsewhere is left alone, so a
+    password that is also the user, host or database name mangles nothing."""
     text = text.replace(url, redact(url))
-    if password:
-        text = text.replace(password, "***")
-    return text
+    return _URL_IN_TEXT.sub(lambda m: redact(m.group(0)), text)

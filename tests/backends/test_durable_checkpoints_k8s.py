@@ -27,6 +27,7 @@ from optuna.trial import TrialState
 
 from sweeper import protocol
 from sweeper.backends.kubernetes import job_info
+from sweeper.study import load_sweep, open_storage
 from tests.support.k8s_cluster import NS, Cluster
 from tests.support.s3 import CREDENTIALS, REGION, S3Server, moto_s3
 
@@ -212,9 +213,11 @@ def _preempt_and_resume(cluster: Cluster, name: str, text: str, markers: Path,
     assert min(s for s, _ in retry.user_attrs[protocol.HISTORY_ATTR]["loss"]) == saved + 1
     log = cluster.core().read_namespaced_pod_log(pods[0]["metadata"]["name"], NS)
     assert CREDENTIALS["AWS_SECRET_ACCESS_KEY"] not in log
+    key = load_sweep(open_storage(cluster.url), name).state_key  # the sweep's own prefix
+    assert key.startswith(f"{name}-")
     if volume is None:
         assert f"restored the checkpoint of step {saved} (trial #{killed.number}) from " \
-               f"s3://ckpts/checkpoints/{name}/index-0" in log
+               f"s3://ckpts/checkpoints/{key}/index-0" in log
     else:  # the volume is the checkpoint directory: nothing to restore, it is just there
         assert "restored the checkpoint" not in log
-        assert (volume / "checkpoints" / name / "index-0" / "checkpoint.pt").is_file()
+        assert (volume / "checkpoints" / key / "index-0" / "checkpoint.pt").is_file()

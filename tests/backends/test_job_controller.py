@@ -154,3 +154,20 @@ def test_spent_retries_fail_one_index_and_the_others_finish(cluster: Cluster) ->
     assert [t.state for t in cluster.trials("jc-spent")[1]] == [TrialState.FAIL] * 2
     assert [p["status"]["phase"] for p in _by_index(cluster, "jc-spent")[1]] \
         == ["Failed", "Failed"]
+
+
+def test_a_sweep_whose_first_attempts_all_fail_is_stopped_and_its_job_deleted(
+        cluster: Cluster) -> None:
+    """The default brake on Kubernetes: the first 5 attempts failed and none completed, so
+    run records the stop and deletes the Job instead of spending every index's retries."""
+    spec = cluster.spec(_spec("jc-brake", "always_fails", n=8, retries=1, fixed="{}")
+                        .replace("parallelism: 8", "parallelism: 2"))
+    result = cluster.sweeper("run", spec, "--backend", "kubernetes")
+    assert result.exit_code == 1, result.output
+    assert "deleted Job sweeper/jc-brake: the sweep stopped at its start" in result.output
+    last = result.stderr.strip().splitlines()[-1]
+    assert "stop rule failing_start fired" in last and "KeyError: 'step'" in last
+    assert cluster.jobs("jc-brake") == []
+    failed = [t for ts in cluster.trials("jc-brake").values() for t in ts
+              if t.state == TrialState.FAIL]
+    assert 5 <= len(failed) <= 5 + 2, len(failed)  # not 16 attempts

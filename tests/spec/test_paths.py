@@ -159,3 +159,42 @@ def test_resume_by_name_finds_the_spec_directory_in_the_record(elsewhere: Path,
     assert result.exit_code == 0, result.output
     status = json.loads(invoke("status", "resume-elsewhere", "--format", "json").stdout)
     assert status["trials_by_state"] == {"COMPLETE": 3}
+
+
+def test_a_relative_sqlite_storage_is_the_file_next_to_the_spec(elsewhere: Path, tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch
+                                                                ) -> None:
+    """`storage: sqlite:///my.db` is the spec's my.db from any working directory: the same
+    spec run from two directories uses one database (the second run resumes), and status
+    given the spec's path from a third finds it."""
+    spec = _spec(tmp_path / "project" / "sub" / "spec.yaml", "db-next-to-spec",
+                 {"command": ["python", "train.py", "--x", "{x}"]}, storage="sqlite:///my.db")
+    (spec.parent / "train.py").write_text(TRAIN)
+    assert invoke("run", str(spec)).exit_code == 0
+    assert (spec.parent / "my.db").is_file() and not (elsewhere / "my.db").exists()
+    other = tmp_path / "other"
+    other.mkdir()
+    monkeypatch.chdir(other)
+    again = invoke("run", str(spec))
+    assert again.exit_code == 0, again.output
+    assert "3 of 3 indexes already finished" in again.output
+    status = json.loads(invoke("status", str(spec), "--format", "json").stdout)
+    assert status["trials_by_state"] == {"COMPLETE": 3}
+    assert not (other / "my.db").exists()
+
+
+def test_a_local_data_path_is_relative_to_the_spec(elsewhere: Path, tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PYTHONPATH", str(Path(__file__).resolve().parents[2]))  # tests.support
+    spec = _spec(tmp_path / "project" / "sub" / "spec.yaml", "data-next-to-spec",
+                 {"entrypoint": "tests.support.cluster_objectives:reads_data"},
+                 data={"path": "dataset"})
+    (spec.parent / "dataset").mkdir()
+    (spec.parent / "dataset" / "a").write_text("2\n")
+    (spec.parent / "dataset" / "b").write_text("3\n")
+    result = invoke("run", str(spec))
+    assert result.exit_code == 0, result.output
+    status = json.loads(invoke("status", str(spec), "--format", "json").stdout)
+    assert status["trials_by_state"] == {"COMPLETE": 3}
+    best = json.loads(invoke("best", str(spec)).stdout)
+    assert best["values"]["loss"] == pytest.approx(5.0)  # 2 + 3 + x = 0

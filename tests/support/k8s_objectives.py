@@ -36,3 +36,8 @@ def fails_on_index_1(ctx: TrialContext) -> float:
     if ctx.index == 1:
         raise RuntimeError(f"fails_on_index_1: attempt {ctx.attempt} of index 1 fails")
     return float(ctx.index)
+
+
+def always_fails(ctx: TrialContext) -> float:
+    """Every attempt raises the same error: a deterministic bug."""
+    raise KeyError("step")

@@ -64,8 +64,10 @@ def test_a_retry_in_another_pod_resumes_from_the_s3_checkpoint(tmp_path: Path,
     first = run_index(sweep, 1, objective, _in_pod(tmp_path, "pod-a"))
     assert (first.state, first.exit_code) == ("FAIL", protocol.EXIT_RETRY)
     keys = sorted(o["Key"] for o in s3.client().list_objects_v2(Bucket="ckpts")["Contents"])
-    assert keys == ["team/checkpoints/ckpt/index-1/checkpoint.json",
-                    "team/checkpoints/ckpt/index-1/checkpoint.pt"]
+    key = sweep.state_key
+    assert key.startswith("ckpt-") and len(key) == len("ckpt-") + 8  # the sweep's own
+    assert keys == [f"team/checkpoints/{key}/index-1/checkpoint.json",
+                    f"team/checkpoints/{key}/index-1/checkpoint.pt"]
 
     retry = run_index(sweep, 1, objective, _in_pod(tmp_path, "pod-b"))
     assert retry.state == "COMPLETE"
@@ -76,17 +78,17 @@ def test_a_retry_in_another_pod_resumes_from_the_s3_checkpoint(tmp_path: Path,
     assert [s for s, _ in t.user_attrs[protocol.HISTORY_ATTR]["loss"]] == [3, 4]
     assert t.value == 2.0  # steps 3 and 4 only
     # The second pod got the checkpoint before user code ran; it saved newer ones since.
-    mirror = CheckpointMirror.for_index(sweep.spec, sweep.storage.url, 1)
+    mirror = CheckpointMirror.for_index(sweep.spec, sweep.storage.url, 1, key)
     assert mirror is not None
     meta = mirror.pull(tmp_path / "pod-c")
     assert meta == {"step": 4, "trial_number": retry.trial_number, "attempt": 1}
-    assert mirror.where == "s3://ckpts/team/checkpoints/ckpt/index-1"
+    assert mirror.where == f"s3://ckpts/team/checkpoints/{key}/index-1"
 
 
 def test_without_s3_a_new_pod_starts_over(tmp_path: Path) -> None:
     """The contrast: the local directory alone is gone with the pod (hence the warning)."""
     sweep = _sweep(tmp_path, None)
-    assert CheckpointMirror.for_index(sweep.spec, sweep.storage.url, 0) is None
+    assert CheckpointMirror.for_index(sweep.spec, sweep.storage.url, 0, sweep.state_key) is None
     objective = load_entrypoint(RESUMABLE)
     assert run_index(sweep, 0, objective, _in_pod(tmp_path, "pod-a")).state == "FAIL"
     retry = run_index(sweep, 0, objective, _in_pod(tmp_path, "pod-b"))
@@ -101,5 +103,6 @@ def test_an_unreachable_store_fails_the_attempt_with_one_line(tmp_path: Path,
     out = run_index(sweep, 0, load_entrypoint(RESUMABLE), _in_pod(tmp_path, "pod-a"))
     assert out.state == "FAIL"
     reason = sweep.study().trials[out.trial_number].user_attrs[protocol.FAIL_REASON_ATTR]
-    assert "cannot save the checkpoint to s3://no-such-bucket/checkpoints/ckpt/index-0" in reason
+    assert f"cannot save the checkpoint to s3://no-such-bucket/checkpoints/{sweep.state_key}/" \
+        "index-0" in reason
     assert "NoSuchBucket" in reason and "test-secret" not in reason

@@ -18,7 +18,7 @@ from optuna.trial import TrialState
 from sweeper import protocol
 from sweeper.backends.gpus import gpu_slots
 from sweeper.cli import cli
-from sweeper.study import driver_url
+from sweeper.study import driver_url, load_sweep, open_storage
 
 pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[2]
@@ -133,4 +133,5 @@ def test_the_digits_example_trains_with_ddp(tmp_path: Path) -> None:
     assert trial.user_attrs[protocol.DEVICE_ATTR] == "cpu"
     # rank 0 alone saved the model and the checkpoints
     assert len([a for a in trial.system_attrs if a.startswith("artifacts:")]) == 1
-    assert (tmp_path / "ckpt" / "digits-ddp" / "index-0" / "checkpoint.pt").is_file()
+    key = load_sweep(open_storage(_url(tmp_path)), "digits-ddp").state_key
+    assert (tmp_path / "ckpt" / key / "index-0" / "checkpoint.pt").is_file()

@@ -36,6 +36,7 @@ from sweeper.backends.kubernetes.ops import index_log, sweep_jobs
 from sweeper.errors import BackendError, SpecError
 from sweeper.protocol import BACKEND_ATTR, LAUNCHES_ATTR
 from sweeper.study import Sweep, fail_stale_trials
+from sweeper.study.stop import brake
 
 logger = logging.getLogger(__name__)
 _POD_NAME = re.compile(r'pods "[^"]*" ')
@@ -57,6 +58,7 @@ class _Watch:
     last_events: float = 0.0
     last_stale: float = 0.0
     suspended: bool | None = None  # as last said (None: nothing said yet)
+    braked: bool = False  # the sweep's first attempts all failed: stop the Job
 
 
 class KubernetesBackend:
@@ -153,6 +155,10 @@ class KubernetesBackend:
                                    f"`sweeper resume {sweep.name}` relaunches what is missing")
             info = job_info(job, sweep.spec.trials)
             self._observe(sweep, w, info)
+            if w.braked:  # every attempt so far failed: no pod more (the brake)
+                w.api.delete_job(w.namespace, w.name, propagation_policy="Background")
+                return RunResult(finished=info.completed, messages=(
+                    f"deleted Job {where}: the sweep stopped at its start",))
             tick()
             if info.finished or info.state == "Deleting":
                 break
@@ -183,6 +189,8 @@ class KubernetesBackend:
         if info.failed != w.last_failed:
             w.last_failed = info.failed
             self._report_failures(w, info)
+            if not info.succeeded:
+                w.braked = brake(sweep.storage, sweep.study_id, sweep.spec) is not None
         if info.active > info.ready and now - w.last_pending >= self.stuck_check_interval_s:
             w.last_pending = now
             self._report_stuck(w, info)
