@@ -47,15 +47,21 @@ format_option = click.option("--format", "fmt", type=click.Choice(["table", "jso
                              default="table", show_default=True, help="Output format.")
 
 
-def _load(path: str, *, check_entrypoint: bool, overrides: tuple[str, ...] = ()) -> Any:
+def _load(path: str, *, check_entrypoint: bool, overrides: tuple[str, ...] = (),
+          image_paths: bool = False) -> Any:
+    """The spec at ``path``; ``check_entrypoint``: its entrypoint imports and its command's
+    program and script exist here, unless ``image_paths`` and the spec names the image its
+    trials run in (the command's paths are then the image's)."""
     from sweeper.spec import load_spec
+    from sweeper.spec.paths import named_image
 
     spec = load_spec(path, overrides)
     if check_entrypoint and spec.trial.entrypoint:
         from sweeper.entrypoint import load_entrypoint
 
         load_entrypoint(spec.trial.entrypoint, source=spec.source, base_dir=spec.base_dir)
-    if check_entrypoint and spec.trial.command:
+    if check_entrypoint and spec.trial.command and \
+            not (image_paths and named_image(spec) is not None):
         from sweeper.spec.paths import check_command
 
         check_command(spec)

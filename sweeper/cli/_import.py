@@ -1,6 +1,7 @@
 """``sweeper import katib|wandb FILE [-o SPEC]``: a Katib Experiment or a W&B sweep config as a
 sweeper spec (stdout, or the file -o names); what does not map is listed on stderr, one line
-each, and as comments at the top of the spec."""
+each, and as comments at the top of the spec. Written to a file, the closing line names the
+commands that check and run it (a Katib trial runs on Kubernetes, in its image)."""
 
 from __future__ import annotations
 
@@ -32,8 +33,9 @@ def _import(kind: str, source: str, output: str | None) -> None:
         target.write_text(imported.text, encoding="utf-8")
     except OSError as e:
         raise SweeperError(f"cannot write {output}: {e.strerror}") from None
-    click.echo(f"wrote {output} ({len(imported.notes)} note(s) on what did not map); check it "
-               f"with `sweeper validate {output}`", err=True)
+    n = len(imported.notes)
+    click.echo(f"wrote {output} ({n} {'note' if n == 1 else 'notes'} on what did not map): "
+               f"{imported.next_steps(output)}", err=True)
 
 
 _output = click.option("--output", "-o", type=click.Path(dir_okay=False, allow_dash=True),

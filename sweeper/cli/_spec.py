@@ -14,14 +14,22 @@ from sweeper.cli._group import cli
 @cli.command()
 @click.argument("spec_file", type=click.Path(dir_okay=False))
 @click.option("--no-import", is_flag=True,
-              help="Do not import the entrypoint (it lives only in the trial image).")
+              help="Do not import the entrypoint or look for the command's script (they live "
+                   "only in the trial image).")
 @set_option
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text",
               show_default=True, help="json: the normalised spec's summary on stdout.")
 @_errors
 def validate(spec_file: str, no_import: bool, overrides: tuple[str, ...], fmt: str) -> None:
-    """Check a spec file: schema, ranges, grid size, entrypoint importable."""
-    spec = _load(spec_file, check_entrypoint=not no_import, overrides=overrides)
+    """Check a spec file: schema, ranges, grid size, entrypoint importable, the command's
+    script found (unless the spec names the image it runs in: its paths are the image's)."""
+    from sweeper.spec.paths import image_paths_note
+
+    spec = _load(spec_file, check_entrypoint=not no_import, overrides=overrides,
+                 image_paths=True)
+    note = image_paths_note(spec) if not no_import else None
+    if note:
+        click.echo(f"note: {note}", err=True)
     for warning in spec.warnings:
         click.echo(f"warning: {warning}", err=True)
     if fmt == "json":

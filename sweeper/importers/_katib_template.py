@@ -1,14 +1,22 @@
 """The Katib Experiment's trial side: the trial template (image, command with
-``${trialParameters.x}`` placeholders, env, resources) and the metrics collector."""
+``${trialParameters.x}`` placeholders, env, resources, labels and annotations; the trial
+metadata references in ``_katib_meta``) and the metrics collector."""
 
 from __future__ import annotations
 
 import re
 from typing import Any
 
-from sweeper.importers._common import Importer, escape_braces
+from sweeper.importers._common import Importer
+from sweeper.importers._katib_meta import (
+    Value,
+    container_env,
+    labels_and_annotations,
+    leftovers,
+    substitute,
+    trial_values,
+)
 
-_PLACEHOLDER_RE = re.compile(r"\$\{trialParameters\.([A-Za-z0-9_.-]+)\}")
 _GPU_KEYS = ("nvidia.com/gpu", "amd.com/gpu")
 
 
@@ -76,36 +84,37 @@ def named_groups(katib: str) -> str | None:
     return out if {"name", "value"} <= set(regex.groupindex) else None
 
 
-def trial_template(im: Importer, s: dict[str, Any],
-                    refs: dict[str, str]) -> tuple[dict[str, Any], dict[str, Any]]:
+def trial_template(im: Importer, s: dict[str, Any], refs: dict[str, str], *, sweep: str,
+                   namespace: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(``trial``, ``kubernetes``) from the trial template; ``refs``: Katib parameter name ->
+    sweeper's, ``sweep`` and ``namespace``: the imported spec's (per-trial metadata values are
+    made of them, see ``_katib_meta``)."""
     tt = s.get("trialTemplate")
     if not isinstance(tt, dict):
         raise im.err(("spec", "trialTemplate"), "a Katib Experiment needs a trialTemplate")
     if "trialSpec" not in tt:
         raise im.err(("spec", "trialTemplate"), "the trial template is not inline (configMap): "
                                                 "put it under trialSpec to import it")
-    aliases: dict[str, str] = {}
-    for tp in tt.get("trialParameters") or []:
-        if isinstance(tp, dict) and tp.get("name") and tp.get("reference") in refs:
-            aliases[str(tp["name"])] = refs[str(tp["reference"])]
-    container = _container(im, tt)
+    values = trial_values(im, tt, refs, sweep, namespace)
+    container, pod = _container(im, tt)
     argv = [*(container.get("command") or []), *(container.get("args") or [])]
     if not argv:
         raise im.err(("spec", "trialTemplate"), "the trial container has no command: sweeper "
                                                 "runs the command, not the image's entrypoint")
-    command = [_argument(im, str(a), aliases) for a in argv]
-    trial: dict[str, Any] = {"command": command}
+    env, per_trial = container_env(im, container, values)
+    command = [_argument(im, str(a), values) for a in argv]
+    trial: dict[str, Any] = {"command": ["env", *per_trial, *command] if per_trial else command}
     resources = _resources(container.get("resources") or {})
     if resources:
         trial["resources"] = resources
     kube: dict[str, Any] = {"image": container.get("image")}
-    env = {str(e["name"]): str(e["value"]) for e in container.get("env") or []
-           if isinstance(e, dict) and "name" in e and "value" in e}
     if env:
         kube["env"] = env
+    kube.update(labels_and_annotations(im, tt["trialSpec"], pod, values))
     if any(isinstance(e, dict) and "valueFrom" in e for e in container.get("env") or []):
         im.note("trialTemplate env", "variables from valueFrom (Secrets, fields) are not "
                                      "mapped: add them to the runner image or kubernetes.env")
+    leftovers(im, tt["trialSpec"], pod, container)
     im.note("kubernetes.image", f"{container.get('image')} runs `python -m trial_runner`, "
             "which runs the command: the image needs sweeper installed (build one FROM it)")
     for key in ("retain", "successCondition", "failureCondition", "primaryPodLabels"):
@@ -115,49 +124,39 @@ def trial_template(im: Importer, s: dict[str, Any],
     return trial, kube
 
 
-def _container(im: Importer, tt: dict[str, Any]) -> dict[str, Any]:
+def _container(im: Importer, tt: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(the trial's container: primaryContainerName or the first, the pod template holding
+    it: ``metadata`` and ``spec``)."""
     spec = tt["trialSpec"]
     kind = spec.get("kind") if isinstance(spec, dict) else None
-    found: list[dict[str, Any]] = []
+    found: list[tuple[dict[str, Any], dict[str, Any]]] = []
 
-    def walk(node: Any) -> None:
+    def walk(node: Any, parent: dict[str, Any]) -> None:
         if isinstance(node, dict):
             if isinstance(node.get("containers"), list):
-                found.extend(c for c in node["containers"] if isinstance(c, dict))
+                found.extend((c, parent) for c in node["containers"] if isinstance(c, dict))
                 return
             for value in node.values():
-                walk(value)
+                walk(value, node)
         elif isinstance(node, list):
             for value in node:
-                walk(value)
+                walk(value, {})
 
-    walk(spec)
+    walk(spec, {})
     if not found:
         raise im.err(("spec", "trialTemplate", "trialSpec"), "no container found in trialSpec")
     if kind != "Job":
         im.note("trialTemplate.trialSpec", f"a {kind} runs as one pod per trial here (sweeper "
                 "starts no distributed job): its first replica's container is used")
     primary = tt.get("primaryContainerName")
-    return next((c for c in found if c.get("name") == primary), found[0])
+    return next((f for f in found if f[0].get("name") == primary), found[0])
 
 
-def _argument(im: Importer, arg: str, aliases: dict[str, str]) -> str:
-    out, last = [], 0
-    for m in _PLACEHOLDER_RE.finditer(arg):
-        out.append(escape_braces(arg[last:m.start()]))
-        name = aliases.get(m.group(1))
-        if name is None:
-            im.note("trialTemplate", f"${{trialParameters.{m.group(1)}}} names no parameter: "
-                                     "left as text")
-            out.append(escape_braces(m.group(0)))
-        else:
-            out.append("{" + name + "}")
-        last = m.end()
-    out.append(escape_braces(arg[last:]))
-    text = "".join(out)
+def _argument(im: Importer, arg: str, values: dict[str, Value]) -> str:
+    text = substitute(im, arg, values).template
     if "${trialSpec." in arg:
-        im.note("trialTemplate", "${trialSpec.*} metadata placeholders are not mapped (use "
-                                 "{index} or {trial_number})")
+        im.note("trialTemplate", "${trialSpec.*} outside a trial parameter's reference is not "
+                                 "replaced by Katib either: passed as written")
     return text
 
 

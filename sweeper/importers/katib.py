@@ -8,8 +8,9 @@ every metric a trial prints), ``parameters`` (double / int / categorical / discr
 feasibleSpace min / max / step / list, distribution uniform / logUniform),
 ``parallelTrialCount``, ``maxTrialCount``, ``maxFailedTrialCount`` -> ``stop``,
 ``earlyStopping`` medianstop, ``metricsCollectorSpec`` (StdOut and File, their metricsFormat)
-and the trial template's image, command (``${trialParameters.x}`` -> ``{x}``), env and
-resources. Everything else is a note.
+and the trial template's image, command (``${trialParameters.x}`` -> ``{x}``), env,
+resources, labels and annotations, with trial metadata references (``${trialSpec.Name}``, ...)
+as sweeper's own per-trial values (``_katib_meta``). Everything else is a note.
 """
 
 from __future__ import annotations
@@ -84,7 +85,8 @@ def import_katib(path: str) -> tuple[dict[str, Any], list[str]]:
     stop = {"value": goal} if goal is not None else {}
     if isinstance(s.get("maxFailedTrialCount"), int) and s["maxFailedTrialCount"] > 0:
         stop["max_failed_trials"] = s["maxFailedTrialCount"]
-    trial, kube = trial_template(im, s, refs)
+    namespace = str(meta.get("namespace") or "sweeper")
+    trial, kube = trial_template(im, s, refs, sweep=out["name"], namespace=namespace)
     metrics = metrics_collector(im, s)
     if metrics:
         trial["metrics"] = metrics
@@ -92,7 +94,7 @@ def import_katib(path: str) -> tuple[dict[str, Any], list[str]]:
     out["parameters"] = params
     if stop:
         out["stop"] = stop
-    kube["namespace"] = meta.get("namespace") or "sweeper"
+    kube["namespace"] = namespace
     out["kubernetes"] = kube
     for key in ("resumePolicy", "nasConfig"):
         if key in s:

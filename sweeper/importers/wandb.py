@@ -3,8 +3,9 @@
 Mapped: ``method`` grid / random / bayes (-> gp), ``metric`` name + goal (+ target ->
 ``stop.value``), every documented parameter form (``values``, ``value`` -> fixed,
 ``distribution`` constant / categorical / int_uniform / uniform / q_uniform / log_uniform
-(exponents) / log_uniform_values / q_log_uniform(_values) / inv_log_uniform(_values), nested
-``parameters:`` flattened), ``early_terminate`` hyperband -> the hyperband pruner,
+(exponents) / log_uniform_values / q_log_uniform(_values) / inv_log_uniform(_values), the
+``q_*`` ones keeping their type and grid (see ``_wandb_q``), nested ``parameters:``
+flattened), ``early_terminate`` hyperband -> the hyperband pruner,
 ``command`` with ``${program}``, ``${args}``, ``${args_no_hyphens}`` and friends -> the argv
 template, ``run_cap`` -> trials, ``name``, ``description``. What has no counterpart (normal
 distributions, ``probabilities``, ``${args_json}``, project and entity, ...) is a note, with
@@ -27,6 +28,7 @@ from sweeper.importers._common import (
     read,
     sweep_name,
 )
+from sweeper.importers._wandb_q import quantised
 from sweeper.spec._yaml import Path_
 
 _METHODS = {"grid": "grid", "random": "random", "bayes": "gp"}
@@ -220,16 +222,12 @@ def _bounds(im: Importer, p: dict[str, Any], where: Path_, full: str) -> tuple[f
 def _range(im: Importer, p: dict[str, Any], where: Path_, full: str,
            dist: str) -> dict[str, Any]:
     low, high = _bounds(im, p, where, full)
-    q = float(number(im, p.get("q", 1), (*where, "q")))
     if dist == "int_uniform":
         return {"type": "int", "low": int(low), "high": int(high)}
     if dist == "uniform":
         return {"type": "float", "low": low, "high": high}
     if dist == "q_uniform":
-        lo, hi = math.ceil(low / q - 1e-9) * q, math.floor(high / q + 1e-9) * q
-        if q.is_integer() and lo.is_integer() and hi.is_integer():
-            return {"type": "int", "low": int(lo), "high": int(hi), "step": int(q)}
-        return {"type": "float", "low": round(lo, 12), "high": round(hi, 12), "step": q}
+        return quantised(im, p, where, full, dist, low, high, log=False)
     if dist in ("log_uniform", "q_log_uniform", "inv_log_uniform"):
         if dist == "inv_log_uniform":  # log(1/X) uniform in [min, max]
             low, high = math.exp(-high), math.exp(-low)
@@ -238,10 +236,7 @@ def _range(im: Importer, p: dict[str, Any], where: Path_, full: str,
     elif dist not in ("log_uniform_values", "q_log_uniform_values", "inv_log_uniform_values"):
         raise im.err((*where, "distribution"), f"unknown W&B distribution {dist!r}")
     if dist.startswith("q_"):
-        if q == 1 and float(low).is_integer() and float(high).is_integer():
-            return {"type": "int", "low": int(low), "high": int(high), "log": True}
-        im.note(f"parameters.{full}", f"{dist} with q={q:g}: Optuna cannot combine a step with "
-                                      "a log scale for floats; the quantisation is dropped")
+        return quantised(im, p, where, full, dist, low, high, log=True)
     return {"type": "float", "low": low, "high": high, "log": True}
 
 
@@ -256,6 +251,8 @@ def _normal(im: Importer, p: dict[str, Any], where: Path_, full: str,
     im.note(f"parameters.{full}", f"{dist}(mu={mu:g}, sigma={sigma:g}) has no Optuna "
             f"counterpart: substituted {'log-' if log else ''}uniform over mu +- 3 sigma "
             f"[{low:.6g}, {high:.6g}]")
+    if dist.startswith("q_"):
+        return quantised(im, p, where, full, dist, low, high, log=log)
     return {"type": "float", "low": low, "high": high, **({"log": True} if log else {})}
 
 

@@ -16,6 +16,11 @@ and kustomize resolve theirs, so ``sweeper run sub/spec.yaml`` works from any di
 The sweep record keeps ``command`` and ``entrypoint`` as written: where the file lives is not
 part of the sweep (its hash does not change when the spec moves). The local backend hands the
 directory to its workers (``SWEEPER_SPEC_DIR``); on Kubernetes paths are the image's own.
+
+A spec that names its image (``kubernetes.image`` other than sweeper's default, as every spec
+``sweeper import katib`` writes does) says where its trial runs: the command's paths are the
+image's (``/opt/pytorch-mnist/mnist.py``), so ``validate`` does not look for them on this
+machine (:func:`image_paths_note` says so); a local run still checks them, as it runs here.
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from sweeper.errors import SpecError
-from sweeper.spec.model import SweepSpec
+from sweeper.spec.model import KubernetesSpec, SweepSpec
 
 #: File suffixes that make an argument of ``trial.command`` "the script" ``validate`` checks.
 SCRIPT_SUFFIXES = (".py", ".sh", ".bash", ".r", ".jl", ".js", ".mjs", ".pl", ".rb", ".lua")
@@ -115,3 +120,23 @@ def check_command(spec: SweepSpec) -> None:
             os.path.abspath(script)
         raise SpecError(f"script {script!r} not found: no {os.path.normpath(looked)}",
                         source=spec.source, field="trial.command")
+
+
+def named_image(spec: SweepSpec) -> str | None:
+    """The image the spec names for its trials (``kubernetes.image``), None when it keeps
+    sweeper's default (which holds only sweeper's own examples, not the user's scripts)."""
+    image = spec.kubernetes.image
+    return None if image == KubernetesSpec().image else image
+
+
+def image_paths_note(spec: SweepSpec) -> str | None:
+    """Why ``validate`` did not look for a command's script: the trial runs in the image the
+    spec names, where its paths are; None when it looks (no image named, or no command)."""
+    image = named_image(spec)
+    command = spec.trial.command
+    if image is None or not command:
+        return None
+    script = script_of(command)
+    what = f"its script {script!r}" if script is not None else f"its program {command[0]!r}"
+    return f"trial.command runs in kubernetes.image {image}: {what} is the image's, not looked " \
+           "for on this machine (a local run, `sweeper run --backend local`, checks it)"

@@ -49,6 +49,28 @@ def test_every_katib_example_imports_to_a_valid_spec(path: Path) -> None:
         assert f"#   - {note}" in lines
 
 
+@pytest.mark.parametrize("path", EXAMPLES, ids=[p.stem for p in EXAMPLES])
+def test_every_imported_example_passes_the_check_the_importer_names(
+        path: Path, tmp_path: Path) -> None:
+    """The trial runs in the Experiment's image, where /opt/pytorch-mnist/mnist.py is: the
+    written spec validates as it is (no --no-import), saying in one line that the image's
+    paths were not looked for here."""
+    out = tmp_path / "spec.yaml"
+    result = CliRunner().invoke(cli, ["import", "katib", str(path), "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    closing = result.stderr.splitlines()[-1]
+    assert f"check it with `sweeper validate {out}`, run it with `sweeper run {out} " \
+           "--backend kubernetes --image IMAGE`, IMAGE built FROM " in closing
+    result = CliRunner().invoke(cli, ["validate", str(out)])
+    assert result.exit_code == 0, result.output
+    image = yaml.safe_load(out.read_text())["kubernetes"]["image"]
+    note, *warnings = result.stderr.splitlines()
+    assert all(w.startswith("warning: ") for w in warnings)  # grid.yaml's cut-short grid
+    assert note.startswith(f"note: trial.command runs in kubernetes.image {image}: its script ")
+    assert note.endswith("is the image's, not looked for on this machine (a local run, "
+                         "`sweeper run --backend local`, checks it)")
+
+
 @pytest.mark.parametrize(("rel", "method", "sampler"), [
     ("hp-tuning/random.yaml", "random", {}),
     ("hp-tuning/grid.yaml", "grid", {}),
@@ -164,7 +186,10 @@ def test_imported_random_experiment_runs_end_to_end(sqlite_url: str, tmp_path: P
     result = CliRunner().invoke(cli, ["import", "katib", str(KATIB / "hp-tuning" / "random.yaml"),
                                       "-o", str(out)])
     assert result.exit_code == 0, result.output
-    assert result.stderr.splitlines()[-1].startswith(f"wrote {out} (2 note(s)")
+    assert result.stderr.splitlines()[-1] == (
+        f"wrote {out} (2 notes on what did not map): check it with `sweeper validate {out}`, "
+        f"run it with `sweeper run {out} --backend kubernetes --image IMAGE`, IMAGE built FROM "
+        "ghcr.io/kubeflow/katib/pytorch-mnist-cpu:latest with sweeper installed")
     stub = REPO / "tests" / "support" / "katib_mnist_stub.py"
     out.write_text(out.read_text().replace("/opt/pytorch-mnist/mnist.py", str(stub))
                    .replace("python3", "python"))

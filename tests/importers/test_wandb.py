@@ -1,6 +1,7 @@
 """`sweeper import wandb` on sweep configurations written from W&B's documentation
 (tests/data/importers/wandb/): every documented parameter form, distribution, early_terminate
-and command macro maps or is a note; one imported sweep runs end to end."""
+and command macro maps or is a note; the q_* distributions keep their type and grid; imported
+sweeps run end to end."""
 
 from __future__ import annotations
 
@@ -10,11 +11,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from click.testing import CliRunner
 from optuna.trial import TrialState
 
 from sweeper.cli import cli
 from sweeper.importers import import_config
+from sweeper.importers._wandb_q import LOG_POINTS, log_spaced
 from sweeper.spec import parse_spec
 from sweeper.study import load_sweep, open_storage
 
@@ -143,3 +146,96 @@ def test_imported_sweep_runs_end_to_end(sqlite_url: str, tmp_path: Path,
         expect = (t.params["lr"] - 0.01) ** 2 * 100 + 0.1 * t.params["layers"] + 1 / 3
         assert t.value == pytest.approx(expect, abs=1e-5)
         assert sorted(t.intermediate_values) == [0, 1, 2]
+
+
+# --------------------------------------------------------------------------- q_* distributions
+
+
+def test_quantised_distributions_keep_their_type_and_grid() -> None:
+    """W&B passes round(X / q) * q: with q: 8 the program gets integers such as 240, never the
+    float 238.692 a log-uniform float parameter would give it."""
+    spec, notes = imported("quantised.yaml")
+    p = spec["parameters"]
+    batch = p["batch_size"]
+    assert batch["type"] == "int" and "low" not in batch and "log" not in batch
+    values = batch["values"]
+    assert all(isinstance(v, int) and v % 8 == 0 and 32 <= v <= 256 for v in values)
+    assert values == sorted(set(values)) and (values[0], values[-1]) == (32, 256)
+    # Spaced on a log scale: as many values below 91 (the geometric middle) as above it,
+    # where all 29 multiples of 8 would put 8 below it and 21 above.
+    below = sum(v < math.sqrt(32 * 256) for v in values)
+    assert abs(below - (len(values) - below)) <= 2
+    assert p["hidden"] == {"type": "int", "low": 16, "high": 128, "step": 16}
+    dropout = p["dropout"]
+    assert dropout["type"] == "float" and (dropout["values"][0], dropout["values"][-1]) == \
+        (0.01, 0.5)
+    assert all(v == round(v, 2) for v in dropout["values"])  # multiples of 0.01, no 0.0300001
+    assert f"parameters.batch_size: q_log_uniform_values(q=8): Optuna cannot combine a step " \
+           f"with a log scale, so values: {len(values)} multiples of 8 from 32 to 256 spaced " \
+           "evenly on a log scale, each equally likely (W&B weights each multiple of q by the " \
+           "log scale)" in notes
+    assert "parameters.hidden: q_uniform(q=16): int parameter from 16 to 128 step 16, the " \
+           "multiples of q W&B draws" in notes
+    assert [n for n in notes if n.startswith("parameters.dropout: q_log_uniform_values(q=0.01)")]
+    assert not [n for n in notes if "quantisation is dropped" in n]
+
+
+@pytest.mark.parametrize(("dist", "extra", "expect"), [
+    ("q_log_uniform_values", {"min": 1, "max": 1000, "q": 1},
+     {"type": "int", "low": 1, "high": 1000, "log": True}),
+    ("q_uniform", {"min": 0.25, "max": 5.0, "q": 0.5},
+     {"type": "float", "low": 0.5, "high": 5.0, "step": 0.5}),
+    ("q_log_uniform", {"min": 0, "max": 2, "q": 2},  # exponents: e^0 .. e^2 (7.39)
+     {"type": "int", "values": [2, 4, 6]}),
+    ("q_normal", {"mu": 10, "sigma": 2, "q": 4},  # 10 +- 3 sigma: 4 .. 16
+     {"type": "int", "low": 4, "high": 16, "step": 4}),
+])
+def test_each_quantised_form_maps_to_integers_or_a_grid(
+        tmp_path: Path, dist: str, extra: dict[str, Any], expect: dict[str, Any]) -> None:
+    config = tmp_path / "sweep.yaml"
+    config.write_text(yaml.safe_dump({"program": "t.py", "method": "random", "parameters": {
+        "x": {"distribution": dist, **extra}}}))
+    result = import_config("wandb", config)
+    assert result.spec["parameters"]["x"] == expect
+    assert [n for n in result.notes if n.startswith(f"parameters.x: {dist}(q=")]
+
+
+def test_no_multiple_of_q_in_range_is_one_line(tmp_path: Path) -> None:
+    config = tmp_path / "sweep.yaml"
+    config.write_text("program: t.py\nmethod: random\nparameters:\n  x:\n"
+                      "    distribution: q_uniform\n    min: 17\n    max: 23\n    q: 8\n")
+    result = CliRunner().invoke(cli, ["import", "wandb", str(config)])
+    assert result.exit_code == 2
+    assert result.stderr.strip() == f"error: {config}:4: parameters.x: no multiple of q=8 lies " \
+                                    "between 17 and 23"
+
+
+def test_log_spaced_points_are_distinct_and_evenly_spaced_in_log() -> None:
+    assert log_spaced(4, 32, LOG_POINTS) == [4, 5, 6, 7, 8, 10, 11, 13, 16, 19, 23, 27, 32]
+    assert log_spaced(1, 100, LOG_POINTS) == [1, 2, 3, 4, 6, 10, 16, 25, 40, 63, 100]
+    assert log_spaced(1, 3, LOG_POINTS) == [1, 2, 3]
+    assert log_spaced(5, 5, LOG_POINTS) == [5]
+    wide = log_spaced(100, 10_000, LOG_POINTS)  # capped, and each decade gets half
+    assert len(wide) == LOG_POINTS and (wide[0], wide[-1]) == (100, 10_000)
+    assert sum(k < 1000 for k in wide) == LOG_POINTS // 2
+
+
+def test_imported_quantised_sweep_passes_integers(sqlite_url: str, tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """End to end: the program's argparse takes --batch_size and --hidden as int, so a float
+    there fails the trial; every trial completes with the multiples of q the program saw."""
+    shutil.copy(WANDB / "train_batch.py", tmp_path / "train_batch.py")
+    monkeypatch.chdir(tmp_path)
+    out = tmp_path / "sweep.sweeper.yaml"
+    result = CliRunner().invoke(cli, ["import", "wandb", str(WANDB / "quantised.yaml"),
+                                      "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    result = CliRunner().invoke(cli, ["run", str(out), "--storage", sqlite_url])
+    assert result.exit_code == 0, result.output
+    trials = load_sweep(open_storage(sqlite_url), "quantised").study().get_trials()
+    done = [t for t in trials if t.state == TrialState.COMPLETE]
+    assert len(done) == 6
+    for t in done:
+        assert t.params["batch_size"] % 8 == 0 and t.params["hidden"] % 16 == 0
+        assert t.user_attrs["batch_size_seen"] == t.params["batch_size"]
+        assert t.user_attrs["hidden_seen"] == t.params["hidden"]

@@ -113,6 +113,33 @@ def test_validate_checks_the_script_next_to_the_spec(elsewhere: Path, tmp_path: 
     assert invoke("validate", str(spec), "--no-import").exit_code == 0
 
 
+def test_validate_leaves_the_paths_of_a_named_image_to_the_image(elsewhere: Path,
+                                                                  tmp_path: Path) -> None:
+    """A spec that names its image runs its command there: /opt/app/train.py is the image's,
+    so validate passes and says in one line that it did not look; a local run still looks,
+    as it runs the command on this machine."""
+    spec = _spec(tmp_path / "project" / "spec.yaml", "in-image",
+                 {"command": ["python3", "/opt/app/train.py", "--x", "{x}"]},
+                 kubernetes={"image": "registry.example.com/team/train:1"})
+    result = invoke("validate", str(spec))
+    assert result.exit_code == 0, result.output
+    assert result.stderr.splitlines() == [
+        "note: trial.command runs in kubernetes.image registry.example.com/team/train:1: its "
+        "script '/opt/app/train.py' is the image's, not looked for on this machine (a local "
+        "run, `sweeper run --backend local`, checks it)"]
+    result = invoke("validate", str(spec), "--no-import")  # nothing looked for: nothing said
+    assert result.exit_code == 0 and result.stderr == ""
+    result = invoke("run", str(spec), "--storage", f"sqlite:///{tmp_path / 's.db'}")
+    assert result.exit_code == 2
+    assert result.stderr.strip() == (f"error: {spec}: trial.command: script "
+                                     "'/opt/app/train.py' not found: no /opt/app/train.py")
+    # Sweeper's own default image holds no user script: such a spec is checked here.
+    default = _spec(tmp_path / "project" / "default.yaml", "default-image",
+                    {"command": ["python3", "/opt/app/train.py", "--x", "{x}"]},
+                    kubernetes={"image": "sweeper-trial-runner:0.1.0"})
+    assert invoke("validate", str(default)).exit_code == 2
+
+
 # --------------------------------------------------------------------------- run
 
 
