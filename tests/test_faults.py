@@ -103,10 +103,10 @@ def test_retry_resumes_the_builtin_example_from_its_checkpoint(pg_url: str,
     from sweeper.spec import load_spec
     from sweeper.study import create_or_resume
 
-    create_or_resume(open_storage(pg_url), load_spec(spec))
+    sweep, _ = create_or_resume(open_storage(pg_url), load_spec(spec))
     runner = [sys.executable, "-m", "trial_runner", "--study", "ckpt"]
     proc = subprocess.Popen(runner, env=env, cwd=tmp_path, stderr=subprocess.DEVNULL)
-    marker = tmp_path / "ckpt" / "ckpt" / "index-0" / "checkpoint.json"
+    marker = tmp_path / "ckpt" / sweep.state_key / "index-0" / "checkpoint.json"
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
         if marker.exists() and json.loads(marker.read_text())["step"] >= 3:

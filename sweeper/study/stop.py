@@ -247,13 +247,18 @@ def _fired(storage: RDBStorage, study_id: int, spec: SweepSpec,
 #: index's retries.
 DEFAULT_BRAKE = 5
 BRAKE_RULE = "failing_start"
-_BRAKE_SQL = """
-SELECT (SELECT COUNT(*) FROM trials WHERE study_id = :s AND state IN ('COMPLETE', 'PRUNED')),
-       (SELECT COUNT(*) FROM trials WHERE study_id = :s AND state = 'FAIL')"""
-_COMMON_REASON_SQL = f"""
-SELECT a.value_json, COUNT(*) AS n FROM trial_user_attributes a
-JOIN trials t ON t.trial_id = a.trial_id
+#: Failures the trial itself caused count; what sweeper wrote about the runner's fate (killed,
+#: interrupted, cancelled, stopped) and stale heartbeats (no reason) do not.
+_OWN_FAILURES = f"""
+FROM trial_user_attributes a JOIN trials t ON t.trial_id = a.trial_id
 WHERE t.study_id = :s AND t.state = 'FAIL' AND a.key = '{FAIL_REASON_ATTR}'
+AND a.value_json NOT LIKE '"runner process %' AND a.value_json NOT LIKE '"interrupted by %'
+AND a.value_json NOT LIKE '"cancelled %' AND a.value_json NOT LIKE '"sweep stopped%'"""
+_BRAKE_SQL = f"""
+SELECT (SELECT COUNT(*) FROM trials WHERE study_id = :s AND state IN ('COMPLETE', 'PRUNED')),
+       (SELECT COUNT(*) {_OWN_FAILURES})"""
+_COMMON_REASON_SQL = f"""
+SELECT a.value_json, COUNT(*) AS n {_OWN_FAILURES}
 GROUP BY a.value_json ORDER BY n DESC LIMIT 1"""
 
 
@@ -265,8 +270,9 @@ def brake_limit(spec: SweepSpec) -> int:
 def brake(storage: RDBStorage | proxy.ProxyStorage, study_id: int,
           spec: SweepSpec) -> StopState | None:
     """What the launcher checks after a failed attempt: when the sweep's first attempts have
-    all failed (``brake_limit`` of them, none completed or pruned), record the stop with the
-    most common reason. Not through a storage proxy (the launcher holds the database)."""
+    all failed of their own doing (``brake_limit`` of them, none completed or pruned; a killed
+    or interrupted runner does not count), record the stop with the most common reason. Not
+    through a storage proxy (the launcher holds the database)."""
     limit = brake_limit(spec)
     if limit <= 0 or isinstance(storage, proxy.ProxyStorage):
         return None

@@ -53,7 +53,7 @@ def chaos_spec(name: str, indexes: int, parallelism: int, duration: float, retri
 def runner_pids(study: str) -> list[int]:
     """Worker processes of this sweep, found through /proc: an exec'd worker by its command
     line and environment, a forked one by its name and the log its stdout goes to (the local
-    backend logs under LOG_DIR/STUDY/)."""
+    backend logs under LOG_DIR/STUDY-UID8/, the sweep's state key)."""
     pids = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -70,7 +70,8 @@ def _is_worker_of(proc: Path, study: str) -> bool:
     if (proc / "comm").read_bytes().strip() == WORKER_NAME:
         if (proc / "stat").read_text().rsplit(")", 1)[1].split()[0] == "Z":
             return False  # exited, not yet reaped
-        return Path(os.readlink(proc / "fd" / "1")).parent.name == study
+        logs = Path(os.readlink(proc / "fd" / "1")).parent.name
+        return logs == study or (logs.startswith(f"{study}-") and len(logs) == len(study) + 9)
     if b"trial_runner" not in (proc / "cmdline").read_bytes():
         return False
     return f"SWEEPER_STUDY={study}".encode() in (proc / "environ").read_bytes().split(b"\0")
