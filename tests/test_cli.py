@@ -121,7 +121,7 @@ def test_installed_console_script_runs_the_digits_example(pg_url: str, tmp_path:
     assert proc.returncode == 0, proc.stderr
     assert "sweeper-test-pw" not in proc.stdout + proc.stderr
     assert "postgresql://sweeper:***@" in proc.stderr
-    logs = list((tmp_path / ".sweeper" / "logs" / "digits-mini").glob("*.log"))
+    logs = list((tmp_path / ".sweeper" / "logs").glob("digits-mini-*/*.log"))  # its own dir
     assert len(logs) >= 3  # every index and worker log: no password in any of them
     assert not [p for p in logs if "sweeper-test-pw" in p.read_text()]
     done = finished_once_per_index(pg_url, "digits-mini")
