@@ -64,7 +64,16 @@ def _redact_pair(pair: str) -> str:
 
 def scrub(text: str, url: str) -> str:
     """An error message with the password of every URL in it masked (drivers sometimes echo
-    the URL). Only URLs are touched: the password as a word elsewhere is left alone, so a
-    password that is also the user, host or database name mangles nothing."""
-    text = text.replace(url, redact(url))
-    return _URL_IN_TEXT.sub(lambda m: redact(m.group(0)), text)
+    the URL), by the URL's structure. The password standing alone as a word is masked too,
+    unless it is also the user, host, scheme, port or database name of the URL: masking those
+    would mangle the message, and they are printed anyway."""
+    text = _URL_IN_TEXT.sub(lambda m: redact(m.group(0)), text.replace(url, redact(url)))
+    try:
+        parts = urlsplit(url)
+        password, port = parts.password, parts.port
+    except ValueError:
+        return text
+    shown = {parts.username, parts.hostname, parts.scheme, parts.path.strip("/"), str(port)}
+    if password and password not in shown:
+        text = re.sub(rf"(?<![\w*]){re.escape(password)}(?![\w*])", "***", text)
+    return text
