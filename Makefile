@@ -9,12 +9,13 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 PG_TEST_URL ?= postgresql://sweeper:sweeper-test-pw@127.0.0.1:5432/postgres
 export SWEEPER_TEST_PG ?= $(PG_TEST_URL)
 
-.PHONY: help install install-test demo test lint postgres browser bench chaos clean cluster-up cluster-down cluster-build
+.PHONY: help install install-test install-docs demo test lint docs postgres browser bench chaos clean cluster-up cluster-down cluster-build
 
 help:
 	@echo "make demo     create .venv, install, run a real sweep (SQLite + local processes)"
 	@echo "make test     install test deps, start PostgreSQL (and Chromium), run the whole suite"
 	@echo "make lint     ruff + mypy"
+	@echo "make docs     the documentation site (MkDocs, Material theme), built with --strict into site/"
 	@echo "make bench    benchmarks side by side with plain Optuna (PostgreSQL)"
 	@echo "make chaos    the fault-injection sweep at a bigger size (CHAOS_MODE=kill|database)"
 	@echo "make cluster-up    build (once) and start the local Kubernetes control plane; KUBECONFIG=.cluster/kubeconfig"
@@ -34,9 +35,15 @@ $(VENV)/.installed-test: setup.cfg pyproject.toml | $(VENV)/bin/activate
 	$(PIP) install -q -e '.[test,dev]' 'python-dateutil<3'
 	@touch $(VENV)/.installed $@
 
+$(VENV)/.installed-docs: setup.cfg pyproject.toml | $(VENV)/bin/activate
+	$(PIP) install -q -e '.[docs]' 'python-dateutil<3'
+	@touch $(VENV)/.installed $@
+
 install: $(VENV)/.installed
 
 install-test: $(VENV)/.installed-test
+
+install-docs: $(VENV)/.installed-docs
 
 demo: install
 	$(VENV)/bin/sweeper run search_spaces/digits_tpe.yaml
@@ -69,8 +76,13 @@ test: install-test postgres browser cluster-build
 	if [ -z "$$was_up" ]; then $(PY) -m tests.cluster leaks || rc=1; fi; exit $$rc
 
 lint: install-test
-	$(VENV)/bin/ruff check sweeper trial_runner tests benchmarks tools
+	$(VENV)/bin/ruff check sweeper trial_runner tests benchmarks tools docs
 	$(VENV)/bin/mypy
+
+# docs/hooks.py adds the pages generated from the code (CLI and spec references). Material 9.7+
+# prints a banner about its end of life on every build; NO_MKDOCS_2_WARNING silences only that.
+docs: install-docs
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir site
 
 bench: install-test postgres
 	$(PY) -m benchmarks.run $(BENCH_ARGS)
@@ -92,4 +104,4 @@ chaos: install-test postgres
 	$(PY) -m tests.support.chaos --mode $(CHAOS_MODE) $(CHAOS_ARGS)
 
 clean:
-	rm -rf $(VENV) .sweeper sweeps.db* *.egg-info .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .sweeper sweeps.db* *.egg-info .pytest_cache .mypy_cache .ruff_cache site

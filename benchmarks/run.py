@@ -3,8 +3,9 @@
 Runs the benchmark items side by side with plain Optuna on the same PostgreSQL, prints a table
 with each target and PASS/MISS, writes every figure (machine, versions, parameters, raw timings)
 as JSON (default ``benchmarks/results/latest.json``, git-ignored) and the table as markdown
-(default ``benchmarks/results.md``, the committed copy the README cites). Nothing is asserted
-about time: a MISS is reported, never hidden, and the exit code is 0 unless a section failed.
+(default ``benchmarks/results.md``, the committed copy the documentation includes). Nothing
+is asserted about time: a MISS is reported, never hidden, and the exit code is 0 unless a
+section failed.
 
 Sizes: the default finishes in a few minutes on 2 cores; ``--quick`` is a one-minute look;
 ``--full`` uses the issue's larger sizes (10 seeds, a 10,000-trial enqueue loop, ...).

@@ -1,7 +1,7 @@
 """Trials -> stable records for scripts: ``sweeper export`` (csv, json) and ``sweeper best``.
 
 Pure: takes frozen trials, returns dicts and text; no storage access. The field names are a
-documented interface (README "Export formats"): add fields, never rename or remove them.
+documented interface (docs/export-formats.md): add fields, never rename or remove them.
 """
 
 from __future__ import annotations

@@ -78,7 +78,7 @@ class Target:
 def k8s_target() -> Iterator[Target]:
     """The local control plane (tests/cluster), started for the session unless `make
     cluster-up` already did, and stopped after it; or a cluster of your own named by
-    ``SWEEPER_TEST_KUBECONFIG`` (with ``SWEEPER_TEST_IMAGE``; docs/real-cluster-tests.md)."""
+    ``SWEEPER_TEST_KUBECONFIG`` (with ``SWEEPER_TEST_IMAGE``; docs/testing.md)."""
     own = real_cluster_config()
     if own is not None:
         yield Target(own[0], own[1], None)

@@ -30,8 +30,8 @@ SCREENSHOT = REPO / "docs" / "dashboard.png"
 
 
 def _publish(shot: Path, dest: Path) -> None:
-    """`SWEEPER_UPDATE_DOCS=1 make test` refreshes the README's screenshots from this test
-    (atomically); a plain test run leaves the committed ones alone."""
+    """`SWEEPER_UPDATE_DOCS=1 make test` refreshes the documentation's screenshots (docs/*.png)
+    from this test (atomically); a plain test run leaves the committed ones alone."""
     if os.environ.get("SWEEPER_UPDATE_DOCS") != "1":
         return
     dest.parent.mkdir(exist_ok=True)

@@ -18,7 +18,7 @@ from tests.support.compare import isolate, quadratic_spec, run_sweep
 
 REPO = Path(__file__).resolve().parents[1]
 NOTEBOOK = REPO / "notebooks" / "compare_trials.ipynb"
-README = REPO / "README.md"
+DOCS_PAGE = REPO / "docs" / "compare.md"
 
 
 def test_committed_notebook_has_parameters_and_no_outputs() -> None:
@@ -32,10 +32,10 @@ def test_committed_notebook_has_parameters_and_no_outputs() -> None:
 
 
 def _readme_command() -> list[str]:
-    """The headless command the README gives, as argv after ``jupyter``."""
-    text = README.read_text()
+    """The headless command the documentation gives, as argv after ``jupyter``."""
+    text = DOCS_PAGE.read_text()
     m = re.search(r"\.venv/bin/jupyter (execute notebooks/compare_trials\.ipynb[^\n`]*)", text)
-    assert m, "the README's headless notebook command moved; update this test"
+    assert m, "docs/compare.md's headless notebook command moved; update this test"
     return shlex.split(m.group(1))
 
 
@@ -66,7 +66,7 @@ def test_readme_command_executes_next_to_the_notebook_and_draws_the_figures(
         proc = subprocess.run([str(jupyter), *argv], cwd=REPO, env=env, capture_output=True,
                               text=True, timeout=300)
         assert proc.returncode == 0, proc.stderr[-3000:]
-        assert NOTEBOOK.read_bytes() == before, "the README's command overwrote the notebook"
+        assert NOTEBOOK.read_bytes() == before, "the documented command overwrote the notebook"
         assert _git_status("notebooks") == status_before, "the executed copy is not ignored"
         nb = nbformat.read(executed, as_version=4)
     finally:

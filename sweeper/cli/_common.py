@@ -16,7 +16,7 @@ import click
 from sweeper.errors import SweeperError
 
 logger = logging.getLogger("sweeper")
-#: The local backend's log directory (`run --log-dir`); each sweep logs under NAME/.
+#: The local backend's log directory (`run --log-dir`); each sweep logs under NAME-UID8/.
 DEFAULT_LOG_DIR = ".sweeper/logs"
 F = TypeVar("F", bound=Callable[..., Any])
 

@@ -109,7 +109,8 @@ def delete(name: str, storage: str | None, yes: bool, kube: bool | None,
            namespace: str | None, wait_s: float, kubeconfig: str | None,
            context: str | None) -> None:
     """Delete a sweep: its study (every trial), the files of its artifacts in a local
-    (filesystem) store, and on Kubernetes its Jobs. Asks first unless --yes.
+    (filesystem) store, its local logs and checkpoints, and on Kubernetes its Jobs. Asks first
+    unless --yes.
 
     NAME is the sweep's name or its spec file (name and storage: are read from it)."""
     from sweeper.artifacts import describe, remove_artifacts, sweep_artifact_ids

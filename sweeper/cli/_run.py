@@ -58,7 +58,7 @@ run_format_option = click.option(
 @click.option("--backend", type=click.Choice(["local", "kubernetes"]), default="local",
               show_default=True)
 @click.option("--log-dir", type=click.Path(file_okay=False), default=DEFAULT_LOG_DIR,
-              show_default=True, help="Local backend: one log file per index under NAME/.")
+              show_default=True, help="Local backend: one log file per index under NAME-UID8/.")
 @_job_options
 @_cluster_options
 @click.option("--detach", is_flag=True,
@@ -96,7 +96,7 @@ def run(spec_file: str, storage: str | None, parallelism: int | None, backend: s
 @click.option("--parallelism", "-p", type=click.IntRange(min=1),
               help="Trials at once (default: the stored spec's parallelism).")
 @click.option("--log-dir", type=click.Path(file_okay=False), default=DEFAULT_LOG_DIR,
-              show_default=True, help="Local backend: one log file per index under NAME/.")
+              show_default=True, help="Local backend: one log file per index under NAME-UID8/.")
 @_job_options
 @_cluster_options
 @click.option("--detach", is_flag=True,

@@ -60,7 +60,8 @@ def validate(spec_file: str, no_import: bool, overrides: tuple[str, ...], fmt: s
 @set_option
 @_errors
 def plan(spec_file: str, fmt: str, limit: int | None, overrides: tuple[str, ...]) -> None:
-    """Show JOB_ID -> hyperparameter set (grid, random); tpe is adaptive."""
+    """Show JOB_ID -> hyperparameter set (grid, random, qmc); the adaptive methods (tpe, gp,
+    cmaes, nsga2, nsga3) ask their sampler when a trial starts."""
     from sweeper.space import planned_sets
 
     spec = _load(spec_file, check_entrypoint=False, overrides=overrides)
@@ -140,7 +141,7 @@ def render(spec_file: str, parallelism: int | None, image: str | None, namespace
     if spec.kubernetes.image == default_image:
         click.echo(f"note: no kubernetes.image in the spec and no --image: the Job runs "
                    f"{default_image}, which holds only sweeper's built-in examples; build your "
-                   "trial code into an image FROM it (README: Kubernetes)", err=True)
+                   "trial code into an image FROM it (docs/your-cluster.md)", err=True)
     objects = render_objects(spec)
     warning = checkpoint_warning(spec)
     if warning:

@@ -51,6 +51,18 @@ class _Space:
     fixed: dict[str, Any] = field(default_factory=dict)
     original: dict[str, str] = field(default_factory=dict)
     booleans: set[str] = field(default_factory=set)
+    #: The sweep config's command (W&B's default when it has none), for the notes.
+    command: list[str] = field(default_factory=list)
+
+
+def _passed_as(command: list[str], full: str) -> str:
+    """What the program's argv holds for parameter ``full`` (W&B's name), by the command's
+    macros (see ``_command``)."""
+    forms = [f"--{full}=VALUE" for t in command if t in ("${args}", "${args_no_boolean_flags}")]
+    forms += [f"{full}=VALUE" for t in command if t == "${args_no_hyphens}"]
+    if not forms:
+        return "the command does not pass it (the program can read $SWEEPER_PARAMS)"
+    return "the program gets it as " + " and ".join(dict.fromkeys(forms))
 
 
 def import_wandb(path: str) -> tuple[dict[str, Any], list[str]]:
@@ -67,7 +79,8 @@ def import_wandb(path: str) -> tuple[dict[str, Any], list[str]]:
     method = data["method"]
     if method not in _METHODS:
         raise im.err(("method",), f"expected grid, random or bayes, got {method!r}")
-    space = _Space()
+    command = data.get("command", _DEFAULT_COMMAND)
+    space = _Space(command=[str(t) for t in command] if isinstance(command, list) else [])
     _parameters(im, data["parameters"], ("parameters",), "", space, method)
     out_method = _METHODS[method]
     if out_method == "grid" and any(p.get("type") == "float" and "values" not in p and
@@ -156,7 +169,7 @@ def _parameters(im: Importer, params: dict[str, Any], path: Path_, prefix: str,
         name = param_name(full)
         if name != full and "parameters" not in p:
             im.note(f"parameters.{full}", f"renamed {name} (sweeper names are identifiers); "
-                                          f"the command still passes --{full}")
+                                          f"{_passed_as(space.command, full)}")
         space.original[name] = full
         mapped = _parameter(im, p, where, full)
         if isinstance(mapped, _Fixed):

@@ -58,7 +58,7 @@ CHANNEL_OPTIONS: tuple[tuple[str, Any], ...] = (
 
 
 #: ``sweeper run`` (local backend) puts its workers behind an in-process proxy from this many
-#: workers on, for PostgreSQL (measured: benchmarks/proxy.py, "threshold"; README Performance).
+#: workers on, for PostgreSQL (measured: benchmarks/proxy.py, "threshold"; benchmarks/history.md).
 #: Below it the direct path's forked workers were faster at every W measured, and W + 1
 #: connections fit PostgreSQL's default 100; from here on the connections decide.
 PROXY_AUTO_PARALLELISM = 64

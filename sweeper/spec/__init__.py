@@ -11,8 +11,23 @@ The modules: ``model`` (the dataclasses, the normalised form and its hash), ``re
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
+from sweeper.spec._data import _DATA_KEYS
+from sweeper.spec._kubernetes import _TOLERATION_KEYS, _VOLUME_KEYS, K8S_KEYS
+from sweeper.spec._metrics import _METRICS_KEYS
+from sweeper.spec._parameters import _PARAM_KEYS
 from sweeper.spec._primitives import command_placeholders, parse_duration
-from sweeper.spec._validate import load_spec, parse_spec, parse_spec_dict
+from sweeper.spec._stop import STOP_KEYS
+from sweeper.spec._validate import (
+    _ARTIFACT_KEYS,
+    _RESOURCE_KEYS,
+    _TOP_KEYS,
+    _TRIAL_KEYS,
+    load_spec,
+    parse_spec,
+    parse_spec_dict,
+)
 from sweeper.spec._yaml import Path_
 from sweeper.spec.model import (
     ARTIFACT_STORES,
@@ -37,6 +52,23 @@ from sweeper.spec.model import (
 )
 from sweeper.spec.registry import PRUNERS
 
+#: Every key a spec accepts, by section: a dotted path ("" the top level, ``NAME`` a
+#: parameter's name, ``[]`` the items of a list). The validator checks these; the
+#: documentation's spec reference lists them (docs/gen_reference.py).
+SPEC_KEYS: Mapping[str, tuple[str, ...]] = {
+    "": _TOP_KEYS,
+    "trial": _TRIAL_KEYS,
+    "trial.resources": _RESOURCE_KEYS,
+    "trial.metrics": _METRICS_KEYS,
+    "parameters.NAME": _PARAM_KEYS,
+    "stop": STOP_KEYS,
+    "artifacts": _ARTIFACT_KEYS,
+    "data": _DATA_KEYS,
+    "kubernetes": K8S_KEYS,
+    "kubernetes.volumes[]": _VOLUME_KEYS,
+    "kubernetes.tolerations[]": _TOLERATION_KEYS,
+}
+
 __all__ = [
     "ARTIFACT_STORES",
     "DIRECTIONS",
@@ -44,6 +76,7 @@ __all__ = [
     "MAX_NAME_LENGTH",
     "METHODS",
     "PRUNERS",
+    "SPEC_KEYS",
     "STORAGE_SCHEMES",
     "ArtifactsSpec",
     "DataSpec",

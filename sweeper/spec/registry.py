@@ -68,7 +68,7 @@ METHOD_INFO: Mapping[str, MethodInfo] = {
     "nsga2": MethodInfo("NSGAIISampler", "NSGAIISampler", planned=False, objectives="multi"),
     "nsga3": MethodInfo("NSGAIIISampler", "NSGAIIISampler", planned=False, objectives="multi"),
 }
-#: TPE's defaults (kept under this name: the tests and the README quote them).
+#: TPE's defaults (kept under this name: the tests quote them).
 TPE_DEFAULTS: Mapping[str, Any] = METHOD_INFO["tpe"].defaults
 #: Added for a conditional space: TPE's ``group`` decomposes the search space by which
 #: parameters occur together, so the multivariate model sees each branch of a condition whole

@@ -5,7 +5,7 @@ the pods and the CLI sharing one real PostgreSQL database. The pods get the stor
 from the Secret, as on any cluster.
 
 The same tests run against a cluster of your own when SWEEPER_TEST_KUBECONFIG and
-SWEEPER_TEST_IMAGE are set (the ``cluster`` fixture in conftest.py; docs/real-cluster-tests.md).
+SWEEPER_TEST_IMAGE are set (the ``cluster`` fixture in conftest.py; docs/testing.md).
 The Job's schema is checked in test_manifests.py.
 """
 

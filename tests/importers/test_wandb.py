@@ -76,6 +76,28 @@ def test_grid_constants_booleans_and_args_no_hyphens() -> None:
     assert [n for n in notes if n.startswith("run_cap: 8 < the grid's 12 points")]
 
 
+
+@pytest.mark.parametrize(("macro", "argv", "passed"), [
+    ("${args}", ["--num-epochs={num_epochs}", "--optimizer.lr={optimizer_lr}"],
+     ["--num-epochs=VALUE", "--optimizer.lr=VALUE"]),
+    ("${args_no_hyphens}", ["num-epochs={num_epochs}", "optimizer.lr={optimizer_lr}"],
+     ["num-epochs=VALUE", "optimizer.lr=VALUE"]),
+])
+def test_a_renamed_parameter_note_says_the_argv_the_program_gets(
+        tmp_path: Path, macro: str, argv: list[str], passed: list[str]) -> None:
+    config = tmp_path / "renamed.yaml"
+    config.write_text("program: train.py\nmethod: random\nrun_cap: 4\n"
+                      "metric: {name: acc, goal: maximize}\nparameters:\n"
+                      "  num-epochs: {values: [1, 2]}\n"
+                      "  optimizer: {parameters: {lr: {min: 0.001, max: 0.1}}}\n"
+                      f'command: ["${{env}}", python, "${{program}}", "{macro}"]\n')
+    result = import_config("wandb", config)
+    assert result.spec["trial"]["command"] == ["python", "train.py", *argv]
+    for name, form in zip(("num-epochs", "optimizer.lr"), passed, strict=True):
+        assert [n for n in result.notes if n.startswith(f"parameters.{name}: renamed")
+                and n.endswith(f"the program gets it as {form}")], (name, result.notes)
+
+
 def test_every_distribution_maps_or_says_what_stands_in() -> None:
     spec, notes = imported("random_distributions.yaml")
     p = spec["parameters"]

@@ -179,13 +179,13 @@ def test_the_grid_points_of_an_unconditional_spec_do_not_move() -> None:
         grid_point(spec, i) for i in range(3)]
 
 
-def test_the_readme_example_is_a_valid_conditional_space() -> None:
+def test_the_documented_example_is_a_valid_conditional_space() -> None:
     import re
 
     import yaml
 
-    readme = (REPO / "README.md").read_text()
-    section = readme.split("### Conditional parameters", 1)[1]
+    page = (REPO / "docs" / "spec.md").read_text()
+    section = page.split("## Conditional parameters", 1)[1]
     block = re.search(r"```yaml\n(.*?)```", section, re.S)
     assert block is not None
     space = yaml.safe_load(block.group(1))["parameters"]

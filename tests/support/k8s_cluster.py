@@ -2,7 +2,7 @@
 ``make cluster-up`` builds and starts (tests/cluster: etcd, kube-apiserver, the Job controller
 and the rest of kube-controller-manager, kube-scheduler, Kueue; pods run as processes by the
 process node), or a cluster of your own named by ``SWEEPER_TEST_KUBECONFIG`` (with
-``SWEEPER_TEST_IMAGE``, see docs/real-cluster-tests.md). Either way a test sees one
+``SWEEPER_TEST_IMAGE``, see docs/testing.md). Either way a test sees one
 :class:`Cluster`: the kubeconfig the CLI gets, the storage URL, and the cluster's state read
 through the official client.
 """

@@ -1,0 +1,344 @@
+"""The documentation site's generated pages, written when the site is built (docs/hooks.py).
+
+- ``reference/cli.md`` walks the click command tree of ``sweeper.cli.cli``: every command, its
+  usage line, help text and options, as ``--help`` prints them.
+- ``reference/spec.md`` walks the spec model (``sweeper/spec/model.py``): for every section,
+  the keys the validator accepts (``sweeper.spec.SPEC_KEYS``), each key's type
+  and default from the frozen dataclass field of the same name, and a one-line description
+  from ``docs/spec-keys.yml``. A key the validator accepts with no description there, or a
+  description of a key it no longer accepts, is an error: the build (``mkdocs build --strict``)
+  and ``tests/test_docs.py`` fail, so the page cannot drift from the code.
+- ``benchmarks/*.md``: the committed benchmark pages of ``benchmarks/``, included as they are.
+
+Run on its own, ``python docs/gen_reference.py OUT_DIR`` writes the pages under OUT_DIR.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import html
+import inspect
+import sys
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import click
+
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:  # document this checkout's code, not an installed copy
+    sys.path.insert(0, str(REPO))
+
+
+@dataclass(frozen=True)
+class Page:
+    path: str  # relative to docs/
+    text: str
+
+
+def pages() -> list[Page]:
+    return [Page("reference/cli.md", cli_page()), Page("reference/spec.md", spec_page()),
+            *benchmark_pages()]
+
+
+# --------------------------------------------------------------------------- the CLI
+
+
+def commands() -> Iterator[tuple[str, click.Command, click.Context]]:
+    """(full name, command, its context) for the group and every command under it, in the
+    order ``--help`` lists them."""
+    from sweeper.cli import cli
+
+    def walk(cmd: click.Command, ctx: click.Context, path: str) -> Iterator[
+            tuple[str, click.Command, click.Context]]:
+        yield path, cmd, ctx
+        if isinstance(cmd, click.Group):
+            for name in cmd.list_commands(ctx):
+                sub = cmd.get_command(ctx, name)
+                if sub is not None and not sub.hidden:
+                    yield from walk(sub, click.Context(sub, info_name=name, parent=ctx),
+                                    f"{path} {name}")
+
+    yield from walk(cli, click.Context(cli, info_name="sweeper"), "sweeper")
+
+
+def _help_text(cmd: click.Command) -> str:
+    text = inspect.cleandoc((cmd.help or "").split("\f", 1)[0])
+    lines = (line for line in text.splitlines() if line.strip() != "\b")
+    return html.escape("\n".join(lines), quote=False)
+
+
+def _cell(text: str) -> str:
+    """Plain text for one table cell (a pipe would end the cell)."""
+    return html.escape(" ".join(text.split()), quote=False).replace("|", "\\|")
+
+
+def _code(text: str) -> str:
+    """A code span for one table cell (the tables extension keeps its pipes)."""
+    return f"`{' '.join(text.split())}`" if text else ""
+
+
+def option_rows(cmd: click.Command, ctx: click.Context) -> list[tuple[str, str]]:
+    """(``--option METAVAR``, help with click's [default: ...]) for every option, as
+    ``--help`` shows them (the help option included)."""
+    rows = []
+    for param in cmd.get_params(ctx):
+        if not isinstance(param, click.Option):  # arguments are in the usage line
+            continue
+        record = param.get_help_record(ctx)
+        if record is not None:
+            rows.append(record)
+    return rows
+
+
+def cli_page() -> str:
+    out = ["# CLI reference", "",
+           "Generated from the click commands of `sweeper.cli` when this site is built: the "
+           "same text as `sweeper COMMAND --help`. The [guide](../running.md) shows the "
+           "commands at work; exit codes: 0 done, 1 some index failed for good, 2 bad input "
+           "or unreachable storage, 3 backend error, 130 interrupted.", ""]
+    for path, cmd, ctx in commands():
+        out += [f"## `{path}`", "", _help_text(cmd), "", "```text", cmd.get_usage(ctx), "```",
+                ""]
+        if isinstance(cmd, click.Group):
+            subs = [f"`{path} {name}`" for name in cmd.list_commands(ctx)]
+            out += ["Commands: " + ", ".join(subs) + ".", ""]
+        rows = option_rows(cmd, ctx)
+        if rows:
+            out += ["| option | what |", "|---|---|"]
+            out += [f"| {_code(opt)} | {_cell(what)} |" for opt, what in rows]
+            out.append("")
+    return "\n".join(out)
+
+
+# --------------------------------------------------------------------------- the spec
+
+
+@dataclass(frozen=True)
+class Section:
+    path: str  # the dotted path of the section in the YAML ("" for the top level)
+    keys: Sequence[str]  # what the validator accepts there
+    model: type | None  # the dataclass whose fields give types and defaults
+    title: str
+
+
+def sections() -> list[Section]:
+    from sweeper.spec import SPEC_KEYS, model
+
+    models: dict[str, tuple[type | None, str]] = {
+        "": (model.SweepSpec, "Top level"),
+        "trial": (model.TrialSpec, "`trial:`"),
+        "trial.resources": (model.Resources, "`trial.resources:`"),
+        "trial.metrics": (model.MetricsSpec, "`trial.metrics:`"),
+        "parameters.NAME": (model.Parameter, "`parameters:` (one entry per parameter)"),
+        "stop": (model.StopSpec, "`stop:`"),
+        "artifacts": (model.ArtifactsSpec, "`artifacts:`"),
+        "data": (model.DataSpec, "`data:`"),
+        "kubernetes": (model.KubernetesSpec, "`kubernetes:`"),
+        "kubernetes.volumes[]": (model.Volume, "`kubernetes.volumes:` (a list)"),
+        "kubernetes.tolerations[]": (None, "`kubernetes.tolerations:` (a list, as in a pod "
+                                           "spec)"),
+    }
+    missing = sorted(set(SPEC_KEYS) - set(models))
+    if missing:
+        raise SpecDrift(f"sections of SPEC_KEYS with no page section: {', '.join(missing)}")
+    return [Section(path, SPEC_KEYS[path], *models[path]) for path in SPEC_KEYS]
+
+
+#: Model fields that are not spec keys of the same name: field -> the keys that set it
+#: (an empty tuple: not a key at all, the spec's own bookkeeping).
+FIELD_KEYS: Mapping[str, tuple[str, ...]] = {
+    "SweepSpec.objectives": ("objective",),
+    "SweepSpec.source": (), "SweepSpec.base_dir": (), "SweepSpec.warnings": (),
+    "Parameter.name": (),  # the key under parameters:
+    "Volume.kind": ("pvc", "config_map", "secret", "nfs", "empty_dir"),
+    "Volume.source": ("pvc", "config_map", "secret"),
+    "Volume.server": ("nfs",), "Volume.path": ("nfs",), "Volume.size_limit": ("empty_dir",),
+    "DataSpec.bucket": ("s3",), "DataSpec.prefix": ("s3",),
+    "Objective.metric": ("objective",), "Objective.direction": ("objective",),
+    "Pruner.type": ("pruner",), "Pruner.options": ("pruner",),
+}
+
+#: One line per key the validator accepts, by dotted path (types and defaults come from the
+#: model, not from there).
+DESCRIPTIONS_FILE = Path(__file__).with_name("spec-keys.yml")
+
+
+def descriptions() -> dict[str, str]:
+    import yaml
+
+    data = yaml.safe_load(DESCRIPTIONS_FILE.read_text())
+    if not isinstance(data, dict) or not all(isinstance(v, str) for v in data.values()):
+        raise SpecDrift(f"{DESCRIPTIONS_FILE}: expected a mapping of dotted key to one line")
+    return {str(k): v for k, v in data.items()}
+
+
+class SpecDrift(Exception):
+    """The spec model and docs/spec-keys.yml disagree."""
+
+
+def _dotted(section: Section, key: str) -> str:
+    return f"{section.path}.{key}" if section.path else key
+
+
+#: Where the YAML's default is not the model field's (computed elsewhere, or no field).
+def _default_overrides() -> dict[str, str]:
+    from sweeper.study.stop import BRAKE_RULE, DEFAULT_BRAKE
+
+    return {"trials": "grid: the grid's size", "objective": "required",
+            "storage": "`sqlite:///sweeps.db`",
+            "stop.max_failed_trials": f"- (`{BRAKE_RULE}` brake: {DEFAULT_BRAKE})",
+            "pruner": "`{type: none}`"}
+
+
+def _type_name(annotation: str) -> str:
+    """The model's annotation, read as YAML: unset is the default column's `-`."""
+    from sweeper.spec.model import METHODS
+
+    text = annotation.replace(" | None", "")
+    if text == "Method":
+        return " | ".join(METHODS)
+    if text.startswith("Literal["):
+        return text[len("Literal["):-1].replace("'", "").replace(", ", " | ")
+    return text
+
+
+def _default(model: type | None, key: str) -> tuple[str, str]:
+    """(type, default) of a key from the model field of the same name; ("", "") if none."""
+    if model is None:
+        return "", ""
+    f = {f.name: f for f in dataclasses.fields(model)}.get(key)
+    if f is None:
+        return "", ""
+    typ = _type_name(str(f.type))
+    if f.default is not dataclasses.MISSING:
+        value: Any = f.default
+    elif f.default_factory is not dataclasses.MISSING:
+        value = f.default_factory()
+    else:
+        return typ, "required"
+    return typ, "see below" if dataclasses.is_dataclass(value) else _yaml_value(value)
+
+
+def _yaml_value(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return f"`{str(value).lower()}`"
+    if isinstance(value, Mapping):
+        return "`{}`" if not value else f"`{dict(value)}`"
+    if isinstance(value, tuple | list):
+        return "`[]`" if not value else f"`{list(value)}`"
+    if value == "":
+        return '`""`'
+    return f"`{value}`"
+
+
+def check_descriptions() -> None:
+    accepted = {_dotted(s, k) for s in sections() for k in s.keys}
+    described = set(descriptions())
+    missing = sorted(accepted - described)
+    stale = sorted(described - accepted)
+    if missing or stale:
+        raise SpecDrift(f"{DESCRIPTIONS_FILE.name}: "
+                        + (f"no description for {', '.join(missing)}; " if missing else "")
+                        + (f"describes keys the validator does not accept: {', '.join(stale)}"
+                           if stale else ""))
+    for s in sections():
+        if s.model is None:
+            continue
+        for f in dataclasses.fields(s.model):
+            field_name = f"{s.model.__name__}.{f.name}"
+            unknown = [k for k in FIELD_KEYS.get(field_name, (f.name,)) if k not in s.keys]
+            if unknown:
+                raise SpecDrift(f"model field {field_name} is no key of "
+                                f"{s.path or 'the top level'} ({', '.join(unknown)}); map it "
+                                "in FIELD_KEYS")
+
+
+def _docstring(model: type | None) -> str:
+    doc = model.__doc__ if model is not None else None
+    # A dataclass without a docstring gets "Name(field: type, ...)": not documentation.
+    if model is None or not doc or doc.startswith(f"{model.__name__}("):
+        return ""
+    return inspect.cleandoc(doc).replace("``", "`")
+
+
+def _methods_table() -> list[str]:
+    from sweeper.spec.registry import METHOD_INFO
+
+    rows = ["| `method:` | sets | `sampler:` takes | objectives | sweeper sets |",
+            "|---|---|---|---|---|"]
+    for name, info in METHOD_INFO.items():
+        sets = "planned (enqueued up front)" if info.planned else "adaptive (asked at start)"
+        options = f"`{info.options_class}` keywords" if info.options_class else "-"
+        if info.only:
+            options += " (" + ", ".join(f"`{o}`" for o in sorted(info.only)) + " only)"
+        defaults = ", ".join(f"`{k}: {str(v).lower()}`" for k, v in info.defaults.items())
+        rows.append(f"| `{name}` | {sets} | {options} | {info.objectives} | {defaults or '-'} |")
+    return rows
+
+
+def _pruners() -> str:
+    from sweeper.spec.registry import PRUNERS, pruner_class
+
+    return ", ".join(f"`{p}` (`optuna.pruners.{pruner_class(p).__name__}`)" for p in PRUNERS)
+
+
+def spec_page() -> str:
+    check_descriptions()
+    what = descriptions()
+    overrides = _default_overrides()
+    out = ["# Spec reference", "",
+           "Every key a spec file may hold, generated from the spec model "
+           "(`sweeper/spec/model.py`) and the keys the validator accepts when this site is "
+           "built. Any other key is an error with a suggestion (`paralellism`: did you mean "
+           "'parallelism'?); a mistake is one line naming the file, the line and the field, "
+           "exit code 2. Types are the model's; `-` means unset. The guide "
+           "[Writing a sweep](../spec.md) shows them in use.", ""]
+    for s in sections():
+        out += [f"## {s.title}", ""]
+        doc = _docstring(s.model)
+        if doc:
+            out += [doc, ""]
+        if s.path == "":
+            out += ["Methods (`method:`), from `sweeper/spec/registry.py`:", "",
+                    *_methods_table(), "", f"Pruners (`pruner: {{type: ...}}`): {_pruners()}.",
+                    ""]
+        out += ["| key | type | default | what |", "|---|---|---|---|"]
+        for key in s.keys:
+            dotted = _dotted(s, key)
+            typ, default = _default(s.model, key)
+            default = overrides.get(dotted, default)
+            out.append(f"| `{dotted}` | {_code(typ)} | {default} | {what[dotted]} |")
+        out.append("")
+    return "\n".join(out)
+
+
+# --------------------------------------------------------------------------- benchmarks
+
+
+#: Committed pages of benchmarks/ shown on the site, as they are.
+BENCHMARK_PAGES = ("history.md", "results.md", "results-proxy.md")
+
+
+def benchmark_pages() -> list[Page]:
+    return [Page(f"benchmarks/{name}", (REPO / "benchmarks" / name).read_text())
+            for name in BENCHMARK_PAGES]
+
+
+def main(argv: Sequence[str]) -> int:
+    if len(argv) != 1:
+        print("usage: python docs/gen_reference.py OUT_DIR", file=sys.stderr)
+        return 2
+    for page in pages():
+        target = Path(argv[0]) / page.path
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(page.text)
+        print(target)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,130 @@
+"""The documentation cannot drift from the code: the generated CLI page names every command
+and option of ``sweeper.cli``, the generated spec page every key the validator accepts and
+every field of the spec model; the README stays a front page whose links resolve. No network,
+no MkDocs: the generator is plain Python (``make docs`` builds the site itself)."""
+
+from __future__ import annotations
+
+import dataclasses
+import html
+import importlib.util
+import inspect
+import re
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import click
+import pytest
+import yaml
+
+from sweeper.cli import cli
+from sweeper.spec import SPEC_KEYS, SweepSpec, model
+
+REPO = Path(__file__).resolve().parents[1]
+DOCS = REPO / "docs"
+
+
+@pytest.fixture(scope="module")
+def gen() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("gen_reference", DOCS / "gen_reference.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def _commands(group: click.Group, ctx: click.Context, path: str) -> list[
+        tuple[str, click.Command]]:
+    out: list[tuple[str, click.Command]] = []
+    for name in group.list_commands(ctx):
+        cmd = group.get_command(ctx, name)
+        assert cmd is not None
+        out.append((f"{path} {name}", cmd))
+        if isinstance(cmd, click.Group):
+            out += _commands(cmd, click.Context(cmd, info_name=name, parent=ctx), f"{path} {name}")
+    return out
+
+
+def _section(page: str, heading: str) -> str:
+    """The text under ``## `heading``` up to the next second-level heading."""
+    start = page.index(f"## `{heading}`\n")
+    end = page.find("\n## ", start + 1)
+    return page[start:end if end != -1 else len(page)]
+
+
+def test_the_cli_page_names_every_command_and_option(gen: ModuleType) -> None:
+    page = gen.cli_page()
+    commands = _commands(cli, click.Context(cli, info_name="sweeper"), "sweeper")
+    assert len(commands) >= 15
+    for path, cmd in [("sweeper", cli), *commands]:
+        section = _section(page, path)
+        for param in cmd.params:
+            names = [*param.opts, *param.secondary_opts] if isinstance(param, click.Option) \
+                else [param.human_readable_name]
+            for name in names:
+                assert name in section, f"{path}: {name} is missing from reference/cli.md"
+        first_help_line = (cmd.help or "").strip().splitlines()[0]
+        assert html.escape(first_help_line, quote=False) in section, path
+
+
+def test_every_spec_key_and_model_field_is_on_the_spec_page(gen: ModuleType) -> None:
+    page = gen.spec_page()
+    for path, keys in SPEC_KEYS.items():
+        for key in keys:
+            dotted = f"{path}.{key}" if path else key
+            assert f"| `{dotted}` |" in page, f"{dotted} is missing from reference/spec.md"
+    # Every field of every dataclass of the model is a key on the page, or one the generator
+    # maps to the keys that set it (FIELD_KEYS), or bookkeeping (compare=False: not a key).
+    classes = [c for _, c in inspect.getmembers(model, inspect.isclass)
+               if dataclasses.is_dataclass(c) and c.__module__ == model.__name__]
+    assert {SweepSpec, model.TrialSpec, model.StopSpec, model.Volume} <= set(classes)
+    for cls in classes:
+        for f in dataclasses.fields(cls):
+            if not f.compare:
+                continue
+            for key in gen.FIELD_KEYS.get(f"{cls.__name__}.{f.name}", (f.name,)):
+                assert re.search(rf"\| `(?:[\w.\[\]]+\.)?{re.escape(key)}` \|", page), \
+                    f"model field {cls.__name__}.{f.name} ({key}) is missing from the spec page"
+
+
+def test_a_spec_key_without_a_description_fails_the_build(
+        gen: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    described = yaml.safe_load((DOCS / "spec-keys.yml").read_text())
+    del described["stop.patience"]
+    described["stop.gone"] = "a key the validator does not accept"
+    partial = tmp_path / "spec-keys.yml"
+    partial.write_text(yaml.safe_dump(described))
+    monkeypatch.setattr(gen, "DESCRIPTIONS_FILE", partial)
+    with pytest.raises(gen.SpecDrift, match=r"no description for stop\.patience.*stop\.gone"):
+        gen.spec_page()
+
+
+def test_the_spec_page_takes_defaults_from_the_model(gen: ModuleType) -> None:
+    page = gen.spec_page()
+    assert "| `parallelism` | `int` | `1` |" in page
+    assert f"| `kubernetes.image` | `str` | `{model.KubernetesSpec().image}` |" in page
+    assert "| `trial.retries` | `int` | `1` |" in page
+
+
+def test_the_nav_names_every_page_and_every_page_exists(gen: ModuleType) -> None:
+    config = (REPO / "mkdocs.yml").read_text()
+    nav = re.findall(r"^\s+- [^:\n]+: (\S+\.md)$", config, re.M)
+    generated = {p.path for p in gen.pages()}
+    for page in nav:
+        assert (DOCS / page).is_file() or page in generated, page
+    written = {str(p.relative_to(DOCS)) for p in DOCS.rglob("*.md")}
+    assert written | generated == set(nav), "a page is missing from mkdocs.yml's nav"
+
+
+def test_the_readme_is_a_front_page() -> None:
+    text = (REPO / "README.md").read_text()
+    lines = text.splitlines()
+    assert len(lines) <= 400
+    assert lines[0] == "# sweeper" and lines[2] == "```sh"
+    assert lines[3].startswith("make demo ") and lines[4].startswith("make test ")
+    for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", text):
+        if not re.match(r"[a-z]+://", target):
+            assert (REPO / target).exists(), f"README links to {target}, which does not exist"
+
