@@ -13,6 +13,7 @@ certificates, the logs, the pids) lives in .cluster/run; the admin kubeconfig is
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -299,6 +300,11 @@ def _build(lo: Layout) -> None:
 def down(lo: Layout) -> list[str]:
     """Stop every process of ours (also after a crash of any of them); remove the state."""
     stopped = stop_all(Proc.load_all(lo.run))
+    for line in leftovers(lo):  # anything of this cluster the pid files missed
+        pid = int(line.split(":", 1)[0])
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
+            stopped.append(f"pid {pid}")
     pgids = lo.run / "node" / "pgids"
     if pgids.exists():
         for line in pgids.read_text().split():

@@ -42,6 +42,7 @@ class Proc:
              str(log), *argv], cwd=cwd, env={**os.environ, **(env or {})},
             capture_output=True, text=True, start_new_session=True, check=True)
         proc = cls(name, int(shell.stdout.split()[-1]), argv[0], log)
+        proc.wait_exec()
         (run / "pids").mkdir(parents=True, exist_ok=True)
         (run / "pids" / f"{name}.json").write_text(json.dumps(
             {"name": name, "pid": proc.pid, "exe": proc.exe, "log": str(proc.log)}))
@@ -55,6 +56,13 @@ class Proc:
                 d = json.loads(f.read_text())
                 out.append(cls(d["name"], int(d["pid"]), d["exe"], Path(d["log"])))
         return out
+
+    def wait_exec(self, timeout: float = 10.0) -> None:
+        """Until the shell's child has become ``exe`` (or died): before its exec the pid
+        still shows the shell, and ``ours`` would call a starting process gone."""
+        deadline = time.monotonic() + timeout
+        while alive(self.pid) and not self.ours() and time.monotonic() < deadline:
+            time.sleep(0.01)
 
     def ours(self) -> bool:
         """Still the process we started (not a pid reused by another program)."""
