@@ -8,20 +8,18 @@ Local control plane only: its pods share this machine's network (they reach moto
 
 from __future__ import annotations
 
-import base64
 import shutil
 import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 from optuna.trial import FrozenTrial
 
 from sweeper.backends.kubernetes import job_info
 from tests.support.k8s_cluster import NS, Cluster
-from tests.support.s3 import CREDENTIALS, REGION, S3Server, moto_s3
+from tests.support.s3 import REGION, S3Server, moto_s3
 
 pytestmark = pytest.mark.postgres
 
@@ -62,28 +60,6 @@ def s3() -> Iterator[S3Server]:
             client.put_object(Bucket="datasets", Key=f"digits/{key}", Body=str(i).encode())
         yield server
 
-
-@pytest.fixture
-def s3_secret(cluster: Cluster) -> Iterator[str]:
-    """Secret ``s3-creds`` with moto's credentials, created through the API."""
-    from kubernetes.client.exceptions import ApiException
-
-    name, core = "s3-creds", cluster.core()
-    body = {"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
-            "metadata": {"name": name, "labels": {"app.kubernetes.io/part-of": "sweeper-tests"}},
-            "data": {k: base64.b64encode(v.encode()).decode() for k, v in CREDENTIALS.items()}}
-    try:
-        core.create_namespaced_secret(NS, body)
-    except ApiException as e:
-        if e.status != 409:
-            raise
-        core.replace_namespaced_secret(name, NS, body)
-    yield name
-    try:
-        core.delete_namespaced_secret(name, NS)
-    except ApiException as e:
-        if e.status != 404:
-            raise
 
 
 def test_s3_dataset_is_downloaded_once_per_pod(cluster: Cluster, s3: S3Server,
@@ -144,8 +120,8 @@ def claim(cluster: Cluster) -> Iterator[tuple[str, Path]]:
         _wait_bound(cluster, name)
         yield name, directory
     finally:
-        _delete(core.delete_namespaced_persistent_volume_claim, name, NS)
-        _delete(core.delete_persistent_volume, pv_name)
+        cluster.delete_quietly(core.delete_namespaced_persistent_volume_claim, name, NS)
+        cluster.delete_quietly(core.delete_persistent_volume, pv_name)
         shutil.rmtree(directory, ignore_errors=True)
 
 
@@ -158,15 +134,6 @@ def _wait_bound(cluster: Cluster, claim: str) -> None:
         assert time.monotonic() < deadline, f"claim {claim} not bound: {pvc.status}"
         time.sleep(0.2)
 
-
-def _delete(fn: Any, *args: str) -> None:
-    from kubernetes.client.exceptions import ApiException
-
-    try:
-        fn(*args)
-    except ApiException as e:
-        if e.status != 404:
-            raise
 
 
 def test_dataset_on_a_read_only_pvc(cluster: Cluster, claim: tuple[str, Path]) -> None:

@@ -13,14 +13,12 @@ Local control plane only: its pods share this machine's network (they reach moto
 
 from __future__ import annotations
 
-import base64
 import shutil
 import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
 
 import pytest
 from optuna.trial import TrialState
@@ -40,28 +38,6 @@ def s3() -> Iterator[S3Server]:
         yield server
 
 
-@pytest.fixture
-def s3_secret(cluster: Cluster) -> Iterator[str]:
-    """Secret ``s3-creds`` with moto's credentials, created through the API."""
-    from kubernetes.client.exceptions import ApiException
-
-    name, core = "s3-creds", cluster.core()
-    body = {"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
-            "metadata": {"name": name, "labels": {"app.kubernetes.io/part-of": "sweeper-tests"}},
-            "data": {k: base64.b64encode(v.encode()).decode() for k, v in CREDENTIALS.items()}}
-    try:
-        core.create_namespaced_secret(NS, body)
-    except ApiException as e:
-        if e.status != 409:
-            raise
-        core.replace_namespaced_secret(name, NS, body)
-    yield name
-    try:
-        core.delete_namespaced_secret(name, NS)
-    except ApiException as e:
-        if e.status != 404:
-            raise
-
 
 def _logs(cluster: Cluster, name: str) -> dict[str, str]:
     """Each pod's log, through the apiserver (for an assertion's message)."""
@@ -74,18 +50,6 @@ def _logs(cluster: Cluster, name: str) -> dict[str, str]:
             out[pod_name] = f"(no log: {e})"
     return out
 
-
-def _wait_for_the_job(cluster: Cluster, name: str, timeout: float) -> dict[str, Any]:
-    """The Job once it has a Complete or Failed condition."""
-    deadline = time.monotonic() + cluster.patience(timeout)
-    while True:
-        (job,) = cluster.jobs(name)
-        conds = {c["type"] for c in job["status"].get("conditions") or []
-                 if c["status"] == "True"}
-        if conds & {"Complete", "Failed"}:
-            return job
-        assert time.monotonic() < deadline, (job["status"], _logs(cluster, name))
-        time.sleep(0.3)
 
 
 @contextmanager
@@ -115,8 +79,8 @@ def _nfs_claim(cluster: Cluster) -> Iterator[tuple[str, Path]]:
         _wait_bound(cluster, name)
         yield name, directory
     finally:
-        _delete(core.delete_namespaced_persistent_volume_claim, name, NS)
-        _delete(core.delete_persistent_volume, pv_name)
+        cluster.delete_quietly(core.delete_namespaced_persistent_volume_claim, name, NS)
+        cluster.delete_quietly(core.delete_persistent_volume, pv_name)
         shutil.rmtree(directory, ignore_errors=True)
 
 
@@ -129,15 +93,6 @@ def _wait_bound(cluster: Cluster, claim: str) -> None:
         assert time.monotonic() < deadline, f"claim {claim} not bound: {pvc.status}"
         time.sleep(0.2)
 
-
-def _delete(fn: Any, *args: str) -> None:
-    from kubernetes.client.exceptions import ApiException
-
-    try:
-        fn(*args)
-    except ApiException as e:
-        if e.status != 404:
-            raise
 
 
 @pytest.mark.parametrize("where", ["s3", "volume"])
@@ -199,7 +154,7 @@ def _preempt_and_resume(cluster: Cluster, name: str, text: str, markers: Path,
         "apiVersion": "policy/v1", "kind": "Eviction",
         "metadata": {"name": victim, "namespace": NS}})
 
-    job = _wait_for_the_job(cluster, name, 90)
+    job = cluster.wait_for_job(name, 90, lambda: _logs(cluster, name))
     assert job_info(job, 1).state == "Complete", job["status"]
     assert not job["status"].get("failed"), job["status"]  # the eviction spent no retry
     pods = cluster.pods(name)

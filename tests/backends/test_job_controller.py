@@ -58,17 +58,6 @@ def _running_pod(cluster: Cluster, name: str, index: int) -> dict[str, Any]:
         time.sleep(0.2)
 
 
-def _wait_for_the_job(cluster: Cluster, name: str, timeout: float) -> dict[str, Any]:
-    deadline = time.monotonic() + cluster.patience(timeout)
-    while True:
-        (job,) = cluster.jobs(name)
-        conds = {c["type"] for c in job["status"].get("conditions") or []
-                 if c["status"] == "True"}
-        if conds & {"Complete", "Failed"}:
-            return job
-        assert time.monotonic() < deadline, job["status"]
-        time.sleep(0.3)
-
 
 def test_a_killed_pod_is_replaced_after_it_failed_and_its_index_retried_once(
         cluster: Cluster) -> None:
@@ -79,7 +68,7 @@ def test_a_killed_pod_is_replaced_after_it_failed_and_its_index_retried_once(
     pid = int(victim["status"]["containerStatuses"][0]["containerID"].removeprefix("process://"))
     os.killpg(pid, signal.SIGKILL)  # the trial's process dies mid-trial: exit code 137
 
-    job = _wait_for_the_job(cluster, "jc-kill", 60)
+    job = cluster.wait_for_job("jc-kill", 60)
     assert parse_intervals(job["status"]["completedIndexes"]) == [0, 1], job["status"]
     assert cluster.finished_per_index("jc-kill") == {0: 1, 1: 1}
     trials = cluster.trials("jc-kill")
@@ -109,7 +98,7 @@ def test_an_eviction_is_a_disruption_and_spends_no_retry(cluster: Cluster) -> No
     conditions = {c["type"]: c for c in last["status"]["conditions"]}
     assert conditions["DisruptionTarget"]["reason"] == "EvictionByEvictionAPI"
 
-    job = _wait_for_the_job(cluster, "jc-evict", 60)
+    job = cluster.wait_for_job("jc-evict", 60)
     assert job["status"].get("completedIndexes") == "0", job["status"]
     assert not job["status"].get("failed") and not job["status"].get("failedIndexes")
     assert cluster.finished_per_index("jc-evict") == {0: 1}

@@ -14,7 +14,8 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -194,6 +195,35 @@ class Cluster:
         path = self.tmp / f"kubeconfig-{account}"
         path.write_text(yaml.safe_dump(admin))
         return path, f"system:serviceaccount:{NS}:{account}"
+
+    def wait_for_job(self, name: str, timeout: float,
+                     diagnose: Callable[[], object] = lambda: None) -> Obj:
+        """The sweep's Job once it has a true Complete or Failed condition (``diagnose``:
+        what the assertion shows when it times out)."""
+        deadline = time.monotonic() + self.patience(timeout)
+        while True:
+            (job,) = self.jobs(name)
+            conds = {c["type"] for c in job["status"].get("conditions") or []
+                     if c["status"] == "True"}
+            if conds & {"Complete", "Failed"}:
+                return job
+            assert time.monotonic() < deadline, (job["status"], diagnose())
+            time.sleep(0.3)
+
+    def put_secret(self, name: str, data: dict[str, str]) -> None:
+        """Create (or replace) a Secret in the test namespace."""
+        _put_secret(self, name, data)
+
+    @staticmethod
+    def delete_quietly(delete: Callable[..., Any], *args: str) -> None:
+        """Call a client ``delete_*`` method; an object already gone is fine."""
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            delete(*args)
+        except ApiException as e:
+            if e.status != 404:
+                raise
 
     # ---------------------------------------------------------------- cleanup
 
