@@ -8,9 +8,6 @@ Local control plane only: its pods share this machine's network (they reach moto
 
 from __future__ import annotations
 
-import shutil
-import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -94,46 +91,13 @@ kubernetes:
 
 @pytest.fixture
 def claim(cluster: Cluster) -> Iterator[tuple[str, Path]]:
-    """A read-only PVC bound to a hostPath PersistentVolume (the PV binder binds them; the
-    scheduler places no pod whose claim is unbound), and the directory that is the claim's
-    volume on the process node. Both objects and the directory are removed afterwards."""
-    local = _local(cluster)
-    name = f"digits-{uuid.uuid4().hex[:8]}"
-    pv_name = f"sweeper-test-{NS}-{name}"
-    directory = local / "run" / "node" / "shared" / "pvc" / NS / name
-    core = cluster.core()
-    modes, size = ["ReadOnlyMany"], "1Mi"
-    core.create_persistent_volume({
-        "apiVersion": "v1", "kind": "PersistentVolume",
-        "metadata": {"name": pv_name, "labels": {"app.kubernetes.io/part-of": "sweeper-tests"}},
-        "spec": {"capacity": {"storage": size}, "accessModes": modes,
-                 "persistentVolumeReclaimPolicy": "Retain", "storageClassName": "",
-                 "hostPath": {"path": str(directory), "type": "DirectoryOrCreate"},
-                 "claimRef": {"namespace": NS, "name": name}}})
-    try:
-        core.create_namespaced_persistent_volume_claim(NS, {
-            "apiVersion": "v1", "kind": "PersistentVolumeClaim",
-            "metadata": {"name": name,
-                         "labels": {"app.kubernetes.io/part-of": "sweeper-tests"}},
-            "spec": {"accessModes": modes, "storageClassName": "", "volumeName": pv_name,
-                     "resources": {"requests": {"storage": size}}}})
-        _wait_bound(cluster, name)
-        yield name, directory
-    finally:
-        cluster.delete_quietly(core.delete_namespaced_persistent_volume_claim, name, NS)
-        cluster.delete_quietly(core.delete_persistent_volume, pv_name)
-        shutil.rmtree(directory, ignore_errors=True)
-
-
-def _wait_bound(cluster: Cluster, claim: str) -> None:
-    deadline = time.monotonic() + cluster.patience(15)
-    while True:
-        pvc = cluster.core().read_namespaced_persistent_volume_claim(claim, NS)
-        if pvc.status.phase == "Bound":
-            return
-        assert time.monotonic() < deadline, f"claim {claim} not bound: {pvc.status}"
-        time.sleep(0.2)
-
+    """A read-only PVC bound to a hostPath PersistentVolume, and its directory on the node."""
+    _local(cluster)
+    directory = Path(cluster.local or ".") / "run" / "node" / "shared" / "pvc" / NS
+    with cluster.bound_claim("digits", {"hostPath": {"path": str(directory),
+                                                     "type": "DirectoryOrCreate"}},
+                             ["ReadOnlyMany"], "1Mi") as bound:
+        yield bound
 
 
 def test_dataset_on_a_read_only_pvc(cluster: Cluster, claim: tuple[str, Path]) -> None:

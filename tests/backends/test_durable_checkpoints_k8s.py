@@ -13,11 +13,9 @@ Local control plane only: its pods share this machine's network (they reach moto
 
 from __future__ import annotations
 
-import shutil
 import time
-import uuid
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from pathlib import Path
 
 import pytest
@@ -52,47 +50,10 @@ def _logs(cluster: Cluster, name: str) -> dict[str, str]:
 
 
 
-@contextmanager
-def _nfs_claim(cluster: Cluster) -> Iterator[tuple[str, Path]]:
-    """A ReadWriteMany claim bound to an NFS PersistentVolume (kube-controller-manager's PV
-    binder binds them; the scheduler places no pod whose claim is unbound), and the directory
-    that is the claim's volume on the process node. Removed afterwards."""
-    assert cluster.local is not None
-    name = f"ckpt-{uuid.uuid4().hex[:8]}"
-    pv_name = f"sweeper-test-{NS}-{name}"
-    directory = cluster.local / "run" / "node" / "shared" / "pvc" / NS / name
-    labels = {"app.kubernetes.io/part-of": "sweeper-tests"}
-    core, modes, size = cluster.core(), ["ReadWriteMany"], "1Gi"
-    core.create_persistent_volume({
-        "apiVersion": "v1", "kind": "PersistentVolume",
-        "metadata": {"name": pv_name, "labels": labels},
-        "spec": {"capacity": {"storage": size}, "accessModes": modes,
-                 "persistentVolumeReclaimPolicy": "Retain", "storageClassName": "",
-                 "nfs": {"server": "nfs.internal", "path": f"/sweeps/{name}"},
-                 "claimRef": {"namespace": NS, "name": name}}})
-    try:
-        core.create_namespaced_persistent_volume_claim(NS, {
-            "apiVersion": "v1", "kind": "PersistentVolumeClaim",
-            "metadata": {"name": name, "labels": labels},
-            "spec": {"accessModes": modes, "storageClassName": "", "volumeName": pv_name,
-                     "resources": {"requests": {"storage": size}}}})
-        _wait_bound(cluster, name)
-        yield name, directory
-    finally:
-        cluster.delete_quietly(core.delete_namespaced_persistent_volume_claim, name, NS)
-        cluster.delete_quietly(core.delete_persistent_volume, pv_name)
-        shutil.rmtree(directory, ignore_errors=True)
-
-
-def _wait_bound(cluster: Cluster, claim: str) -> None:
-    deadline = time.monotonic() + cluster.patience(15)
-    while True:
-        pvc = cluster.core().read_namespaced_persistent_volume_claim(claim, NS)
-        if pvc.status.phase == "Bound":
-            return
-        assert time.monotonic() < deadline, f"claim {claim} not bound: {pvc.status}"
-        time.sleep(0.2)
-
+def _nfs_claim(cluster: Cluster) -> AbstractContextManager[tuple[str, Path]]:
+    """A ReadWriteMany claim bound to an NFS PersistentVolume, and its directory on the node."""
+    return cluster.bound_claim("ckpt", {"nfs": {"server": "nfs.internal", "path": "/sweeps"}},
+                               ["ReadWriteMany"], "1Gi")
 
 
 @pytest.mark.parametrize("where", ["s3", "volume"])

@@ -12,9 +12,11 @@ from __future__ import annotations
 import base64
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -224,6 +226,42 @@ class Cluster:
         except ApiException as e:
             if e.status != 404:
                 raise
+
+    @contextmanager
+    def bound_claim(self, prefix: str, source: Obj, modes: list[str], size: str
+                    ) -> Iterator[tuple[str, Path]]:
+        """A PVC bound to a PersistentVolume with ``source`` (``{"nfs": ...}``, ``{"hostPath":
+        ...}``): kube-controller-manager's PV binder binds them, and the scheduler places no
+        pod whose claim is unbound. Yields the claim's name and the directory that is its
+        volume on the process node; both objects and the directory are removed afterwards."""
+        assert self.local is not None, "the claim's directory is the local process node's"
+        name = f"{prefix}-{uuid.uuid4().hex[:8]}"
+        pv_name = f"sweeper-test-{NS}-{name}"
+        directory = self.local / "run" / "node" / "shared" / "pvc" / NS / name
+        labels = {"app.kubernetes.io/part-of": "sweeper-tests"}
+        core = self.core()
+        core.create_persistent_volume({
+            "apiVersion": "v1", "kind": "PersistentVolume",
+            "metadata": {"name": pv_name, "labels": labels},
+            "spec": {"capacity": {"storage": size}, "accessModes": modes,
+                     "persistentVolumeReclaimPolicy": "Retain", "storageClassName": "",
+                     "claimRef": {"namespace": NS, "name": name}, **source}})
+        try:
+            core.create_namespaced_persistent_volume_claim(NS, {
+                "apiVersion": "v1", "kind": "PersistentVolumeClaim",
+                "metadata": {"name": name, "labels": labels},
+                "spec": {"accessModes": modes, "storageClassName": "", "volumeName": pv_name,
+                         "resources": {"requests": {"storage": size}}}})
+            deadline = time.monotonic() + self.patience(15)
+            while (phase := core.read_namespaced_persistent_volume_claim(
+                    name, NS).status.phase) != "Bound":
+                assert time.monotonic() < deadline, f"claim {name} not bound: {phase}"
+                time.sleep(0.2)
+            yield name, directory
+        finally:
+            self.delete_quietly(core.delete_namespaced_persistent_volume_claim, name, NS)
+            self.delete_quietly(core.delete_persistent_volume, pv_name)
+            shutil.rmtree(directory, ignore_errors=True)
 
     # ---------------------------------------------------------------- cleanup
 
