@@ -196,6 +196,24 @@ class _Heartbeat:
             HEARTBEATS.cancel(self._job, wait_s=5.0)
 
 
+def _not_started(index: int, stopped: stop.StopState) -> Outcome:
+    return Outcome(index, protocol.EXIT_OK, protocol.STOPPED, None,
+                   f"index {index} not started: the sweep is stopped ({stopped.describe()})")
+
+
+def _recorded_stop(sweep: Sweep, taken: Taken) -> stop.StopState | None:
+    """The stop recorded on the study, if any: as the first look read it (PostgreSQL, where
+    it also kept the claim from happening), else read now. Nothing to read when the spec has
+    rules (``before_start`` read it just before) or the brake is off and no rule is set."""
+    if taken.stop_read:
+        state = stop.parse_state(taken.stop)
+    elif sweep.spec.stop.any or stop.brake_limit(sweep.spec) <= 0:
+        return None
+    else:
+        state = stop.stop_state(sweep.storage, sweep.study_id)
+    return state if state is not None and state.stopped else None
+
+
 def acquire(sweep: Sweep, index: int, settings: RunnerSettings,
             sleep: Callable[[float], None] = time.sleep) -> Claimed | Outcome:
     """Steps 1-2 of the protocol: the trial this runner owns now, or the Outcome when there is
@@ -204,6 +222,9 @@ def acquire(sweep: Sweep, index: int, settings: RunnerSettings,
     # The first look claims the index's WAITING trial in the same round trip where it can,
     # and stamps it with the runner's provenance there.
     taken = take(storage, sweep.study_id, index, user_attrs=provenance(sweep.spec))
+    stopped = _recorded_stop(sweep, taken)
+    if stopped is not None:
+        return _not_started(index, stopped)
     if taken.claimed is not None:
         return Claimed(taken.claimed.trial_id, taken.claimed.attempt, taken)
     atts = taken.attempts
@@ -251,11 +272,12 @@ def run_index(sweep: Sweep, index: int, objective: Callable[[TrialContext], Any]
     (:class:`StorageError`: permanent, or an outage past the deadline) ends the index with
     one line and a retryable exit code, never a traceback."""
     try:
-        stopped = stop.before_start(sweep.storage, sweep.study_id, sweep.spec)
+        # A rule may fire now (max_duration); a stop already recorded (a rule's or the
+        # brake's) is read with the first look at the index (acquire).
+        stopped = stop.before_start(sweep.storage, sweep.study_id, sweep.spec) \
+            if sweep.spec.stop.any else None
         if stopped is not None:
-            return Outcome(index, protocol.EXIT_OK, protocol.STOPPED, None,
-                           f"index {index} not started: the sweep is stopped "
-                           f"({stopped.describe()})")
+            return _not_started(index, stopped)
         got = acquire(sweep, index, settings)
     except StorageError as e:
         return Outcome(index, protocol.EXIT_RETRY, "FAIL", None, f"index {index}: {e}")
@@ -283,7 +305,7 @@ def run_index(sweep: Sweep, index: int, objective: Callable[[TrialContext], Any]
         if isinstance(e, StorageError):
             return Outcome(index, protocol.EXIT_RETRY, "FAIL", None, f"index {index}: {e}")
         raise
-    _after_trial(sweep)
+    _after_trial(sweep, failed=outcome.state == "FAIL")
     return outcome
 
 
@@ -294,11 +316,15 @@ def _open(study: optuna.Study, trial_id: int, taken: Taken | None) -> optuna.Tri
     return open_claimed(study, trial_id, taken.claimed.number, taken.started, taken.stored)
 
 
-def _after_trial(sweep: Sweep) -> None:
-    """Evaluate the stop rules now that a trial finished. A failure here must not undo the
-    trial, which is finished already: the next runner evaluates them again."""
+def _after_trial(sweep: Sweep, *, failed: bool = False) -> None:
+    """Evaluate the stop rules now that a trial finished, and the brake after a failure (so
+    the next runner sees it before it starts, whatever the launcher's poll interval). A
+    failure here must not undo the trial, which is finished already: the next runner
+    evaluates them again."""
     try:
         stop.after_trial(sweep.storage, sweep.study_id, sweep.spec)
+        if failed:
+            stop.brake(sweep.storage, sweep.study_id, sweep.spec)
     except Exception as e:  # noqa: BLE001 - the trial's outcome stands; say why, carry on
         logger.warning("could not evaluate the stop rules: %s", e)
 
@@ -484,7 +510,7 @@ def _start_timeout(sweep: Sweep, trial_id: int, index: int, number: int,
             if sweep.spec.stop.max_failed_trials is not None:  # no retry follows a timeout
                 sweep.storage.set_trial_user_attr(trial_id, FAILED_FOR_GOOD_ATTR, True)
             mark_failed(sweep.storage, trial_id, reason)
-            _after_trial(sweep)
+            _after_trial(sweep, failed=True)
         finally:
             logger.error("index %d: trial #%d %s", index, number, reason)
             logging.shutdown()

@@ -85,7 +85,8 @@ class StopSpec:
 
     @property
     def any(self) -> bool:
-        return self != StopSpec()
+        """Whether a rule is set (``max_failed_trials: 0`` only turns the brake off)."""
+        return replace(self, max_failed_trials=self.max_failed_trials or None) != StopSpec()
 
 
 @dataclass(frozen=True)

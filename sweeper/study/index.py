@@ -19,7 +19,7 @@ import sqlalchemy as sa
 from optuna.storages import RDBStorage
 from optuna.trial import TrialState
 
-from sweeper.protocol import INDEX_ATTR
+from sweeper.protocol import INDEX_ATTR, STOP_ATTR
 from sweeper.proxy import client as proxy
 from sweeper.study import oneshot, writes
 from sweeper.study._bulk import TrialRow, exclusive, insert_trials, utcnow
@@ -107,11 +107,16 @@ def attempts(storage: RDBStorage | proxy.ProxyStorage, study_id: int,
 #: the latest attempt and none finished; the trial this call claimed, now or in an attempt
 #: whose token is stored; and, claimed now, that trial's attributes and params as they were
 #: before the claim (one JSON array of [kind, key, value_json, internal value]), so that the
-#: runner opens it without another round trip (:func:`sweeper.study.trials.open_claimed`).
+#: runner opens it without another round trip (:func:`sweeper.study.trials.open_claimed`);
+#: and the sweep's recorded stop (:mod:`sweeper.study.stop`), which no claim passes: a runner
+#: that starts after a rule or the brake fired claims nothing (one row with NULL attempt
+#: columns carries it when the index has no attempt yet).
 #: The read costs PostgreSQL about 0.15 ms more planning and execution, a separate statement
 #: about 0.3 ms on an idle server and a wake-up of both sides on a busy one.
 _TAKE_SQL = f"""
-WITH att AS (
+WITH halt AS (
+  SELECT value_json FROM study_user_attributes WHERE study_id = :s AND key = '{STOP_ATTR}'),
+att AS (
   SELECT t.trial_id, t.number, t.state, t.datetime_start, hb.heartbeat
   FROM trial_user_attributes ua
   JOIN trials t ON t.trial_id = ua.trial_id
@@ -119,7 +124,8 @@ WITH att AS (
   WHERE ua.key = '{INDEX_ATTR}' AND ua.value_json = :v AND t.study_id = :s),
 pick AS (
   SELECT trial_id FROM att WHERE state = 'WAITING' AND number = (SELECT MAX(number) FROM att)
-  AND NOT EXISTS (SELECT 1 FROM att WHERE state IN ('COMPLETE', 'PRUNED'))),
+  AND NOT EXISTS (SELECT 1 FROM att WHERE state IN ('COMPLETE', 'PRUNED'))
+  AND NOT EXISTS (SELECT 1 FROM halt WHERE CAST(value_json AS json)->>'state' = 'stopped')),
 won AS (
   UPDATE trials SET state = 'RUNNING', datetime_start = :now
   WHERE trial_id IN (SELECT trial_id FROM pick) AND state = 'WAITING' RETURNING trial_id),
@@ -143,8 +149,9 @@ SELECT att.*, CURRENT_TIMESTAMP,
      WHERE trial_id = (SELECT trial_id FROM won)
      UNION ALL
      SELECT 'p', param_name, distribution_json, param_value FROM trial_params
-     WHERE trial_id = (SELECT trial_id FROM won)) o)
-FROM att ORDER BY att.number
+     WHERE trial_id = (SELECT trial_id FROM won)) o),
+  (SELECT value_json FROM halt)
+FROM (SELECT 1) one LEFT JOIN att ON true ORDER BY att.number
 """
 _TAKE = sa.text(_TAKE_SQL)
 
@@ -166,14 +173,19 @@ class Taken:
     stored: tuple[tuple[str, str, str, float | None], ...] | None = None
     #: The start time the claim wrote (naive UTC, as Optuna stores it).
     started: datetime | None = None
+    #: Whether the sweep's stop attribute was read with the attempts, and its value then
+    #: (None: no stop recorded). Not read: the caller reads it (:func:`stop.before_start`).
+    stop_read: bool = False
+    stop: Any = None
 
 
 def take(storage: RDBStorage | proxy.ProxyStorage, study_id: int, index: int,
          user_attrs: Mapping[str, Any] | None = None) -> Taken:
     """A runner's first look at ``index``: its attempts and, on PostgreSQL, in the same
     statement and round trip, the claim of its WAITING trial when that is what the runner
-    would claim next (the latest attempt, none finished), with ``user_attrs`` set on the
-    trial it claims. A retry after a lost acknowledgement finds its claim by its token."""
+    would claim next (the latest attempt, none finished, the sweep not stopped), with
+    ``user_attrs`` set on the trial it claims, and the sweep's stop attribute. A retry after a
+    lost acknowledgement finds its claim by its token."""
     if isinstance(storage, proxy.ProxyStorage) or not oneshot.alone(storage.engine):
         return Taken(attempts(storage, study_id, index))
     writes.ensure_table(storage.engine)
@@ -184,13 +196,14 @@ def take(storage: RDBStorage | proxy.ProxyStorage, study_id: int, index: int,
 
     def query() -> Taken:
         rows, _ = oneshot.run(storage.engine, _TAKE, binds)
-        found = _parse_attempts([row[:6] for row in rows])
-        won, read = (rows[0][6], rows[0][7]) if rows else (None, None)
+        found = _parse_attempts([row[:6] for row in rows if row[0] is not None])
+        won, read, halt = rows[0][6], rows[0][7], rows[0][8]  # one row at least
+        stop = json.loads(halt) if halt is not None else None
         claimed = next((a for a in found if a.trial_id == won), None)
         if claimed is None or read is None:
-            return Taken(found, claimed)
+            return Taken(found, claimed, stop_read=True, stop=stop)
         stored = tuple((kind, key, value_json, num) for kind, key, value_json, num in read)
-        return Taken(found, claimed, stored + set_now, now)
+        return Taken(found, claimed, stored + set_now, now, stop_read=True, stop=stop)
 
     return with_retry(query, what="claim", url=storage.url)
 

@@ -56,7 +56,8 @@ def now_iso() -> str:
     return datetime.now(timezone.utc).replace(tzinfo=None).isoformat(timespec="seconds")
 
 
-def _parse(value: Any) -> StopState | None:
+def parse_state(value: Any) -> StopState | None:
+    """The stop attribute's stored value as a state (None: nothing recorded)."""
     if not isinstance(value, dict) or value.get("state") not in (STOPPED, IGNORED):
         return None
     return StopState(value["state"], str(value.get("rule")), str(value.get("reason")),
@@ -73,7 +74,7 @@ def read_stop(storage: RDBStorage | proxy.ProxyStorage, study_id: int
     if isinstance(storage, proxy.ProxyStorage):
         got = storage.get_study_user_attrs(study_id)
         started = got.get(STARTED_ATTR)
-        return _parse(got.get(STOP_ATTR)), started if isinstance(started, str) else None
+        return parse_state(got.get(STOP_ATTR)), started if isinstance(started, str) else None
 
     def query() -> dict[str, Any]:
         with storage.engine.connect() as conn:
@@ -81,7 +82,7 @@ def read_stop(storage: RDBStorage | proxy.ProxyStorage, study_id: int
 
     attrs = with_retry(query, what="read the stop state")
     started = attrs.get(STARTED_ATTR)
-    return _parse(attrs.get(STOP_ATTR)), started if isinstance(started, str) else None
+    return parse_state(attrs.get(STOP_ATTR)), started if isinstance(started, str) else None
 
 
 def stop_state(storage: RDBStorage | proxy.ProxyStorage, study_id: int) -> StopState | None:
@@ -96,7 +97,7 @@ def _write(storage: RDBStorage, study_id: int, state: StopState, *, replace: boo
             row = conn.execute(sa.text("SELECT value_json FROM study_user_attributes WHERE "
                                        "study_id = :s AND key = :k"),
                                {"s": study_id, "k": STOP_ATTR}).first()
-            current = _parse(json.loads(row[0])) if row is not None else None
+            current = parse_state(json.loads(row[0])) if row is not None else None
             if current is not None and not replace:
                 return current
             blob = json.dumps(state.to_json())
@@ -126,7 +127,7 @@ def record_stop(storage: RDBStorage, study_id: int, rule: str, reason: str,
 def ignore_stop(storage: RDBStorage | proxy.ProxyStorage, study_id: int) -> StopState | None:
     """``--ignore-stop``: keep what fired, for the record, and turn the rules off."""
     if isinstance(storage, proxy.ProxyStorage):  # the proxy runs this function on its database
-        return _parse(storage.ignore_stop(study_id))
+        return parse_state(storage.ignore_stop(study_id))
     current = stop_state(storage, study_id)
     if current is None or not current.stopped:
         return current
@@ -155,7 +156,8 @@ def check_duration(spec: SweepSpec, started: str | None) -> str | None:
 def before_start(storage: RDBStorage | proxy.ProxyStorage, study_id: int,
                  spec: SweepSpec) -> StopState | None:
     """What a runner (or the local backend) checks before starting an index: the recorded
-    stop, or ``max_duration`` running out now. None: go ahead. Free when no rule is set."""
+    stop (a rule's, or the brake's), or ``max_duration`` running out now. None: go ahead.
+    Free when no rule is set and the brake is off."""
     return _evaluate(storage, study_id, spec, after_trial=False)
 
 
@@ -170,13 +172,15 @@ def _evaluate(storage: RDBStorage | proxy.ProxyStorage, study_id: int, spec: Swe
     """The stop state once the rules are checked: a stop already recorded stands (an ignored
     one turns the rules off); else ``max_duration`` alone before a start, every rule after a
     trial. Through a proxy, the proxy runs this on its database."""
-    if not spec.stop.any:
-        return None
+    if not spec.stop.any and (after_trial or brake_limit(spec) <= 0):
+        return None  # no rule to evaluate, and before a start no brake to read
     if isinstance(storage, proxy.ProxyStorage):
-        return _parse(storage.stop_check(study_id, spec, after_trial=after_trial))
+        return parse_state(storage.stop_check(study_id, spec, after_trial=after_trial))
     state, started = read_stop(storage, study_id)
     if state is not None:
         return state if state.stopped else None
+    if not spec.stop.any:  # the brake alone: recorded by brake(), read above
+        return None
     if not after_trial:
         why = check_duration(spec, started)
         return record_stop(storage, study_id, "max_duration", why) if why else None

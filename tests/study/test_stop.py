@@ -86,6 +86,7 @@ def test_max_failed_trials_counts_indexes_that_failed_for_good(storage_url: str,
     def broken(ctx: TrialContext) -> float:
         raise RuntimeError("no GPU")
 
+    run_index(sweep, 5, lambda ctx: 1.0, settings(tmp_path))  # one done: the brake is off
     run_index(sweep, 0, broken, settings(tmp_path))  # attempt 0 of 2: may be retried
     run_index(sweep, 0, broken, settings(tmp_path))  # attempt 1: failed for good
     assert stop_state(sweep.storage, sweep.study_id) is None
@@ -96,6 +97,27 @@ def test_max_failed_trials_counts_indexes_that_failed_for_good(storage_url: str,
     trials = sweep.study().get_trials()
     assert [t.user_attrs.get("sweeper:failed_for_good") for t in trials
             if t.state == TrialState.FAIL] == [None, True, True]
+
+
+def test_a_runner_records_the_brake_and_the_next_one_does_not_start(storage_url: str,
+                                                                    tmp_path: Path) -> None:
+    """The brake does not wait for a launcher's poll: the runner whose failure is the
+    limit-th records the stop, and the next runner reads it before it claims anything."""
+    spec = make_spec(method="random", trials=10, stop={"max_failed_trials": 2})
+    sweep, _ = create_or_resume(open_storage(storage_url), spec)
+
+    def broken(ctx: TrialContext) -> float:
+        raise RuntimeError("no GPU")
+
+    run_index(sweep, 0, broken, settings(tmp_path))
+    assert stop_state(sweep.storage, sweep.study_id) is None
+    run_index(sweep, 1, broken, settings(tmp_path))
+    state = stop_state(sweep.storage, sweep.study_id)
+    assert state is not None and state.rule == "failing_start", state
+    out = run_index(sweep, 2, lambda ctx: 1.0, settings(tmp_path))
+    assert out.state == protocol.STOPPED and "failing_start" in out.message
+    ran = [t for t in sweep.study().get_trials() if t.state != TrialState.WAITING]
+    assert [t.state for t in ran] == [TrialState.FAIL, TrialState.FAIL]
 
 
 def test_max_duration_counts_from_the_first_launch(sqlite_url: str, tmp_path: Path) -> None:
@@ -126,7 +148,10 @@ def test_the_first_rule_recorded_wins_and_ignore_turns_the_rules_off(sqlite_url:
 
 
 def test_a_spec_without_rules_reads_nothing(sqlite_url: str) -> None:
-    sweep, _ = create_or_resume(open_storage(sqlite_url), make_spec(method="random"))
+    """No rule and the brake off (max_failed_trials 0). With the brake on (the default) a
+    start reads the recorded stop: the test above."""
+    spec = make_spec(method="random", stop={"max_failed_trials": 0})
+    sweep, _ = create_or_resume(open_storage(sqlite_url), spec)
     sweep.storage.engine.dispose()
     # no query at all: a closed-off engine would fail any
     broken = type("NoDB", (), {"engine": None})()

@@ -36,7 +36,7 @@ from sweeper.backends.kubernetes.ops import index_log, sweep_jobs
 from sweeper.errors import BackendError, SpecError
 from sweeper.protocol import BACKEND_ATTR, LAUNCHES_ATTR
 from sweeper.study import Sweep, fail_stale_trials
-from sweeper.study.stop import brake
+from sweeper.study.stop import BRAKE_RULE, brake
 
 logger = logging.getLogger(__name__)
 _POD_NAME = re.compile(r'pods "[^"]*" ')
@@ -189,8 +189,8 @@ class KubernetesBackend:
         if info.failed != w.last_failed:
             w.last_failed = info.failed
             self._report_failures(w, info)
-            if not info.succeeded:
-                w.braked = brake(sweep.storage, sweep.study_id, sweep.spec) is not None
+            state = brake(sweep.storage, sweep.study_id, sweep.spec)
+            w.braked = state is not None and state.rule == BRAKE_RULE
         if info.active > info.ready and now - w.last_pending >= self.stuck_check_interval_s:
             w.last_pending = now
             self._report_stuck(w, info)
