@@ -129,11 +129,12 @@ def sweep_artifact_ids(storage: RDBStorage, study_id: int) -> list[str]:
 
 def remove_artifacts(spec: ArtifactsSpec, storage_url: str, artifact_ids: Iterable[str]) -> str:
     """Remove the files of ``artifact_ids`` from a filesystem store (local files, this sweep's
-    own by id); an S3 store is left alone. One line saying what was done."""
+    own by id); an S3 store is left alone (``sweeper.purge`` removes from it, when asked). One
+    line saying what was done."""
     ids = list(artifact_ids)
     where = describe(spec, storage_url)
     if spec.store != "filesystem":
-        return f"kept {len(ids)} artifact(s) in {where} (sweeper delete removes local files only)"
+        return f"kept {len(ids)} artifact(s) in {where} (not a filesystem store)"
     from optuna.artifacts.exceptions import ArtifactNotFound
 
     store = open_artifact_store(spec, storage_url, create=False)

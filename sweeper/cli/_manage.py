@@ -95,6 +95,16 @@ def _record(s: SweepSummary) -> dict[str, Any]:
 @click.argument("name")
 @name_storage_option
 @click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
+@click.option("--purge-artifacts", is_flag=True,
+              help="Also remove the sweep's files off this machine: its artifacts in an S3 "
+                   "store, its checkpoints in S3 ([prefix/]checkpoints/NAME-UID8/) and on a "
+                   "Kubernetes checkpoint volume (where it is mounted here, see --volume-dir). "
+                   "Without it they are kept, and delete says where.")
+@click.option("--volume-dir", type=click.Path(exists=True, file_okay=False, path_type=Path),
+              metavar="DIR",
+              help="With --purge-artifacts: where the sweep's kubernetes.checkpoint_volume is "
+                   "mounted on this machine (default: its mount path in the pods, when the "
+                   "sweep's checkpoints are there).")
 @click.option("--kubernetes/--no-kubernetes", "kube", default=None,
               help="Also delete the sweep's Kubernetes Jobs (default: when the sweep was "
                    "launched there and a cluster is configured; an unreachable cluster is "
@@ -105,46 +115,58 @@ def _record(s: SweepSummary) -> dict[str, Any]:
               help="Kubernetes: seconds to wait for the Jobs' pods to be gone.")
 @_cluster_options
 @_errors
-def delete(name: str, storage: str | None, yes: bool, kube: bool | None,
-           namespace: str | None, wait_s: float, kubeconfig: str | None,
-           context: str | None) -> None:
+def delete(name: str, storage: str | None, yes: bool, purge_artifacts: bool,
+           volume_dir: Path | None, kube: bool | None, namespace: str | None, wait_s: float,
+           kubeconfig: str | None, context: str | None) -> None:
     """Delete a sweep: its study (every trial), the files of its artifacts in a local
-    (filesystem) store, its local logs and checkpoints, and on Kubernetes its Jobs. Asks first
-    unless --yes.
+    (filesystem) store, its local logs and checkpoints, and on Kubernetes its Jobs; with
+    --purge-artifacts also its artifacts and checkpoints in S3 and on a checkpoint volume.
+    Says what it removed and what it kept. Asks first unless --yes.
 
     NAME is the sweep's name or its spec file (name and storage: are read from it)."""
     from sweeper.artifacts import describe, remove_artifacts, sweep_artifact_ids
+    from sweeper.purge import kept, purge, purge_summary
     from sweeper.study import redact, state_counts
 
+    if volume_dir is not None and not purge_artifacts:
+        raise click.UsageError("--volume-dir goes with --purge-artifacts")
     target = _target(name, storage)
     _database_only(target.url, "delete")
     sweep = _load_target(target)
     counts = state_counts(sweep.storage, sweep.study_id)
     artifact_ids = sweep_artifact_ids(sweep.storage, sweep.study_id)
+    remote = _remote_state(sweep, artifact_ids, volume_dir)
     ns = namespace or sweep.spec.kubernetes.namespace
     clients, jobs = _sweep_jobs_to_delete(sweep, kube, ns, kubeconfig, context)
+    local_artifacts = bool(artifact_ids) and sweep.spec.artifacts.store == "filesystem"
     what = [f"{sum(counts.values())} trial(s) in {redact(target.url)}"]
-    if artifact_ids:
+    if local_artifacts:
         what.append(f"{len(artifact_ids)} artifact(s) in "
                     f"{describe(sweep.spec.artifacts, target.url)}")
+    what += [s for s in [purge_summary(remote) if purge_artifacts else None] if s]
     if jobs:
         what.append(f"{len(jobs)} Kubernetes Job(s) in namespace {ns}: {', '.join(jobs)}")
-    _confirm(f"delete sweep {sweep.name}: " + "; ".join(what), yes)
+    left = [] if purge_artifacts else kept(remote)
+    _confirm(f"delete sweep {sweep.name}: " + "; ".join(what)
+             + (f" (kept: {'; '.join(left)})" if left else ""), yes)
     if clients is not None:
         _delete_jobs(clients, sweep.name, ns, wait_s, required=kube is True)
+    # Off this machine first: if S3 refuses, the study (and so the artifact ids) stays.
+    removed, left = purge(remote, volume_dir) if purge_artifacts else ([], left)
     local = _local_state(sweep)
     sweep.storage.delete_study(sweep.study_id)
     click.echo(f"deleted sweep {sweep.name} ({sum(counts.values())} trial(s)) from "
                f"{redact(target.url)}")
-    if artifact_ids:
+    if local_artifacts:
         click.echo(remove_artifacts(sweep.spec.artifacts, target.url, artifact_ids))
+    for line in removed:
+        click.echo(line)
     for kind, path in local:
         if path.is_dir():
             shutil.rmtree(path)
             click.echo(f"removed the local {kind} {path}")
-    kept = _kept_state(sweep)
-    if kept:
-        click.echo(f"kept {kept}")
+    if left:
+        click.echo(f"kept {'; '.join(left)}")
 
 
 def _local_state(sweep: Any) -> list[tuple[str, Path]]:
@@ -158,20 +180,22 @@ def _local_state(sweep: Any) -> list[tuple[str, Path]]:
         if isinstance(attrs.get(key), str) and Path(attrs[key]).name == sweep.state_key]
 
 
-def _kept_state(sweep: Any) -> str | None:
-    """What delete leaves: checkpoints in S3 or on a cluster volume (no new sweep reads
-    them: they are under this sweep's identity)."""
+def _remote_state(sweep: Any, artifact_ids: list[str], volume_dir: Path | None) -> Any:
+    """The sweep's files off this machine: S3 artifacts and checkpoints, and the checkpoint
+    volume's directory when the sweep was launched on Kubernetes (only pods write there)."""
     from sweeper.backends.pod import checkpoint_dir
+    from sweeper.purge import remote_state
 
-    where = []
-    if sweep.spec.artifacts.store == "s3":
-        where.append(f"the checkpoints under s3://{sweep.spec.artifacts.bucket}/"
-                     + (f"{sweep.spec.artifacts.prefix}/" if sweep.spec.artifacts.prefix
-                        else "") + f"checkpoints/{sweep.state_key}/")
-    if sweep.spec.kubernetes.checkpoint_volume:
-        where.append(f"the checkpoints in {checkpoint_dir(sweep.spec.kubernetes)}/"
-                     f"{sweep.state_key}/ on the cluster's volume")
-    return "; ".join(where) or None
+    k = sweep.spec.kubernetes
+    vol = k.volume(k.checkpoint_volume) if k.checkpoint_volume else None
+    launched = sweep.storage.get_study_user_attrs(sweep.study_id).get(protocol.LAUNCHES_ATTR)
+    if volume_dir is not None and vol is None:
+        raise click.BadParameter(f"sweep {sweep.name} has no kubernetes.checkpoint_volume",
+                                 param_hint="--volume-dir")
+    volume = (vol.name, vol.mount_path, checkpoint_dir(k)) \
+        if vol is not None and (launched or volume_dir is not None) else None
+    return remote_state(sweep.state_key, sweep.uid is not None, sweep.spec.artifacts,
+                        artifact_ids, volume)
 
 
 def _sweep_jobs_to_delete(sweep: Any, kube: bool | None, ns: str, kubeconfig: str | None,
