@@ -121,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
         return protocol.EXIT_RETRY  # the database may come back; the Job retries the pod
     try:
         sweep = sweep or open_sweep(storage, name, os.environ)
-        objective = load_objective(sweep.spec)
+        objective = _with_fixed_paths(load_objective(sweep.spec), sweep.spec)
     except (SpecError, StorageError) as e:
         logger.error("%s", e)
         return protocol.EXIT_CONFIG
@@ -231,3 +231,22 @@ def _redirect_output(path: str) -> None:
     os.dup2(fd, 1)
     os.dup2(fd, 2)
     os.close(fd)
+
+
+def _with_fixed_paths(objective: Callable[[TrialContext], Any],
+                      spec: SweepSpec) -> Callable[[TrialContext], Any]:
+    """The objective, given ``trial.fixed`` values that name files next to the spec as
+    absolute paths (the local backend names its directory, ``SWEEPER_SPEC_DIR``), as the
+    command's own paths are (:mod:`sweeper.spec.paths`); the sweep record keeps them as
+    written."""
+    from sweeper.spec.paths import resolve_fixed
+
+    resolved = resolve_fixed(spec.trial.fixed, os.environ.get(protocol.ENV_SPEC_DIR) or None)
+    if not resolved:
+        return objective
+
+    def run(ctx: TrialContext) -> Any:
+        ctx.params.update(resolved)
+        return objective(ctx)
+
+    return run

@@ -11,11 +11,15 @@ and kustomize resolve theirs, so ``sweeper run sub/spec.yaml`` works from any di
 - ``storage:``: a SQLite file named by a relative path is the file in the spec's directory
   (``sqlite:///my.db`` next to the spec, wherever ``sweeper`` runs from);
 - ``data.path``: on the local backend, relative to the spec's directory (the workers get it as
-  ``SWEEPER_SPEC_DIR``); on Kubernetes it is a path in the pod, as written.
+  ``SWEEPER_SPEC_DIR``); on Kubernetes it is a path in the pod, as written;
+- ``trial.fixed``: a string value that names a file or directory next to the spec, by the rule
+  of ``trial.command``'s arguments, reaches the trial (``ctx.params``, ``{placeholders}``) as
+  that absolute path on the local backend (:func:`resolve_fixed`); anything else as written.
 
-The sweep record keeps ``command`` and ``entrypoint`` as written: where the file lives is not
-part of the sweep (its hash does not change when the spec moves). The local backend hands the
-directory to its workers (``SWEEPER_SPEC_DIR``); on Kubernetes paths are the image's own.
+The sweep record keeps ``command``, ``entrypoint`` and ``fixed`` as written: where the file
+lives is not part of the sweep (its hash does not change when the spec moves). The local backend
+hands the directory to its workers (``SWEEPER_SPEC_DIR``); on Kubernetes paths are the image's
+own.
 
 A spec that names its image (``kubernetes.image`` other than sweeper's default, as every spec
 ``sweeper import katib`` writes does) says where its trial runs: the command's paths are the
@@ -27,9 +31,10 @@ from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from sweeper.errors import SpecError
 from sweeper.spec.model import KubernetesSpec, SweepSpec
@@ -81,6 +86,16 @@ def resolve_arg(arg: str, base_dir: str | None, *, first: bool = False) -> str:
         return arg
     candidate = os.path.join(base_dir, arg)
     return os.path.normpath(candidate) if os.path.exists(candidate) else arg
+
+
+def resolve_fixed(fixed: Mapping[str, Any], base_dir: str | None) -> dict[str, Any]:
+    """The ``trial.fixed`` values that name something existing under ``base_dir``, as absolute
+    paths (only those: merge them over the rest). A value resolves as an argument of
+    ``trial.command`` does: a string that looks like a path (``data/train.csv``,
+    ``conf.yaml``, ``./vocab``) and exists there; numbers, words and options do not."""
+    return {k: resolved for k, v in fixed.items()
+            if isinstance(v, str) and not v.startswith("-")
+            and (resolved := resolve_arg(v, base_dir)) != v}
 
 
 def resolve_command(command: Sequence[str], base_dir: str | None) -> tuple[str, ...]:

@@ -14,7 +14,7 @@ from click.testing import CliRunner, Result
 from sweeper.cli import cli
 from sweeper.protocol import SPEC_DIR_ATTR
 from sweeper.spec import load_spec
-from sweeper.spec.paths import resolve_arg, resolve_command, script_of
+from sweeper.spec.paths import resolve_arg, resolve_command, resolve_fixed, script_of
 from sweeper.study import create_or_resume, load_sweep, open_storage
 
 TRAIN = """\
@@ -225,3 +225,50 @@ def test_a_local_data_path_is_relative_to_the_spec(elsewhere: Path, tmp_path: Pa
     assert status["trials_by_state"] == {"COMPLETE": 3}
     best = json.loads(invoke("best", str(spec)).stdout)
     assert best["values"]["loss"] == pytest.approx(5.0)  # 2 + 3 + x = 0
+
+
+# --------------------------------------------------------------------------- trial.fixed
+
+
+def test_fixed_values_that_name_files_next_to_the_spec_resolve_there(tmp_path: Path) -> None:
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "train.csv").write_text("")
+    (tmp_path / "vocab").mkdir()
+    (tmp_path / "resnet18").mkdir()  # a bare word is a value, not a path, even when it exists
+    fixed = {"table": "data/train.csv", "vocab": "./vocab", "arch": "resnet18",
+             "out": "runs/model.pt", "epochs": 3, "flag": "-data/train.csv",
+             "abs": "/etc/hosts", "tmpl": "{x}/data", "lr": "1e-3"}
+    assert resolve_fixed(fixed, str(tmp_path)) == {
+        "table": str(tmp_path / "data" / "train.csv"), "vocab": str(tmp_path / "vocab")}
+    assert resolve_fixed(fixed, None) == {}
+
+
+def test_the_same_spec_from_two_directories_gives_the_trial_one_absolute_path(
+        elsewhere: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """trial.fixed: {table: data/train.csv} is the file next to the spec wherever `sweeper run`
+    starts; a path that is not there, and a word, reach the trial as written."""
+    spec = _spec(tmp_path / "project" / "sub" / "spec.yaml", "fixed-paths",
+                 {"entrypoint": "fixed_paths_objective:train",
+                  "fixed": {"table": "data/train.csv", "out": "out/model.pt", "arch": "sgd"}})
+    (spec.parent / "fixed_paths_objective.py").write_text(
+        "def train(ctx):\n"
+        "    for key in ('table', 'out', 'arch'):\n"
+        "        ctx.set(key, ctx.params[key])\n"
+        "    return ctx.params['x']\n")
+    (spec.parent / "data").mkdir()
+    (spec.parent / "data" / "train.csv").write_text("1\n")
+    (spec.parent / "sgd").mkdir()
+    seen = []
+    for work in ("a", "b"):
+        (tmp_path / work).mkdir()
+        monkeypatch.chdir(tmp_path / work)
+        db = f"sqlite:///{tmp_path / work / 's.db'}"
+        result = invoke("run", str(spec), "--storage", db)
+        assert result.exit_code == 0, result.output
+        sweep = load_sweep(open_storage(db), "fixed-paths")
+        trials = sweep.study().trials
+        assert len(trials) == 3
+        seen += [(t.user_attrs["table"], t.user_attrs["out"], t.user_attrs["arch"])
+                 for t in trials]
+        assert sweep.spec.trial.fixed["table"] == "data/train.csv"  # the record: as written
+    assert set(seen) == {(str(spec.parent / "data" / "train.csv"), "out/model.pt", "sgd")}
