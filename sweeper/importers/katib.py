@@ -50,16 +50,7 @@ def import_katib(path: str) -> tuple[dict[str, Any], list[str]]:
     """(sweeper spec as a mapping, notes on what did not map)."""
     data, doc = read(path)
     im = Importer(doc)
-    if not isinstance(data, dict) or data.get("kind") != "Experiment" or \
-            not str(data.get("apiVersion", "")).startswith("kubeflow.org/"):
-        what = ("no kind" if data.get("kind") is None else f"kind {data.get('kind')!r}") \
-            if isinstance(data, dict) else "not a mapping"
-        raise im.err((), f"not a Katib Experiment (expected apiVersion kubeflow.org/v1beta1 "
-                         f"and kind Experiment; {what})")
-    if not isinstance(data.get("spec"), dict):
-        raise im.err(("spec",), "a Katib Experiment needs a spec mapping")
-    s = data["spec"]
-    meta: dict[str, Any] = data["metadata"] if isinstance(data.get("metadata"), dict) else {}
+    s, meta = _experiment(im, data)
     method, sampler, seed = _algorithm(im, s)
     params, refs = _parameters(im, s, method)
     if method == "grid" and not all(_finite(p) for p in params.values()):
@@ -70,21 +61,8 @@ def import_katib(path: str) -> tuple[dict[str, Any], list[str]]:
     out["description"] = f"imported from Katib Experiment {meta.get('name')}"
     out["method"] = method
     out["objective"], goal = _objective(im, s)
-    trials = _trials(im, s, method, params)
-    if trials is not None:
-        out["trials"] = trials
-    if isinstance(s.get("parallelTrialCount"), int):
-        out["parallelism"] = s["parallelTrialCount"]
-    if seed is not None:
-        out["seed"] = seed
-    if sampler:
-        out["sampler"] = sampler
-    pruner = _early_stopping(im, s, method, params)
-    if pruner:
-        out["pruner"] = pruner
-    stop = {"value": goal} if goal is not None else {}
-    if isinstance(s.get("maxFailedTrialCount"), int) and s["maxFailedTrialCount"] > 0:
-        stop["max_failed_trials"] = s["maxFailedTrialCount"]
+    out.update(_run_shape(im, s, method, params, seed, sampler))
+    stop = _stop(s, goal)
     namespace = str(meta.get("namespace") or "sweeper")
     trial, kube = trial_template(im, s, refs, sweep=out["name"], namespace=namespace)
     metrics = metrics_collector(im, s)
@@ -101,6 +79,46 @@ def import_katib(path: str) -> tuple[dict[str, Any], list[str]]:
             im.note(f"spec.{key}", "not mapped (sweeper resumes a sweep with `sweeper resume`)"
                     if key == "resumePolicy" else "not mapped")
     return out, im.notes
+
+
+def _experiment(im: Importer, data: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The Experiment's spec and metadata; one error line when it is not an Experiment."""
+    if not isinstance(data, dict) or data.get("kind") != "Experiment" or \
+            not str(data.get("apiVersion", "")).startswith("kubeflow.org/"):
+        what = ("no kind" if data.get("kind") is None else f"kind {data.get('kind')!r}") \
+            if isinstance(data, dict) else "not a mapping"
+        raise im.err((), f"not a Katib Experiment (expected apiVersion kubeflow.org/v1beta1 "
+                         f"and kind Experiment; {what})")
+    if not isinstance(data.get("spec"), dict):
+        raise im.err(("spec",), "a Katib Experiment needs a spec mapping")
+    meta = data["metadata"] if isinstance(data.get("metadata"), dict) else {}
+    return data["spec"], meta
+
+
+def _run_shape(im: Importer, s: dict[str, Any], method: str, params: dict[str, Any],
+               seed: int | None, sampler: dict[str, Any]) -> dict[str, Any]:
+    """trials, parallelism, seed, sampler and pruner, those that apply, in that order."""
+    out: dict[str, Any] = {}
+    trials = _trials(im, s, method, params)
+    if trials is not None:
+        out["trials"] = trials
+    if isinstance(s.get("parallelTrialCount"), int):
+        out["parallelism"] = s["parallelTrialCount"]
+    if seed is not None:
+        out["seed"] = seed
+    if sampler:
+        out["sampler"] = sampler
+    pruner = _early_stopping(im, s, method, params)
+    if pruner:
+        out["pruner"] = pruner
+    return out
+
+
+def _stop(s: dict[str, Any], goal: float | None) -> dict[str, Any]:
+    stop: dict[str, Any] = {"value": goal} if goal is not None else {}
+    if isinstance(s.get("maxFailedTrialCount"), int) and s["maxFailedTrialCount"] > 0:
+        stop["max_failed_trials"] = s["maxFailedTrialCount"]
+    return stop
 
 
 # --------------------------------------------------------------------------- sections

@@ -69,25 +69,11 @@ def import_wandb(path: str) -> tuple[dict[str, Any], list[str]]:
     """(sweeper spec as a mapping, notes on what did not map)."""
     data, doc = read(path)
     im = Importer(doc)
-    if isinstance(data, dict) and data.get("kind") == "Experiment":
-        raise im.err((), "not a W&B sweep config: this is a Katib Experiment (use `sweeper "
-                         "import katib`)")
-    if not isinstance(data, dict) or not isinstance(data.get("parameters"), dict) or \
-            "method" not in data:
-        raise im.err((), "not a W&B sweep config (expected a mapping with method and "
-                         "parameters)")
-    method = data["method"]
-    if method not in _METHODS:
-        raise im.err(("method",), f"expected grid, random or bayes, got {method!r}")
+    _check_config(im, data)
     command = data.get("command", _DEFAULT_COMMAND)
     space = _Space(command=[str(t) for t in command] if isinstance(command, list) else [])
-    _parameters(im, data["parameters"], ("parameters",), "", space, method)
-    out_method = _METHODS[method]
-    if out_method == "grid" and any(p.get("type") == "float" and "values" not in p and
-                                    "step" not in p for p in space.params.values()):
-        im.note("method", "grid over a continuous distribution (W&B runs it forever): "
-                          "sweeper's grid needs finite parameters, substituted method random")
-        out_method = "random"
+    _parameters(im, data["parameters"], ("parameters",), "", space, data["method"])
+    out_method = _method(im, data["method"], space)
     name = data.get("name") or Path(str(doc.source)).stem
     out: dict[str, Any] = {"name": sweep_name(str(name))}
     if data.get("description"):
@@ -109,16 +95,44 @@ def import_wandb(path: str) -> tuple[dict[str, Any], list[str]]:
     out["parameters"] = space.params
     if target is not None:
         out["stop"] = {"value": target}
+    _unmapped_keys(im, data)
+    im.note(f"metric {out['objective']['metric']}", "sweeper reads metrics from the program's "
+            "stdout (name=value or name: value lines) or trial.metrics.file, not from "
+            "wandb.log: make the program print them (a line with step=N reports a step)")
+    return out, im.notes
+
+
+def _check_config(im: Importer, data: Any) -> None:
+    """One error line unless ``data`` is a W&B sweep config with a method sweeper has."""
+    if isinstance(data, dict) and data.get("kind") == "Experiment":
+        raise im.err((), "not a W&B sweep config: this is a Katib Experiment (use `sweeper "
+                         "import katib`)")
+    if not isinstance(data, dict) or not isinstance(data.get("parameters"), dict) or \
+            "method" not in data:
+        raise im.err((), "not a W&B sweep config (expected a mapping with method and "
+                         "parameters)")
+    if data["method"] not in _METHODS:
+        raise im.err(("method",), f"expected grid, random or bayes, got {data['method']!r}")
+
+
+def _method(im: Importer, method: str, space: _Space) -> str:
+    """sweeper's method for W&B's; a grid over a continuous distribution becomes random."""
+    out = _METHODS[method]
+    if out == "grid" and any(p.get("type") == "float" and "values" not in p and
+                             "step" not in p for p in space.params.values()):
+        im.note("method", "grid over a continuous distribution (W&B runs it forever): "
+                          "sweeper's grid needs finite parameters, substituted method random")
+        return "random"
+    return out
+
+
+def _unmapped_keys(im: Importer, data: dict[str, Any]) -> None:
     for key, what in _IGNORED_KEYS.items():
         if key in data:
             im.note(key, f"{what} has no sweeper counterpart: dropped")
     for key in data:
         if key not in _KNOWN_KEYS:
             im.note(str(key), "not a documented sweep key: dropped")
-    im.note(f"metric {out['objective']['metric']}", "sweeper reads metrics from the program's "
-            "stdout (name=value or name: value lines) or trial.metrics.file, not from "
-            "wandb.log: make the program print them (a line with step=N reports a step)")
-    return out, im.notes
 
 
 def _metric(im: Importer, metric: Any) -> tuple[dict[str, Any], float | None]:
@@ -296,37 +310,52 @@ def _command(im: Importer, data: dict[str, Any], space: _Space) -> list[str]:
     command = data.get("command", _DEFAULT_COMMAND)
     if not isinstance(command, list) or not command:
         raise im.err(("command",), "expected a list of strings")
-    program = data.get("program")
-    names = [*space.params, *space.fixed]
     out: list[str] = []
     for token in map(str, command):
-        if token == "${env}":
-            continue  # /usr/bin/env: sweeper runs the argv directly, with the environment
-        if token == "${interpreter}":
-            out.append("python")
-        elif token == "${program}":
-            if not program:
-                raise im.err(("program",), "the command uses ${program} but program is not set")
-            out.append(escape_braces(str(program)))
-        elif token in ("${args}", "${args_no_boolean_flags}"):
-            if token.endswith("flags}") and space.booleans:
-                im.note("command", "${args_no_boolean_flags}: boolean parameters are passed "
-                                   "as --name=True / --name=False, not as bare flags")
-            out += [f"--{escape_braces(space.original[n])}={{{n}}}" for n in names]
-        elif token == "${args_no_hyphens}":
-            out += [f"{escape_braces(space.original[n])}={{{n}}}" for n in names]
-        elif token in ("${args_json}", "${args_json_file}"):
-            env = "$SWEEPER_PARAMS" if token == "${args_json}" else "$SWEEPER_PARAMS_FILE"
-            im.note("command", f"{token} dropped: the program can read {env} (the parameters "
-                               "as JSON) instead")
-        elif token.startswith("${envvar:"):
-            im.note("command", f"{token} dropped: sweeper runs no shell; the program inherits "
-                               "the environment")
-        else:
-            if "${" in token:
-                im.note("command", f"{token!r}: W&B macros inside an argument are not expanded "
-                                   "(sweeper runs no shell): passed as written")
-            out.append(escape_braces(token))
+        out += _token(im, token, data.get("program"), space)
     if not out:
         raise im.err(("command",), "the command is empty once W&B's macros are mapped")
     return out
+
+
+#: W&B's macros that stand for the parameters (``_args``).
+_ARGS_MACROS = ("${args}", "${args_no_boolean_flags}", "${args_no_hyphens}", "${args_json}",
+                "${args_json_file}")
+
+
+def _token(im: Importer, token: str, program: Any, space: _Space) -> list[str]:
+    """One token of W&B's command as argv items (none for a macro sweeper has no use for)."""
+    if token == "${env}":
+        return []  # /usr/bin/env: sweeper runs the argv directly, with the environment
+    if token == "${interpreter}":
+        return ["python"]
+    if token == "${program}":
+        if not program:
+            raise im.err(("program",), "the command uses ${program} but program is not set")
+        return [escape_braces(str(program))]
+    if token in _ARGS_MACROS:
+        return _args(im, token, space)
+    if token.startswith("${envvar:"):
+        im.note("command", f"{token} dropped: sweeper runs no shell; the program inherits "
+                           "the environment")
+        return []
+    if "${" in token:
+        im.note("command", f"{token!r}: W&B macros inside an argument are not expanded "
+                           "(sweeper runs no shell): passed as written")
+    return [escape_braces(token)]
+
+
+def _args(im: Importer, token: str, space: _Space) -> list[str]:
+    """``${args}`` and its kin: every parameter and fixed value, as W&B passes them."""
+    names = [*space.params, *space.fixed]
+    if token in ("${args_json}", "${args_json_file}"):
+        env = "$SWEEPER_PARAMS" if token == "${args_json}" else "$SWEEPER_PARAMS_FILE"
+        im.note("command", f"{token} dropped: the program can read {env} (the parameters "
+                           "as JSON) instead")
+        return []
+    if token == "${args_no_hyphens}":
+        return [f"{escape_braces(space.original[n])}={{{n}}}" for n in names]
+    if token.endswith("flags}") and space.booleans:
+        im.note("command", "${args_no_boolean_flags}: boolean parameters are passed "
+                           "as --name=True / --name=False, not as bare flags")
+    return [f"--{escape_braces(space.original[n])}={{{n}}}" for n in names]
