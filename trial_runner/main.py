@@ -28,12 +28,14 @@ from sweeper import protocol
 from sweeper.backends.forked import inherited_sweep
 from sweeper.entrypoint import load_entrypoint
 from sweeper.errors import SpecError, StorageError
+from sweeper.gang import Gang, gang_from_env
 from sweeper.proxy.client import close_storage
 from sweeper.spec import SweepSpec
 from sweeper.study import Sweep, open_storage
 from trial_runner.context import TrialContext
+from trial_runner.gang import run_slot
 from trial_runner.runner import Interrupted, Outcome, RunnerSettings, run_index
-from trial_runner.startup import open_sweep
+from trial_runner.startup import open_sweep, read_spec_file
 
 logger = logging.getLogger("trial_runner")
 
@@ -56,8 +58,9 @@ def load_objective(spec: SweepSpec) -> Callable[[TrialContext], Any]:
         return objective
     from trial_runner.launcher import run_ranks
 
+    gang = gang_from_env(os.environ) if spec.trial.nodes > 1 else None
     # Imported here too: a bad entrypoint is a configuration error before any rank starts.
-    return lambda ctx: run_ranks(ctx, spec)
+    return lambda ctx: run_ranks(ctx, spec, gang)
 
 
 def _raise_interrupted(signum: int, frame: FrameType | None) -> None:
@@ -108,6 +111,13 @@ def main(argv: list[str] | None = None) -> int:
     if not name:
         logger.error("no sweep given: set SWEEPER_STUDY or pass --study")
         return protocol.EXIT_CONFIG
+    try:
+        gang = gang_from_env(os.environ)
+    except ValueError as e:
+        logger.error("%s", e)
+        return protocol.EXIT_CONFIG
+    if gang is not None and not gang.leader:
+        return _follow(name, gang)
     url = os.environ.get(protocol.ENV_STORAGE, protocol.DEFAULT_STORAGE)
     # A local worker forked from `sweeper run` takes over its open sweep (warm, no queries).
     sweep = None if protocol.ENV_SPEC_FILE in os.environ else inherited_sweep(url, name)
@@ -134,6 +144,14 @@ def main(argv: list[str] | None = None) -> int:
             return serve(sweep, objective, settings)
         finally:
             close_storage(storage)  # close connections cleanly: __main__ skips the final GC
+    if gang is not None and not gang.local and args.index is None:
+        try:
+            return run_slot(sweep, gang, objective, settings, _log_outcome, _header_hook)
+        except Interrupted as e:
+            logger.error("interrupted by %s; the trial is marked FAIL and will be retried", e)
+            return protocol.EXIT_SIGNAL_BASE + e.signum
+        finally:
+            close_storage(storage)
     try:
         indexes = [args.index] if args.index is not None else \
             protocol.job_indexes_from_env(os.environ, sweep.spec.trials)
@@ -157,6 +175,35 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         close_storage(storage)
     return protocol.combine_exit_codes(codes)
+
+
+def _follow(name: str, gang: Gang) -> int:
+    """A follower node of a gang: the spec from the file every pod mounts (no database)."""
+    from trial_runner.gang import follow
+
+    path = os.environ.get(protocol.ENV_SPEC_FILE)
+    if not path:
+        logger.error("node %d of sweep %s: %s is not set (the follower reads the spec from "
+                     "it)", gang.node_rank, name, protocol.ENV_SPEC_FILE)
+        return protocol.EXIT_CONFIG
+    try:
+        spec = read_spec_file(path)
+    except SpecError as e:
+        logger.error("%s", e)
+        return protocol.EXIT_CONFIG
+    signal.signal(signal.SIGTERM, _raise_interrupted)
+    try:
+        return follow(spec, gang)
+    except Interrupted as e:
+        return protocol.EXIT_SIGNAL_BASE + e.signum
+
+
+def _header_hook(index: int) -> Callable[[int, int, int], None]:
+    def started(trial_id: int, number: int, attempt: int) -> None:
+        os.environ[protocol.ENV_JOB_ID] = str(index)
+        _write_log_header(index, attempt, number)
+
+    return started
 
 
 def _log_outcome(outcome: Outcome) -> None:

@@ -366,9 +366,9 @@ def _run_trial(sweep: Sweep, study: optuna.Study, trial: optuna.Trial, index: in
             data_factory=(lambda: data_dir(spec.data)) if spec.data.configured else None,
             writer=writer)
         logger.info("index %d: trial #%d attempt %d %s", index, number, attempt, params)
-        # Finishing from the Trial's own copy skips re-reading it, but under torchrun rank 0
-        # reported the intermediate values from its own process: re-read then.
-        own = trial if spec.trial.ranks == 1 else None
+        # Finishing from the Trial's own copy skips re-reading it, but under torchrun (even
+        # one rank) the leader rank reported the intermediate values from its own process.
+        own = trial if spec.trial.launcher != "torchrun" else None
         why = _restore(mirror, ctx)
         if why is not None:
             return fail(why, protocol.EXIT_RETRY)
@@ -468,10 +468,14 @@ def _tell(study: optuna.Study, trial_id: int, state: TrialState,
             tell_trial(study, trial, values, state)
         else:
             tell(study, n, values, state)
-    except (optuna.exceptions.UpdateFinishedTrialError, ValueError):
+    except (optuna.exceptions.UpdateFinishedTrialError, ValueError) as e:
         # Finished by someone else: the watcher failed it for a stale heartbeat (the work
         # does not count).
-        return storage_of(study).get_trial(trial_id).state == state
+        stored = storage_of(study).get_trial(trial_id).state
+        if stored == TrialState.RUNNING:  # not finished by anyone: the tell itself failed
+            raise
+        logger.debug("tell of trial %d refused: %s", trial_id, e)
+        return stored == state
     return True
 
 

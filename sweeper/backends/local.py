@@ -36,6 +36,7 @@ from sweeper.backends.forked import (
 )
 from sweeper.backends.gpus import detect_gpus, gpu_slots
 from sweeper.errors import BackendError, SpecError
+from sweeper.gang import Gang
 from sweeper.spec.registry import make_pruner, make_sampler
 from sweeper.study import Sweep, attempts, fail_stale_trials, mark_failed
 from sweeper.study.stop import before_start, brake
@@ -268,6 +269,8 @@ class LocalBackend:
                     protocol.ENV_LOG_DIR: str(self.log_dir), "PYTHONUNBUFFERED": "1",
                     protocol.ENV_CHECKPOINT_DIR: str(checkpoint_root()),
                     protocol.ENV_PARENT_PID: str(os.getpid())})
+        if sweep.spec.trial.nodes > 1:  # each worker is node 0 of its gang (sweeper.gang)
+            env.update(Gang(sweep.spec.trial.nodes, local=True).env())
         threads = str(max(1, (os.cpu_count() or 1) // n_workers))
         for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
             env.setdefault(var, threads)

@@ -17,6 +17,7 @@ from typing import Any
 from sweeper.spec import registry
 from sweeper.spec._data import data_section
 from sweeper.spec._kubernetes import kubernetes
+from sweeper.spec._launcher import launcher_fields
 from sweeper.spec._metrics import metric_name, metrics_spec
 from sweeper.spec._parameters import parameters
 from sweeper.spec._primitives import (
@@ -43,7 +44,6 @@ from sweeper.spec._yaml import Path_, _Doc, _load_yaml, read_text
 from sweeper.spec.model import (
     ARTIFACT_STORES,
     DIRECTIONS,
-    LAUNCHERS,
     MAX_INDEXES,
     MAX_NAME_LENGTH,
     METHODS,
@@ -62,7 +62,7 @@ _TOP_KEYS = ("name", "description", "method", "objective", "trials", "parallelis
              "sampler", "pruner", "storage", "trial", "parameters", "kubernetes", "artifacts",
              "data", "stop")
 _TRIAL_KEYS = ("entrypoint", "command", "fixed", "retries", "timeout", "resources", "launcher",
-               "nproc", "metrics")
+               "nproc", "nodes", "metrics")
 _RESOURCE_KEYS = ("gpu", "cpu", "memory")
 _ARTIFACT_KEYS = ("store", "path", "bucket", "prefix", "endpoint_url", "region",
                   "credentials_secret")
@@ -228,12 +228,12 @@ class _Validator(Checks):
         timeout = m.get("timeout")
         timeout_s = self.duration(timeout, (*path, "timeout")) if timeout is not None else None
         resources = self.resources(m.get("resources"), (*path, "resources"))
-        launcher, nproc = self.launcher(m, path, resources)
+        launcher, nproc, nodes = launcher_fields(self, m, path, resources, cmd is not None)
         known = names | set(fixed) | {"index", "trial_number"}
         metrics = metrics_spec(self, m.get("metrics"), (*path, "metrics"), cmd is not None,
                                lambda text, p: self.placeholders(text, p, known))
         return TrialSpec(entrypoint=entrypoint, command=cmd, fixed=fixed, retries=retries,
-                         launcher=launcher, nproc=nproc,  # type: ignore[arg-type]
+                         launcher=launcher, nproc=nproc, nodes=nodes,  # type: ignore[arg-type]
                          timeout=timeout_s, resources=resources, metrics=metrics)
 
     def command(self, command: Any, path: Path_, known: set[str]) -> tuple[str, ...]:
@@ -272,24 +272,6 @@ class _Validator(Checks):
                                      f"{conversion!r} (use !r, !s or !a)")
             if spec and "{" in spec:
                 self.placeholders(spec, path, known)
-
-    def launcher(self, m: Mapping[str, Any], path: Path_, resources: Resources
-                 ) -> tuple[str, int | None]:
-        """torchrun: one rank per GPU (``nproc`` must agree), or ``nproc`` ranks on CPUs."""
-        launcher = self.choice(m.get("launcher", "process"), (*path, "launcher"), LAUNCHERS)
-        nproc = m.get("nproc")
-        if nproc is None:
-            if launcher == "torchrun" and resources.gpu < 1:
-                raise self.err((*path, "launcher"), "torchrun needs resources.gpu: N (one rank "
-                                                    "per GPU) or nproc: N (ranks on CPUs)")
-            return launcher, None
-        nproc = self.integer(nproc, (*path, "nproc"), 1)
-        if launcher != "torchrun":
-            raise self.err((*path, "nproc"), "nproc applies to launcher: torchrun only")
-        if resources.gpu >= 1 and nproc != resources.gpu:
-            raise self.err((*path, "nproc"), f"one rank per GPU: nproc must equal "
-                                             f"resources.gpu ({resources.gpu:g}), got {nproc}")
-        return launcher, nproc
 
     def resources(self, value: Any, path: Path_) -> Resources:
         if value is None:

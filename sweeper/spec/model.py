@@ -133,13 +133,16 @@ class TrialSpec:
     #: Ranks for ``torchrun``: one per GPU (``resources.gpu``) unless given (CPU runs).
     nproc: int | None = None
     metrics: MetricsSpec = field(default_factory=MetricsSpec)
+    #: Pods one trial spans (``torchrun`` only): its ranks rendezvous across them.
+    nodes: int = 1
 
     @property
     def ranks(self) -> int:
-        """How many processes the trial runs as (1 unless launched by torchrun)."""
+        """How many processes the trial runs as on each of its nodes (1 unless launched by
+        torchrun)."""
         if self.launcher != "torchrun":
             return 1
-        return self.nproc or max(1, int(self.resources.gpu))
+        return self.nproc or max(1, int(self.resources.gpu) // self.nodes)
 
 
 VOLUME_KINDS = ("pvc", "config_map", "secret", "nfs", "empty_dir")
@@ -366,6 +369,8 @@ def _spec_to_dict(s: SweepSpec) -> dict[str, Any]:
                              "launcher": t.launcher, "nproc": t.nproc,
                              "metrics": {"format": t.metrics.format, "file": t.metrics.file}
                              if t.metrics != MetricsSpec() else None}
+    if t.nodes != 1:  # absent when 1: the stored specs of earlier sweeps keep their hash
+        trial["nodes"] = t.nodes
     k = s.kubernetes
     kube = {"image": k.image, "image_pull_policy": k.image_pull_policy, "namespace": k.namespace,
             "storage_secret": k.storage_secret, "storage_secret_key": k.storage_secret_key,

@@ -62,7 +62,9 @@ def ddp(ctx: TrialContext) -> dict[str, float]:
     """Runs on every rank of a ``launcher: torchrun`` trial: an all-reduce over the group,
     ``steps`` reports (rank 0's count), a pruning question per step; each rank writes what
     it saw to $MARKER_DIR/rank-INDEX-ATTEMPT-RANK.json. Fixed ``kill_rank``: that rank kills
-    itself (SIGKILL) at step 1 of the first attempt."""
+    itself (SIGKILL) at step 1 of the first attempt; ``kill_node``: the ranks of that node
+    of a ``trial.nodes`` gang kill their whole process group (the node's torchrun agent
+    too: what losing a pod is to the gang)."""
     import json
     import signal
 
@@ -73,8 +75,11 @@ def ddp(ctx: TrialContext) -> dict[str, float]:
     rank = dist.get_rank()
     total = torch.tensor([float(rank)])
     dist.all_reduce(total)
+    node = int(os.environ.get("SWEEPER_NODE_RANK", "0"))
     seen: dict[str, object] = {"rank": rank, "world_size": dist.get_world_size(),
-                               "params": ctx.params, "device": ctx.device, "decisions": []}
+                               "params": ctx.params, "device": ctx.device, "decisions": [],
+                               "node": node, "pgid": os.getpgid(0),
+                               "main": getattr(ctx, "is_main", True)}
     out = Path(os.environ["MARKER_DIR"], f"rank-{ctx.index}-{ctx.attempt}-{rank}.json")
     steps, loss = int(ctx.params.get("steps", 3)), 0.0
     for step in range(steps):
@@ -82,6 +87,8 @@ def ddp(ctx: TrialContext) -> dict[str, float]:
         ctx.report(step, loss=loss)
         if ctx.params.get("kill_rank") == rank and ctx.attempt == 0 and step == 1:
             os.kill(os.getpid(), signal.SIGKILL)
+        if ctx.params.get("kill_node") == node and ctx.attempt == 0 and step == 1:
+            os.killpg(0, signal.SIGKILL)
         decision = ctx.should_prune()
         seen["decisions"].append(decision)  # type: ignore[attr-defined]
         out.write_text(json.dumps(seen))

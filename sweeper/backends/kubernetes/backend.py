@@ -21,6 +21,7 @@ from sweeper.backends import manifests as m
 from sweeper.backends.base import LogTail, RunResult, Tick
 from sweeper.backends.kubernetes.client import ClientFactory, KubeClient, Obj
 from sweeper.backends.kubernetes.errors import first_line
+from sweeper.backends.kubernetes.gangs import GangSettings, run_gangs
 from sweeper.backends.kubernetes.jobstatus import (
     JOB_NAME_LABEL,
     JobInfo,
@@ -93,6 +94,10 @@ class KubernetesBackend:
             self.echo(f"warning: the study is in SQLite on this machine, but the pods use the "
                       f"{pods_use}; both must name the same database (use PostgreSQL)")
         existing = sweep_jobs(self.clients, ns, spec.name, spec.trials)
+        if spec.trial.nodes > 1:  # one JobSet of gangs (sweeper.backends.jobset)
+            settings = GangSettings(self.poll_interval_s, self.grace_period_s, self.detach)
+            return run_gangs(self.clients, sweep, settings, self.echo, tick,
+                             self._next_launch(sweep, existing))
         for j in existing:
             if j.active_job:
                 raise BackendError(

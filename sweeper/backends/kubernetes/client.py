@@ -20,7 +20,7 @@ from sweeper.backends.kubernetes.errors import api_error, connection_error, firs
 from sweeper.errors import BackendError
 
 if TYPE_CHECKING:
-    from kubernetes.client import ApiClient, BatchV1Api, CoreV1Api
+    from kubernetes.client import ApiClient, BatchV1Api, CoreV1Api, CustomObjectsApi
 
 #: A Kubernetes object as JSON (``{"metadata": {...}, "spec": {...}, "status": {...}}``).
 Obj = dict[str, Any]
@@ -57,6 +57,11 @@ class ClientFactory:
         from kubernetes.client import CoreV1Api
 
         return CoreV1Api(self.api_client())
+
+    def custom(self) -> CustomObjectsApi:
+        from kubernetes.client import CustomObjectsApi
+
+        return CustomObjectsApi(self.api_client())
 
     @property
     def server(self) -> str:
@@ -131,6 +136,39 @@ class KubeClient:
                              job=name, missing_ok=True, propagation_policy=propagation_policy)
         return data is not None
 
+    # ---------------------------------------------------------------- JobSets (multi-node)
+
+    def create_jobset(self, namespace: str, body: Obj) -> Obj:
+        from sweeper.backends.jobset import GROUP, PLURAL, VERSION
+
+        name = str(body["metadata"]["name"])
+        return _json(self._request(self.factory.custom().create_namespaced_custom_object,
+                                   GROUP, VERSION, namespace, PLURAL, body, job=name))
+
+    def read_jobset(self, namespace: str, name: str) -> Obj | None:
+        from sweeper.backends.jobset import GROUP, PLURAL, VERSION
+
+        data = self._request(self.factory.custom().get_namespaced_custom_object, GROUP,
+                             VERSION, namespace, PLURAL, name, job=name, missing_ok=True)
+        return None if data is None else _json(data)
+
+    def list_jobsets(self, namespace: str, label_selector: str) -> list[Obj]:
+        """The JobSets selected; none where JobSet's CRD is not installed."""
+        from sweeper.backends.jobset import GROUP, PLURAL, VERSION
+
+        return _items(self._request(self.factory.custom().list_namespaced_custom_object,
+                                    GROUP, VERSION, namespace, PLURAL, missing_ok=True,
+                                    label_selector=label_selector))
+
+    def delete_jobset(self, namespace: str, name: str) -> bool:
+        """Delete the JobSet with its Jobs and pods (foreground); False when it was gone."""
+        from sweeper.backends.jobset import GROUP, PLURAL, VERSION
+
+        data = self._request(self.factory.custom().delete_namespaced_custom_object, GROUP,
+                             VERSION, namespace, PLURAL, name, job=name, missing_ok=True,
+                             propagation_policy="Foreground")
+        return data is not None
+
     # ---------------------------------------------------------------- v1 ConfigMaps
 
     def apply_configmap(self, namespace: str, body: Obj) -> None:
@@ -147,7 +185,8 @@ class KubeClient:
         """Make the Job an owner of the ConfigMap: the garbage collector removes it with the
         sweep's last Job (``sweeper delete``), as it removes the Job's pods."""
         meta = job["metadata"]
-        ref = {"apiVersion": "batch/v1", "kind": "Job", "name": meta["name"],
+        ref = {"apiVersion": job.get("apiVersion", "batch/v1"), "kind": job.get("kind", "Job"),
+               "name": meta["name"],
                "uid": meta["uid"], "blockOwnerDeletion": False, "controller": False}
         current = self.read_configmap(namespace, name)
         if current is None:

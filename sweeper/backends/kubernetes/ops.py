@@ -8,7 +8,7 @@ thousands of pods, and a namespace may hold other sweeps.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from optuna.trial import TrialState
@@ -168,7 +168,12 @@ def cancel(clients: ClientFactory, name: str, namespace: str, *, sweep: Sweep | 
             deleted.append(j.name)
         if not j.finished:
             indexes.update(j.indexes)
+    jobsets = _delete_jobsets(api, namespace, name)  # a multi-node sweep's gangs
+    if jobsets and sweep is not None:
+        indexes.update(range(sweep.spec.trials))
     remaining = _wait_gone(api, namespace, deleted, wait_s, poll_s)
+    remaining |= _wait_gone(api, namespace, jobsets, wait_s, poll_s, read=api.read_jobset)
+    deleted += [f"JobSet {n}" for n in jobsets]
     failed: list[int] = []
     if indexes and sweep is not None:
         failed = _fail_running(sweep, indexes)
@@ -176,14 +181,23 @@ def cancel(clients: ClientFactory, name: str, namespace: str, *, sweep: Sweep | 
                         unfinished=bool(remaining))
 
 
+def _delete_jobsets(api: KubeClient, namespace: str, name: str) -> list[str]:
+    """Delete the sweep's JobSets (foreground: their Jobs and pods first); their names."""
+    names = [str(o["metadata"]["name"]) for o in api.list_jobsets(namespace, m.selector(name))]
+    return [n for n in names if api.delete_jobset(namespace, n)]
+
+
 def _wait_gone(api: KubeClient, namespace: str, names: list[str], wait_s: float,
-               poll_s: float) -> set[str]:
-    """Wait up to ``wait_s`` for the Jobs ``names`` to disappear; those still there."""
+               poll_s: float, read: Callable[[str, str], Obj | None] | None = None
+               ) -> set[str]:
+    """Wait up to ``wait_s`` for the Jobs (or what ``read`` reads) ``names`` to disappear;
+    those still there."""
+    read = read or api.read_job
     deadline = time.monotonic() + wait_s
     remaining = set(names)
     while remaining and time.monotonic() < deadline:
         for job in list(remaining):
-            if api.read_job(namespace, job) is None:
+            if read(namespace, job) is None:
                 remaining.discard(job)
         if remaining:
             time.sleep(poll_s)
