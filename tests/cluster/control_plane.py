@@ -1,7 +1,7 @@
 """The local control plane: etcd, kube-apiserver, kube-controller-manager (the Job, garbage
 collector, namespace and every other default controller), kube-scheduler, the process node
-and, when built, Kueue's manager; started as processes of this machine, stopped and removed
-by :func:`down`.
+and, when built, Kueue's and JobSet's managers; started as processes of this machine, stopped
+and removed by :func:`down`.
 
     python -m tests.cluster up      # what `make cluster-up` runs: build what is missing, start
     python -m tests.cluster down    # stop every process it started, remove the state
@@ -283,10 +283,14 @@ def _start_all(lo: Layout, procs: list[Proc], say: Callable[[str], None]) -> Non
     start("process-node", _node(lo), env={"PYTHONPATH": str(REPO)})
     _wait("the node to be Ready", lambda: _node_ready(lo), 30, procs)
     _wait("the default service account", lambda: _default_sa(lo), 30, procs)
-    if (lo.bin / "kueue-manager").exists():
-        from . import kueue
+    from . import jobset, kueue
 
-        procs.append(kueue.start(lo.kubeconfig, lo.bin, lo.run))
+    for name, addon in (("kueue-manager", kueue), ("jobset-manager", jobset)):
+        if (lo.bin / name).exists():
+            began = time.monotonic()
+            procs.append(addon.start(lo.kubeconfig, lo.bin, lo.run))
+            say(f"{procs[-1].name} ready in {time.monotonic() - began:.1f} s (CRDs, manager, "
+                "webhooks)")
     say(f"control plane {K8S_VERSION} up: " + ", ".join(p.name for p in procs))
 
 
@@ -321,8 +325,8 @@ def down(lo: Layout) -> list[str]:
 
 def leftovers(lo: Layout) -> list[str]:
     """Processes of ours still running: any whose command line names this cluster's
-    directory (etcd, the apiserver, the controllers, the node, Kueue) or whose process group
-    the node recorded for a pod. Empty after :func:`down`."""
+    directory (etcd, the apiserver, the controllers, the node, Kueue, JobSet) or whose process
+    group the node recorded for a pod. Empty after :func:`down`."""
     found = []
     root = str(lo.root).encode()
     for entry in Path("/proc").iterdir():

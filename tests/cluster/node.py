@@ -9,8 +9,8 @@ container logs on the kubelet's endpoint, so ``kubectl logs`` works through the 
     python -m tests.cluster.node --kubeconfig .cluster/kubeconfig --root .cluster/run/node
 
 Not emulated: images, cgroup limits, probes, networking (every pod shares this machine's
-network; Service names are rewritten to 127.0.0.1 in env and argv), GPUs (advertised, not
-isolated).
+network; Service names, and pod names under a headless Service, are rewritten to 127.0.0.1
+in env and argv), GPUs (advertised, not isolated).
 """
 
 from __future__ import annotations
@@ -139,6 +139,17 @@ class ApiSources:
             out[p["port"]] = target if isinstance(target, int) else by_name.get(p.get("name", ""),
                                                                                 p["port"])
         return out
+
+
+    def headless_services(self, namespace: str) -> frozenset[str]:
+        """The names of the namespace's headless Services (``clusterIP: None``): the
+        subdomains its pods' DNS names can live under."""
+        if not _DNS_LABEL.match(namespace):
+            return frozenset()
+        items = json.loads(self.core.list_namespaced_service(
+            namespace, _preload_content=False).data)["items"]
+        return frozenset(s["metadata"]["name"] for s in items
+                         if s["spec"].get("clusterIP") == "None")
 
 
 class Node:

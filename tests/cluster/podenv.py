@@ -6,7 +6,11 @@ The emulated part: a pod is a process on this machine, so a volume's ``mountPath
 to its directory wherever it starts an env value, an argument or ``workingDir``, and a Service
 address (``NAME.NS.svc[.cluster.local][:PORT]``) becomes 127.0.0.1 and the Service's
 ``targetPort`` (this node's stand-in for cluster DNS and kube-proxy: every pod shares the
-host's network).
+host's network). A pod's own DNS name under a headless Service (``spec.hostname`` and
+``spec.subdomain``, as JobSet and Indexed Jobs set them: ``HOST.SUBDOMAIN``,
+``HOST.SUBDOMAIN.NS``, ``HOST.SUBDOMAIN.NS.svc[.cluster.local]``, each with an optional
+``:PORT``) becomes 127.0.0.1 with the port unchanged, as for a hostNetwork pod. Both rewrites
+apply after ``$(VAR)`` expansion.
 """
 
 from __future__ import annotations
@@ -31,6 +35,11 @@ _FIELD_MAP = re.compile(r"^metadata\.(labels|annotations)\['(.+)'\]$")
 #: that a plain word is never taken for a Service).
 _SERVICE_FQDN = re.compile(r"(?<![\w.-])([a-z0-9][-a-z0-9]*)\.([a-z0-9][-a-z0-9]*)"
                            r"\.svc(?:\.cluster\.local)?(?::(\d+))?(?![\w.-])")
+#: HOST.SUBDOMAIN[.NS[.svc[.cluster.local]]][:PORT]: SUBDOMAIN a Service name (a DNS-1035
+#: label: no float like 0.5 is a candidate), NS never ``svc`` (that is a Service's own FQDN).
+_POD_HOST = re.compile(r"(?<![\w.-])([a-z0-9][-a-z0-9]*)\.([a-z][-a-z0-9]*)"
+                       r"(?:\.(?!svc(?![\w-]))([a-z0-9][-a-z0-9]*)"
+                       r"(?:\.svc(?:\.cluster\.local)?)?)?(?::(\d+))?(?![\w.-])")
 _SERVICE_SHORT = re.compile(r"(?<![\w.-])([a-z0-9][-a-z0-9]*)(?:\.([a-z0-9][-a-z0-9]*))?"
                             r":(\d+)(?![\w.@-])")
 _SUFFIXES: dict[str, Decimal] = {
@@ -47,6 +56,8 @@ class Sources(Protocol):
     def data(self, kind: str, namespace: str, name: str) -> dict[str, str] | None: ...
 
     def service_ports(self, namespace: str, name: str) -> dict[int, int] | None: ...
+
+    def headless_services(self, namespace: str) -> frozenset[str]: ...
 
 
 class ContainerConfigError(Exception):
@@ -91,8 +102,21 @@ def rewrite_path(value: str, mounts: list[tuple[str, str]]) -> str:
     return value
 
 
-def rewrite_services(value: str, namespace: str, sources: Sources) -> str:
-    """A Service's DNS name (and port) -> 127.0.0.1 (and the port its endpoints listen on)."""
+def rewrite_services(value: str, namespace: str, sources: Sources,
+                     headless: dict[str, frozenset[str]] | None = None) -> str:
+    """A Service's DNS name (and port) -> 127.0.0.1 (and the port its endpoints listen on); a
+    pod's DNS name under a headless Service (and port) -> 127.0.0.1 (and the same port).
+    ``headless``: the headless Services per namespace already looked up (filled in here)."""
+    known = {} if headless is None else headless
+
+    def pod_host(m: re.Match[str]) -> str:
+        subdomain, ns, port = m.group(2), m.group(3) or namespace, m.group(4)
+        if ns not in known:
+            known[ns] = sources.headless_services(ns)
+        if subdomain not in known[ns]:
+            return m.group(0)
+        return NODE_IP if port is None else f"{NODE_IP}:{port}"
+
     def sub(m: re.Match[str], short: bool) -> str:
         name, ns, port = m.group(1), m.group(2) or namespace, m.group(3)
         ports = sources.service_ports(ns, name)
@@ -101,6 +125,7 @@ def rewrite_services(value: str, namespace: str, sources: Sources) -> str:
         if port is None:
             return NODE_IP
         return f"{NODE_IP}:{ports.get(int(port), int(port))}"
+    value = _POD_HOST.sub(pod_host, value)
     value = _SERVICE_FQDN.sub(lambda m: sub(m, False), value)
     return _SERVICE_SHORT.sub(lambda m: sub(m, True), value)
 
@@ -233,9 +258,10 @@ class PodEnv:
         mounts.sort(key=lambda m: len(m[0]), reverse=True)
         declared = self.env(spec)
         argv = self.argv(spec, declared)
+        headless: dict[str, frozenset[str]] = {}
 
         def fix(v: str) -> str:
-            return rewrite_services(rewrite_path(v, mounts), self.ns, self.sources)
+            return rewrite_services(rewrite_path(v, mounts), self.ns, self.sources, headless)
         declared = {k: fix(v) for k, v in declared.items()}
         argv = [argv[0]] + [fix(a) for a in argv[1:]]
         wd = spec.get("workingDir")

@@ -99,6 +99,8 @@ def test_a_crash_is_cleaned_up_and_a_new_cluster_resumes_the_study(
 
     stopped = down(second)
     assert {"etcd", "kube-controller-manager", "kube-scheduler"} <= set(stopped)
+    if (second.bin / "jobset-manager").exists():
+        assert {"kueue", "jobset"} <= set(stopped)
     assert leftovers(second) == []
     assert not any(alive(p) for p in pods), "a pod's processes outlived cluster-down"
     assert not second.run.exists() and not second.kubeconfig.exists()
@@ -130,7 +132,7 @@ def _build_script_copy(tmp_path: Path) -> Path:
     """tools/cluster copied under tmp_path (build.sh finds its modules beside itself)."""
     tools = tmp_path / "tools" / "cluster"
     shutil.copytree(REPO / "tools" / "cluster", tools,
-                    ignore=shutil.ignore_patterns("kueue"))
+                    ignore=shutil.ignore_patterns("kueue", "jobset"))
     return tools / "build.sh"
 
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Build the local control plane's binaries into .cluster/bin (an ignored build output):
 # etcd, kube-apiserver, kube-controller-manager and kube-scheduler from the pinned
-# wrapper module tools/cluster/k8s, and Kueue's manager from tools/cluster/kueue.
+# wrapper module tools/cluster/k8s, Kueue's manager from tools/cluster/kueue and JobSet's
+# from tools/cluster/jobset (each with its CRDs and webhook manifests).
 # A stamp of the inputs (go.mod, go.sum, sources, this script) makes a second run a no-op;
 # changing a pin rebuilds. Go's own build cache makes a rebuild after a small change cheap.
 set -euo pipefail
@@ -22,8 +23,15 @@ build_module() {
 		for b in "$@"; do [[ -x "$BIN/$(basename "$b")" ]] || { want="missing"; break; }; done
 		[[ "$want" != missing ]] && return 0
 	fi
-	local version ldflags
-	version="$(awk '$1=="k8s.io/kubernetes"{print $2; exit} $1=="sigs.k8s.io/kueue"{print $2; exit}' "$dir/go.mod")"
+	local version ldflags module
+	case "$name" in
+		k8s) module=k8s.io/kubernetes ;;
+		kueue) module=sigs.k8s.io/kueue ;;
+		jobset) module=sigs.k8s.io/jobset ;;
+		*) die "build_module: no version source for $name" ;;
+	esac
+	version="$(awk -v m="$module" '$1==m{print $2; exit}' "$dir/go.mod")"
+	[[ -n "$version" ]] || die "$module is not required in $dir/go.mod"
 	local major minor
 	major="$(echo "${version#v}" | cut -d. -f1)"; minor="$(echo "${version#v}" | cut -d. -f2)"
 	ldflags="-s -w"
@@ -33,7 +41,7 @@ build_module() {
 			ldflags+=" -X $pkg.gitTreeState=clean -X $pkg.buildDate=1970-01-01T00:00:00Z"
 		done
 	else
-		ldflags+=" -X sigs.k8s.io/kueue/pkg/version.GitVersion=$version"
+		ldflags+=" -X $module/pkg/version.GitVersion=$version"
 	fi
 	echo "cluster-build: building $name ($version): $*" >&2
 	mkdir -p "$BIN"
@@ -54,4 +62,13 @@ if [[ -d "$HERE/kueue" ]]; then
 	rm -rf "$BIN/kueue-crds" && mkdir -p "$BIN/kueue-crds"
 	install -m 0644 "$kueue_src"/config/components/crd/bases/*.yaml "$BIN/kueue-crds/"
 	install -m 0644 "$kueue_src/config/components/webhook/manifests.yaml" "$BIN/kueue-webhooks.yaml"
+fi
+if [[ -d "$HERE/jobset" ]]; then
+	build_module jobset "$HERE/jobset" ./jobset-manager
+	# JobSet's CRD and webhook configurations from the same module version, for tests/cluster/jobset.py.
+	jobset_src="$(cd "$HERE/jobset" && go list -m -f '{{.Dir}}' sigs.k8s.io/jobset)"
+	[[ -d "$jobset_src/config/components/crd/bases" ]] || die "sigs.k8s.io/jobset is not in the module cache; run: cd tools/cluster/jobset && go mod download"
+	rm -rf "$BIN/jobset-crds" && mkdir -p "$BIN/jobset-crds"
+	install -m 0644 "$jobset_src"/config/components/crd/bases/*.yaml "$BIN/jobset-crds/"
+	install -m 0644 "$jobset_src/config/components/webhook/manifests.yaml" "$BIN/jobset-webhooks.yaml"
 fi
