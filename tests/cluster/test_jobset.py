@@ -3,7 +3,9 @@ on the local control plane, its pods run by the process node. A JobSet is defaul
 JobSet's webhook (Indexed child Jobs, DNS hostnames), completes with one pod per index of
 each child Job, and its pods reach each other by ``HOST.SUBDOMAIN`` names under JobSet's
 headless Service (the node's stand-in for cluster DNS); the validating webhook rejects what
-JobSet rejects; and a failure-policy rule ``RestartJob`` recreates only the failed child Job.
+JobSet rejects, and the apiserver's strict field validation what the vendored CRD schema
+check (tests/support/k8s_schema.py) rejects; and a failure-policy rule ``RestartJob``
+recreates only the failed child Job.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from kubernetes.client.exceptions import ApiException
 
 from tests.cluster.jobset import API, JOB_INDEX, NAME_LABEL
 from tests.conftest import Target
+from tests.support.k8s_schema import validate_k8s_objects
 
 pytestmark = pytest.mark.slow
 
@@ -60,9 +63,12 @@ class JobSets:
         self.names: list[str] = []
 
     def create(self, body: Obj) -> Obj:
+        """Create the JobSet with strict field validation, as ``kubectl apply`` does; it
+        passes the vendored CRD schema first (tests/support/k8s_schema.py)."""
+        assert validate_k8s_objects([body]) == []
         self.names.append(body["metadata"]["name"])
         created: Obj = self.custom.create_namespaced_custom_object(
-            GROUP, VERSION, NS, "jobsets", body)
+            GROUP, VERSION, NS, "jobsets", body, field_validation="Strict")
         return created
 
     def get(self, name: str) -> Obj:
@@ -205,6 +211,22 @@ def test_the_validating_webhook_rejects_what_jobset_rejects(jobsets: JobSets) ->
     assert err.value.status in (400, 422), err.value
     assert "vjobset.kb.io" in str(err.value.body)
     assert "JobSet name is too long" in str(err.value.body)
+
+
+def test_the_apiserver_rejects_the_unknown_field_the_schema_check_rejects(
+        jobsets: JobSets) -> None:
+    name = f"js-{uuid.uuid4().hex[:6]}"
+    job = {"spec": {"template": {"spec": {"containers": [container("pass", [])]}}}}
+    body = jobset(name, 1, job)
+    body["spec"]["replicatedJobs"][0]["replica"] = 2
+    (error,) = validate_k8s_objects([body])
+    assert "'replica' was unexpected" in error
+    with pytest.raises(ApiException) as err:
+        jobsets.custom.create_namespaced_custom_object(GROUP, VERSION, NS, "jobsets", body,
+                                                       field_validation="Strict")
+    assert err.value.status == 400, err.value
+    message = json.loads(err.value.body)["message"]
+    assert message.endswith('strict decoding error: unknown field "spec.replicatedJobs[0].replica"')
 
 
 def test_restart_job_recreates_only_the_failed_child_job(jobsets: JobSets) -> None:
