@@ -263,6 +263,37 @@ class Cluster:
             self.delete_quietly(core.delete_persistent_volume, pv_name)
             shutil.rmtree(directory, ignore_errors=True)
 
+    def jobsets(self, sweep: str) -> list[Obj]:
+        """The sweep's JobSets (``trial.nodes``) as JSON, oldest first; none on a cluster
+        without JobSet's CRD."""
+        from kubernetes.client import CustomObjectsApi
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            items: list[Obj] = CustomObjectsApi(self.api()).list_namespaced_custom_object(
+                "jobset.x-k8s.io", "v1alpha2", NS, "jobsets",
+                label_selector=m.selector(sweep))["items"]
+        except ApiException as e:
+            if e.status == 404:
+                return []
+            raise
+        return sorted(items, key=lambda j: (j["metadata"]["creationTimestamp"],
+                                            j["metadata"]["name"]))
+
+    def remove_jobsets(self) -> None:
+        """Delete this test's JobSets (their Jobs and pods go with them): before its Jobs, or
+        JobSet's controller would recreate them."""
+        from kubernetes.client import CustomObjectsApi
+
+        custom = CustomObjectsApi(self.api())
+        for name in sorted(self.names):
+            for js in self.jobsets(name):
+                self.delete_quietly(
+                    lambda n, ns: custom.delete_namespaced_custom_object(
+                        "jobset.x-k8s.io", "v1alpha2", ns, "jobsets", n,
+                        propagation_policy="Background"),
+                    js["metadata"]["name"], NS)
+
     # ---------------------------------------------------------------- cleanup
 
     def remove_jobs(self) -> None:
@@ -307,6 +338,7 @@ def real_cluster(pg_url: str, tmp_path: Path, kubeconfig: Path, image: str,
     try:
         yield cluster
     finally:
+        cluster.remove_jobsets()
         cluster.remove_jobs()
         cluster.api().close()
 
