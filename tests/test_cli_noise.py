@@ -1,9 +1,11 @@
 """What the CLI says stays short and exact: counts in the singular when there is one, a
 stopped sweep whose indexes all finished says so (no resume hint for nothing), and a changed
-grid is refused pointing at its parameters (the grid's size follows from them)."""
+grid is refused pointing at its parameters (the grid's size follows from them), and Optuna's
+ExperimentalWarning for what sweeper uses on purpose reaches neither the terminal nor a log."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -52,3 +54,55 @@ def test_a_changed_grid_points_at_its_parameters(tmp_path: Path, sqlite_url: str
     (line,) = result.stderr.strip().splitlines()
     assert line.startswith(f"error: {path}: parameters: a different sweep named 'regrid' "
                            "already exists in this storage (parameters differ)"), line
+
+
+NSGA3 = """\
+name: quiet-nsga3
+method: nsga3
+objective:
+  - {metric: f1, direction: minimize}
+  - {metric: f2, direction: minimize}
+trials: 4
+parallelism: 2
+trial:
+  entrypoint: trial_runner.examples.synthetic:zdt1
+  retries: 0
+parameters:
+  x1: {type: float, low: 0.0, high: 1.0}
+  x2: {type: float, low: 0.0, high: 1.0}
+"""
+CONDITIONAL_TPE = """\
+name: quiet-tpe
+method: tpe
+objective: {metric: loss, direction: minimize}
+trials: 4
+parallelism: 2
+trial:
+  entrypoint: trial_runner.examples.synthetic:quadratic
+  fixed: {epochs: 1}
+  retries: 0
+parameters:
+  opt: {type: categorical, choices: [a, b]}
+  x: {type: float, low: 0.0, high: 1.0, when: {opt: a}}
+"""
+
+
+@pytest.mark.parametrize("spec", [NSGA3, CONDITIONAL_TPE], ids=["nsga3", "conditional-tpe"])
+def test_no_experimental_warning_on_a_postgresql_run(spec: str, tmp_path: Path,
+                                                     pg_url: str) -> None:
+    """Issue 25, point 9: on PostgreSQL `sweeper run` builds the runners' sampler before
+    forking them, and Optuna marks NSGAIIISampler (nsga3) and TPE's group=True (a conditional
+    space) experimental: its ExperimentalWarning reached the terminal. The installed console
+    script, as a user runs it; the index logs are checked too (where exec'd workers put it)."""
+    import subprocess
+    import sys
+
+    (tmp_path / "spec.yaml").write_text(spec)
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONWARNINGS", "SWEEPER_STORAGE")}
+    run = subprocess.run([str(Path(sys.executable).parent / "sweeper"), "run", "spec.yaml",
+                          "--storage", pg_url], cwd=tmp_path, env=env, capture_output=True,
+                         text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    logs = "".join(p.read_text() for p in (tmp_path / ".sweeper" / "logs").rglob("*.log"))
+    for text in (run.stdout, run.stderr, logs):
+        assert "ExperimentalWarning" not in text and "is experimental" not in text, text

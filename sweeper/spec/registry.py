@@ -147,9 +147,11 @@ def make_sampler(spec: SweepSpec, index: int) -> BaseSampler:
     """Seeded per index: the same seed everywhere would make parallel TPE runners propose
     identical start points."""
     from sweeper.space import index_seed  # lazy: sweeper.space imports this package
+    from sweeper.study._optuna_compat import experimental_on_purpose
 
-    return build_sampler(spec.method, spec.sampler, index_seed(spec.seed, index),
-                         conditional=spec.is_conditional)
+    with experimental_on_purpose():  # nsga3, a conditional tpe, ...: chosen, not news
+        return build_sampler(spec.method, spec.sampler, index_seed(spec.seed, index),
+                             conditional=spec.is_conditional)
 
 
 def keyword_names(cls: type) -> set[str]:

@@ -14,11 +14,13 @@ No other module of ``sweeper`` or ``trial_runner`` touches an ``_underscored`` O
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import functools
 import uuid
-from collections.abc import Callable, Container, Mapping, Sequence
+import warnings
+from collections.abc import Callable, Container, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -42,10 +44,10 @@ __all__ = [
     "PRIVATE_TRIAL_PATH", "SUPPORTED_SERIES", "ArtifactStore", "FrozenStudy",
     "GrpcStorageProxyOnChannel", "RDBStoragePrivateRetries", "RDBTables",
     "UnsupportedOptunaError", "add_optuna_storage_servicer", "add_to_cache", "cached_rdb_backend",
-    "cached_storage", "check_version", "distribution_contains", "fixed_params_of",
-    "is_finishing_request", "own_copy", "rdb_backend", "rdb_tables", "reset_trials_cache",
-    "share_alembic_script", "storage_of", "study_id_of", "tell", "tell_trial",
-    "trial_from_frozen", "trial_id_of", "trial_value", "update_cached_trial",
+    "cached_storage", "check_version", "distribution_contains", "experimental_on_purpose",
+    "fixed_params_of", "is_finishing_request", "own_copy", "rdb_backend", "rdb_tables",
+    "reset_trials_cache", "share_alembic_script", "storage_of", "study_id_of", "tell",
+    "tell_trial", "trial_from_frozen", "trial_id_of", "trial_value", "update_cached_trial",
 ]
 
 T = TypeVar("T")
@@ -402,6 +404,21 @@ def _new_frozen_trial(trial: Any, template_trial: FrozenTrial | None) -> FrozenT
                        intermediate_values={}, trial_id=trial.trial_id)
 
 
+# --------------------------------------------------------------------------- experimental
+
+
+@contextlib.contextmanager
+def experimental_on_purpose() -> Iterator[None]:
+    """Build what sweeper uses on purpose although this series marks it experimental
+    (NSGAIIISampler for nsga3, TPESampler's group=True over a conditional space, CmaEsSampler's
+    and GPSampler's experimental options, GrpcStorageProxy) without its ExperimentalWarning:
+    nothing a user of sweeper can act on, it would land on the terminal of ``sweeper run``
+    (which builds the runners' sampler before forking them) and in every index's log."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        yield
+
+
 # --------------------------------------------------------------------------- gRPC storage proxy
 
 
@@ -478,10 +495,7 @@ class GrpcStorageProxyOnChannel(optuna.storages.GrpcStorageProxy):
 
     def __init__(self, *, host: str, port: int, options: Sequence[tuple[str, Any]]) -> None:
         self._channel_options = list(options)
-        import warnings
-
-        with warnings.catch_warnings():  # "GrpcStorageProxy is experimental": we know
-            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        with experimental_on_purpose():  # "GrpcStorageProxy is experimental": we know
             super().__init__(host=host, port=port)
 
     def _setup(self) -> None:

@@ -257,3 +257,33 @@ def test_a_grid_cut_short_by_trials_says_which_parameters_it_starves() -> None:
     assert "4 trials < the grid's 10 points: the grid runs its first 4 points in order (last " \
            "parameter fastest), so a takes 2 of its 5 values; use method random or qmc" \
            in short.warnings[0]
+
+
+CONDITIONAL = {"opt": {"type": "categorical", "choices": ["a", "b"]},
+               "x": {"type": "float", "low": 0.0, "high": 1.0, "when": {"opt": "a"}}}
+
+
+_METHOD_CASES = {
+    "grid": {}, "random": {}, "qmc": {}, "tpe": {}, "tpe-conditional": {"parameters": CONDITIONAL},
+    "gp": {"sampler": {"deterministic_objective": True}},
+    "cmaes": {"sampler": {"with_margin": True}},
+    "nsga2": {"objective": MULTI}, "nsga3": {"objective": MULTI}}
+
+
+@pytest.mark.parametrize(("case", "ptype"), [
+    (case, ptype) for case in _METHOD_CASES for ptype in PRUNERS
+    if not case.startswith("nsga") or ptype == "none"])  # a pruner needs one objective
+def test_runners_build_sampler_and_pruner_without_experimental_warnings(case: str,
+                                                                        ptype: str) -> None:
+    """NSGAIIISampler, TPE's group=True and some options are experimental in Optuna: sweeper
+    uses them on purpose, so neither the terminal of `sweeper run` nor a log shows Optuna's
+    ExperimentalWarning (issue 25, point 9)."""
+    import warnings
+
+    pruner = {"type": ptype, **({"percentile": 25.0} if ptype == "percentile" else {})}
+    spec = make_spec(method=case.split("-")[0], pruner=pruner, **_METHOD_CASES[case])
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        runner.make_sampler(spec, 1)
+        runner.make_pruner(spec)
+    assert not [w for w in seen if issubclass(w.category, optuna.exceptions.ExperimentalWarning)]
