@@ -201,11 +201,12 @@ def cancel(name: str, storage: str | None, namespace: str | None, wait_s: float,
     name, sweep = _stored_sweep(name, storage)
     ns = namespace or (sweep.spec.kubernetes.namespace if sweep else KubernetesSpec().namespace)
     result = cancel_jobs(_clients(kubeconfig, context), name, ns, sweep=sweep, wait_s=wait_s)
-    if not result.jobs:
+    if not result.jobs and not result.jobsets:
         click.echo(f"no Job of sweep {name} in namespace {ns}")
-    for job in result.jobs:
-        click.echo(f"deleted Job {ns}/{job}")
-    if result.jobs:
+    for kind, names in (("JobSet", result.jobsets), ("Job", result.jobs)):
+        for job in names:
+            click.echo(f"deleted {kind} {ns}/{job}")
+    if result.jobs or result.jobsets:
         click.echo(f"deleted {result.pods} pod(s)" + (
             f" (still terminating after {wait_s:.0f}s)" if result.unfinished else ""))
     if sweep is None:

@@ -125,8 +125,9 @@ def render(spec_file: str, parallelism: int | None, image: str | None, namespace
            storage_secret: str | None, storage_proxy: str | None,
            overrides: tuple[str, ...]) -> None:
     """Print the Kubernetes objects `run --backend kubernetes` submits, as YAML (no storage,
-    no cluster): the ConfigMap NAME-spec and the Job. Applied on their own (kubectl apply -f -,
-    GitOps), the first trial runner creates the sweep from the spec."""
+    no cluster): the ConfigMap NAME-spec and the Job (a JobSet when trial.nodes > 1). Applied
+    on their own (kubectl apply -f -, GitOps), the first trial runner creates the sweep from
+    the spec."""
     import yaml
 
     from sweeper.backends.manifests import checkpoint_warning, with_kubernetes
@@ -142,7 +143,12 @@ def render(spec_file: str, parallelism: int | None, image: str | None, namespace
         click.echo(f"note: no kubernetes.image in the spec and no --image: the Job runs "
                    f"{default_image}, which holds only sweeper's built-in examples; build your "
                    "trial code into an image FROM it (docs/your-cluster.md)", err=True)
-    objects = render_objects(spec)
+    if spec.trial.nodes > 1:  # gangs of pods: a JobSet (sweeper.backends.jobset)
+        from sweeper.backends.jobset import render as render_jobset
+
+        objects = render_jobset(spec)
+    else:
+        objects = render_objects(spec)
     warning = checkpoint_warning(spec)
     if warning:
         click.echo(f"warning: {warning}", err=True)

@@ -34,6 +34,7 @@ PART_OF = {"app.kubernetes.io/part-of": "sweeper"}
 #: The only things the CLI's ServiceAccount may do: (apiGroup, resource) -> verbs.
 EXPECTED_RULES = {
     ("batch", "jobs"): {"create", "get", "list", "watch", "delete"},
+    ("jobset.x-k8s.io", "jobsets"): {"create", "get", "list", "watch", "delete"},
     ("", "pods"): {"get", "list"},
     ("", "pods/log"): {"get"},
     ("", "configmaps"): {"get", "create", "update", "patch", "delete"},

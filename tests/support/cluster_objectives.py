@@ -64,7 +64,7 @@ def ddp(ctx: TrialContext) -> dict[str, float]:
     it saw to $MARKER_DIR/rank-INDEX-ATTEMPT-RANK.json. Fixed ``kill_rank``: that rank kills
     itself (SIGKILL) at step 1 of the first attempt; ``kill_node``: the ranks of that node
     of a ``trial.nodes`` gang kill their whole process group (the node's torchrun agent
-    too: what losing a pod is to the gang)."""
+    too: what losing a pod is to the gang); ``delay``: seconds before each step."""
     import json
     import signal
 
@@ -83,6 +83,7 @@ def ddp(ctx: TrialContext) -> dict[str, float]:
     out = Path(os.environ["MARKER_DIR"], f"rank-{ctx.index}-{ctx.attempt}-{rank}.json")
     steps, loss = int(ctx.params.get("steps", 3)), 0.0
     for step in range(steps):
+        time.sleep(float(ctx.params.get("delay", 0.0)))
         loss = float(ctx.params["x"]) * 10 + steps - step
         ctx.report(step, loss=loss)
         if ctx.params.get("kill_rank") == rank and ctx.attempt == 0 and step == 1:

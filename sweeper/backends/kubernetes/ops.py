@@ -149,6 +149,7 @@ class CancelResult:
     pods: int
     failed_trials: tuple[int, ...]  # numbers of the RUNNING trials marked FAIL
     unfinished: bool = False  # a Job was still being deleted when we stopped waiting
+    jobsets: tuple[str, ...] = ()  # a multi-node sweep's JobSets deleted
 
 
 def cancel(clients: ClientFactory, name: str, namespace: str, *, sweep: Sweep | None = None,
@@ -173,12 +174,11 @@ def cancel(clients: ClientFactory, name: str, namespace: str, *, sweep: Sweep | 
         indexes.update(range(sweep.spec.trials))
     remaining = _wait_gone(api, namespace, deleted, wait_s, poll_s)
     remaining |= _wait_gone(api, namespace, jobsets, wait_s, poll_s, read=api.read_jobset)
-    deleted += [f"JobSet {n}" for n in jobsets]
     failed: list[int] = []
     if indexes and sweep is not None:
         failed = _fail_running(sweep, indexes)
     return CancelResult(jobs=tuple(deleted), pods=len(pods), failed_trials=tuple(failed),
-                        unfinished=bool(remaining))
+                        unfinished=bool(remaining), jobsets=tuple(jobsets))
 
 
 def _delete_jobsets(api: KubeClient, namespace: str, name: str) -> list[str]:
