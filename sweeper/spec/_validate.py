@@ -134,6 +134,10 @@ class _Validator(Checks):
         if description is not None:
             description = self.string(description, ("description",))
         kube = kubernetes(self, m.get("kubernetes"), ("kubernetes",), deep=self.deep)
+        if trial.nodes > 1 and kube.indexes_per_pod > 1:
+            raise self.err(("kubernetes", "indexes_per_pod"), "a multi-node sweep's gangs run "
+                                                              "their indexes in turn already: "
+                                                              "leave indexes_per_pod out")
         artifacts = self.artifacts(m.get("artifacts"), ("artifacts",))
         dataset = data_section(self, m.get("data"), ("data",), artifacts)
         stop = stop_spec(self, m.get("stop"), ("stop",), objectives)
