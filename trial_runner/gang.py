@@ -5,8 +5,9 @@ finished trial, retrying a failed attempt while the index has retries left (the 
 runs each attempt: its torchrun hosts the rendezvous the others join); then one last round
 tells the followers that the slot is done, and every pod of the slot exits 0, so the child
 Job completes. Nodes 1..N-1 follow: one torchrun per round, until the done round. A pod that
-dies fails the child Job, and JobSet recreates the whole gang, which starts over where the
-study says (see sweeper.backends.jobset).
+dies is replaced by the Job controller (same completion index, same DNS name): the trial it was
+part of fails once for every rank and the retry's rendezvous takes in the replacement; a
+replaced node 0 resumes the slot where the study says (see sweeper.backends.jobset).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from typing import Any
 from sweeper import protocol
 from sweeper.gang import Gang
 from sweeper.spec import SweepSpec
-from sweeper.study import Sweep, attempts
+from sweeper.study import Sweep
 from trial_runner.command import _die_with_parent, _terminate
 from trial_runner.context import TrialContext
 from trial_runner.launcher import follower_argv, rdzv_id, torchrun_argv
@@ -36,13 +37,6 @@ _ROUND_PAUSE_S = 1.0
 _STOP_STATES = (protocol.STOPPED,)
 
 
-def failed_attempts(sweep: Sweep, index: int) -> tuple[int, bool]:
-    """(FAIL attempts of the index, whether one finished)."""
-    atts = attempts(sweep.storage, sweep.study_id, index)
-    done = any(a.state.name in ("COMPLETE", "PRUNED") for a in atts)
-    return sum(a.state.name == "FAIL" for a in atts), done
-
-
 def run_slot(sweep: Sweep, gang: Gang, objective: Callable[[TrialContext], Any],
              settings: RunnerSettings, log: Callable[[Outcome], None],
              hook: Callable[[int], Callable[[int, int, int], None]]) -> int:
@@ -52,28 +46,28 @@ def run_slot(sweep: Sweep, gang: Gang, objective: Callable[[TrialContext], Any],
     retries = sweep.spec.trial.retries
     for index in gang.indexes(sweep.spec.trials):
         outcome = _run_to_end(sweep, index, objective, settings, retries, log, hook(index))
-        if outcome is not None and outcome.exit_code == protocol.EXIT_CONFIG:
+        if outcome.exit_code == protocol.EXIT_CONFIG:
             return protocol.EXIT_CONFIG
-        if outcome is not None and outcome.state in _STOP_STATES:
+        if outcome.state in _STOP_STATES:
             break
     return send_done(sweep.spec, gang)
 
 
 def _run_to_end(sweep: Sweep, index: int, objective: Callable[[TrialContext], Any],
                 settings: RunnerSettings, retries: int, log: Callable[[Outcome], None],
-                hook: Callable[[int, int, int], None]) -> Outcome | None:
+                hook: Callable[[int, int, int], None]) -> Outcome:
     """Attempts of one index until one finishes, it fails for good, or the sweep stops.
-    Counted in the study, so a gang JobSet recreated mid-index spends no extra retry."""
-    outcome = None
-    while True:
-        fails, done = failed_attempts(sweep, index)
-        if done or fails > retries:
-            return outcome
-        outcome = run_index(sweep, index, objective, settings, trial_hook=hook)
-        log(outcome)
+    Counted by this node 0: a replaced node 0 (a pod that died) starts the count again,
+    bounded by the child Job's backoffLimit; a resumed sweep's gangs retry what failed."""
+    outcome = run_index(sweep, index, objective, settings, trial_hook=hook)
+    log(outcome)
+    for _ in range(retries):
         if outcome.state != "FAIL" or outcome.exit_code in (protocol.EXIT_CONFIG,
                                                             protocol.EXIT_NO_RETRY):
-            return outcome
+            break
+        outcome = run_index(sweep, index, objective, settings, trial_hook=hook)
+        log(outcome)
+    return outcome
 
 
 def send_done(spec: SweepSpec, gang: Gang) -> int:
