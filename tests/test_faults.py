@@ -49,8 +49,11 @@ def _spec(tmp_path: Path, name: str, indexes: int, parallelism: int, duration: f
 
 
 def _sweep(spec: Path, env: dict[str, str], cwd: Path) -> subprocess.Popen[str]:
+    # SIGINT as a terminal delivers it, even where the suite runs as a background job (whose
+    # children a non-interactive shell starts with SIGINT ignored).
     return subprocess.Popen([str(SWEEPER), "run", str(spec)], cwd=cwd, env=env, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
 
 
 def _wait_running(pg_url: str, name: str, n: int = 1, timeout: float = 60) -> None:
