@@ -167,3 +167,36 @@ def test_cancel_deletes_the_jobset_and_fails_its_running_trials(
     assert cluster.pods("mn-cancel") == []
     states = [t.state for ts in cluster.trials("mn-cancel").values() for t in ts]
     assert TrialState.RUNNING not in states
+
+
+def test_the_rendered_jobset_alone_runs_the_sweep(cluster: Cluster, tmp_path: Path) -> None:
+    """GitOps: `kubectl apply -f` of what `sweeper render` prints, no `sweeper run`: node 0 of
+    each gang finds no sweep and creates it from the mounted spec; two gangs at once (each
+    with its own rendezvous port on the shared host network) finish every index once."""
+    import subprocess
+
+    import yaml
+
+    from tests.support.k8s_cluster import kubectl
+
+    markers = tmp_path / "markers"
+    markers.mkdir()
+    text = _spec("mn-gitops", markers).replace("parallelism: 1", "parallelism: 2") \
+        .replace("values: [0, 1]", "values: [0, 1, 2]").replace("delay: 1.5", "delay: 0")
+    rendered = cluster.sweeper("render", cluster.spec(text))
+    assert rendered.exit_code == 0, rendered.output
+    objects = [o for o in yaml.safe_load_all(rendered.stdout) if o]
+    assert [o["kind"] for o in objects] == ["ConfigMap", "JobSet"]
+    out = subprocess.run([kubectl(), "--kubeconfig", str(cluster.kubeconfig), "apply", "-f",
+                          "-"], input=yaml.safe_dump_all(objects), capture_output=True,
+                         text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    obj = _wait_for_jobset(cluster, "mn-gitops", 120)
+    assert [c["type"] for c in obj["status"]["conditions"] if c["status"] == "True"] == \
+        ["Completed"], obj["status"]
+    assert cluster.finished_per_index("mn-gitops") == {0: 1, 1: 1, 2: 1}
+    assert sum(len(ts) for ts in cluster.trials("mn-gitops").values()) == 3
+    for index in range(3):  # gang 0 ran 0 and 2, gang 1 ran 1: each on two pods
+        nodes = _seen(markers, index, 0)
+        assert [n["node"] for n in nodes] == [0, 1] and nodes[0]["pgid"] != nodes[1]["pgid"]
+    cluster.sweeper("cancel", "mn-gitops")  # the JobSet goes, as `sweeper delete` would
