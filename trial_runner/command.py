@@ -14,16 +14,14 @@ import json
 import math
 import os
 import re
-import signal
 import subprocess
 import sys
 import tempfile
 import threading
-import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import optuna
 
@@ -31,67 +29,15 @@ from sweeper import protocol
 from sweeper.spec import MetricsSpec
 from trial_runner.context import InvalidResult, ProgramFailed, TrialContext, TrialTimeout
 from trial_runner.metrics import JsonLinesTail, Metrics, parse_metric_line
+from trial_runner.processes import StderrTee, die_with_parent, terminate
 
 #: Environment variables never passed on to the user's program (the storage URL has a password).
 _SECRET_ENV = protocol.SECRET_ENV
 
 
-#: A Python exception line (``ModuleNotFoundError: No module named 'x'``) or the like.
-_EXCEPTION_RE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Interrupt|Exit|Warning)\b")
-_ERROR_WORDS = ("error", "can't", "cannot", "no such file", "not found", "permission denied",
-                "killed", "fatal", "abort")
-#: Lines of the program's stderr kept for the failure reason.
-_STDERR_TAIL = 50
-
-
-def last_error_line(lines: Sequence[str]) -> str | None:
-    """The line of a failed program's stderr that says why: the last exception line of a
-    traceback, else the last line that reads like an error, else the last line. Pure."""
-    clean = [line.strip() for line in lines if line.strip()]
-    for pattern in (lambda s: bool(_EXCEPTION_RE.match(s)),
-                    lambda s: any(w in s.lower() for w in _ERROR_WORDS),
-                    lambda s: True):
-        for line in reversed(clean):
-            if pattern(line):
-                return line[:300]
-    return None
-
-
-class _StderrTee:
-    """Copies the program's stderr to ours (the index's log) line by line and keeps the tail,
-    so a failure's reason can be the program's own error rather than only its exit code."""
-
-    def __init__(self, stream: IO[str]) -> None:
-        self.tail: deque[str] = deque(maxlen=_STDERR_TAIL)
-        self._thread = threading.Thread(target=self._copy, args=(stream,), daemon=True,
-                                        name="sweeper-stderr")
-        self._thread.start()
-
-    def _copy(self, stream: IO[str]) -> None:
-        for line in stream:
-            sys.stderr.write(line)
-            self.tail.append(line)
-        sys.stderr.flush()
-
-    def reason(self) -> str | None:
-        self._thread.join(timeout=5)
-        return last_error_line(list(self.tail))
-
-
 def render_argv(template: Sequence[str], values: dict[str, Any]) -> list[str]:
     """Fill ``{name}`` placeholders in each argv element; the result is passed to exec as is."""
     return [arg.format_map(values) for arg in template]
-
-
-def _die_with_parent() -> None:  # pragma: no cover - runs in the child before exec
-    """Linux: the child is SIGKILLed if the runner dies, so a killed runner leaves no orphan."""
-    try:
-        import ctypes
-
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except OSError:
-        pass
-    os.setsid()
 
 
 def command_objective(template: Sequence[str], timeout_s: float | None,
@@ -132,7 +78,7 @@ def _run_in(workdir: Path, ctx: TrialContext, argv: list[str], values: dict[str,
             timeout_s: float | None, how: MetricsSpec) -> dict[str, float]:
     seen = Metrics(lambda step, m: _report(ctx, step, m))
     fmt = re.compile(how.format) if how.format is not None else None
-    tail = JsonLinesTail(Path(how.file.format_map(values)), seen, lambda: _terminate(proc),
+    tail = JsonLinesTail(Path(how.file.format_map(values)), seen, lambda: terminate(proc),
                          fmt) if how.file is not None else None
     params_file = workdir / "params.json"
     params_file.write_text(json.dumps(ctx.params))
@@ -151,11 +97,11 @@ def _run_in(workdir: Path, ctx: TrialContext, argv: list[str], values: dict[str,
     try:
         proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
                                 text=True, bufsize=1, errors="replace",
-                                preexec_fn=_die_with_parent)
+                                preexec_fn=die_with_parent)
     except OSError as e:
         raise ProgramFailed(f"cannot start {argv[0]!r}: {e.strerror}") from None
     assert proc.stderr is not None
-    stderr = _StderrTee(proc.stderr)
+    stderr = StderrTee(proc.stderr)
     if tail is not None:
         tail.start()
 
@@ -164,7 +110,7 @@ def _run_in(workdir: Path, ctx: TrialContext, argv: list[str], values: dict[str,
     if timeout_s is not None:
         def expire() -> None:
             timed_out.set()
-            _terminate(proc)
+            terminate(proc)
 
         timer = threading.Timer(timeout_s, expire)
         timer.daemon = True
@@ -174,7 +120,7 @@ def _run_in(workdir: Path, ctx: TrialContext, argv: list[str], values: dict[str,
         _follow(proc, None if tail is not None else seen, fmt, last)
         code = proc.wait()
     except BaseException:
-        _terminate(proc)
+        terminate(proc)
         raise
     finally:
         if timer is not None:
@@ -222,7 +168,7 @@ def _follow(proc: subprocess.Popen[str], seen: Metrics | None,
         if line.strip():
             last.append(line)
         if seen is not None and seen.add(parse_metric_line(line, fmt)):
-            _terminate(proc)
+            terminate(proc)
 
 
 def _report(ctx: TrialContext, step: int, metrics: dict[str, float]) -> bool:
@@ -242,20 +188,3 @@ def _metrics_file(path: Path) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise RuntimeError("$SWEEPER_METRICS_FILE must hold a JSON object")
     return data
-
-
-def _terminate(proc: subprocess.Popen[str], grace_s: float = 5.0) -> None:
-    if proc.poll() is not None:
-        return
-    try:
-        os.killpg(proc.pid, signal.SIGTERM)
-    except ProcessLookupError:
-        return
-    deadline = time.monotonic() + grace_s
-    while proc.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.05)
-    if proc.poll() is None:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass

@@ -25,9 +25,9 @@ from sweeper import protocol
 from sweeper.gang import Gang
 from sweeper.spec import SweepSpec
 from sweeper.study import Sweep
-from trial_runner.command import _die_with_parent, _terminate
 from trial_runner.context import TrialContext
 from trial_runner.launcher import follower_argv, rdzv_id, torchrun_argv
+from trial_runner.processes import die_with_parent, terminate
 from trial_runner.runner import Outcome, RunnerSettings, run_index
 
 logger = logging.getLogger("trial_runner.gang")
@@ -77,7 +77,7 @@ def send_done(spec: SweepSpec, gang: Gang) -> int:
         launch.write_text(json.dumps({"done": True}))
         argv = torchrun_argv(spec.trial.ranks, "-m", "trial_runner.rank", str(launch),
                              gang=gang, rdzv_id=rdzv_id(spec, gang))
-        code = subprocess.run(argv, preexec_fn=_die_with_parent, check=False).returncode
+        code = subprocess.run(argv, preexec_fn=die_with_parent, check=False).returncode
     if code != 0:
         logger.error("the followers did not join the last round (torchrun exit code %d)",
                      code)
@@ -96,11 +96,11 @@ def follow(spec: SweepSpec, gang: Gang, sleep: Callable[[float], None] = time.sl
         while True:
             note.unlink(missing_ok=True)
             proc = subprocess.Popen(follower_argv(spec, gang, note),
-                                    preexec_fn=_die_with_parent)
+                                    preexec_fn=die_with_parent)
             try:
                 code = proc.wait()
             except BaseException:
-                _terminate(proc)  # type: ignore[arg-type]
+                terminate(proc)
                 raise
             status = json.loads(note.read_text()).get("status") if note.exists() else None
             if status == "done":

@@ -35,8 +35,8 @@ import optuna
 from sweeper.gang import ENV_NODE_RANK, Gang
 from sweeper.spec import SweepSpec
 from sweeper.study import trial_id_of
-from trial_runner.command import _die_with_parent, _StderrTee, _terminate
 from trial_runner.context import TrialContext
+from trial_runner.processes import StderrTee, die_with_parent, terminate
 
 TORCHRUN = (sys.executable, "-m", "torch.distributed.run")
 
@@ -84,14 +84,14 @@ def run_ranks(ctx: TrialContext, spec: SweepSpec, gang: Gang | None = None) -> A
     followers = start_local_followers(spec, gang, workdir) \
         if gang is not None and gang.local else []
     proc = subprocess.Popen(argv, stderr=subprocess.PIPE, text=True, errors="replace",
-                            preexec_fn=_die_with_parent,
+                            preexec_fn=die_with_parent,
                             env=node_env(0, gang.nodes) if gang and gang.local else None)
     assert proc.stderr is not None
-    stderr = _StderrTee(proc.stderr)
+    stderr = StderrTee(proc.stderr)
     try:
         code = proc.wait()
     except BaseException:  # SIGTERM to the runner, a timeout: the ranks go with it
-        _terminate(proc)
+        terminate(proc)
         raise
     finally:
         stop_followers(followers, clean=proc.returncode == 0)
@@ -149,7 +149,7 @@ def start_local_followers(spec: SweepSpec, gang: Gang, workdir: Path
     """``nodes: N`` locally: nodes 1..N-1 of this trial, each its own process group (what a
     pod is to the gang), their output in the runner's log."""
     return [subprocess.Popen(follower_argv(spec, gang.for_node(k), workdir / f"node-{k}.json"),
-                             preexec_fn=_die_with_parent, env=node_env(k, gang.nodes))
+                             preexec_fn=die_with_parent, env=node_env(k, gang.nodes))
             for k in range(1, gang.nodes)]
 
 
@@ -171,7 +171,7 @@ def stop_followers(procs: list[subprocess.Popen[bytes]], *, clean: bool) -> None
         while p.poll() is None and time.monotonic() < deadline:
             time.sleep(0.05)
         if p.poll() is None:
-            _terminate(p)  # type: ignore[arg-type]
+            terminate(p)
 
 
 def _describe(code: int) -> str:

@@ -10,6 +10,8 @@ Configuration comes from the environment, never argv (the storage URL holds a pa
   SWEEPER_SPEC_FILE the normalised spec (the ConfigMap NAME-spec): creates the sweep if absent
 ``--serve`` is the local backend's long-lived worker: it reads indexes from a pipe and runs
 them one after another, so many short trials pay Python + torch start-up once per worker.
+A worker the local backend forks from `sweeper run` calls :func:`main` with the sweep
+its parent had open (``inherited``), which it takes over instead of opening it again.
 """
 
 from __future__ import annotations
@@ -25,13 +27,12 @@ from types import FrameType
 from typing import Any
 
 from sweeper import protocol
-from sweeper.backends.forked import inherited_sweep
 from sweeper.entrypoint import load_entrypoint
 from sweeper.errors import SpecError, StorageError
 from sweeper.gang import Gang, gang_from_env
 from sweeper.proxy.client import close_storage
 from sweeper.spec import SweepSpec
-from sweeper.study import Sweep, open_storage
+from sweeper.study import InheritedSweep, Sweep, open_storage
 from trial_runner.context import TrialContext
 from trial_runner.gang import run_slot
 from trial_runner.runner import Interrupted, Outcome, RunnerSettings, run_index
@@ -93,7 +94,9 @@ def _exit_by_deadline(signum: int) -> None:
     timer.start()
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, *, inherited: InheritedSweep | None = None) -> int:
+    """The runner; ``inherited``: an open sweep handed over by the process that forked this
+    one (sweeper.study.InheritedSweep), taken over if it is the one this runner must open."""
     parser = argparse.ArgumentParser(prog="python -m trial_runner", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--study", help="sweep name (default: $SWEEPER_STUDY)")
@@ -119,8 +122,7 @@ def main(argv: list[str] | None = None) -> int:
     if gang is not None and not gang.leader:
         return _follow(name, gang)
     url = os.environ.get(protocol.ENV_STORAGE, protocol.DEFAULT_STORAGE)
-    # A local worker forked from `sweeper run` takes over its open sweep (warm, no queries).
-    sweep = None if protocol.ENV_SPEC_FILE in os.environ else inherited_sweep(url, name)
+    sweep = _taken_over(inherited, url, name)
     try:
         storage = sweep.storage if sweep is not None else open_storage(
             url, connect_deadline_s=protocol.env_float(os.environ, protocol.ENV_CONNECT_DEADLINE,
@@ -175,6 +177,14 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         close_storage(storage)
     return protocol.combine_exit_codes(codes)
+
+
+def _taken_over(inherited: InheritedSweep | None, url: str, name: str) -> Sweep | None:
+    """A local worker forked from `sweeper run` takes over its open sweep (warm, no queries);
+    never with a spec file (the runner may have to create the sweep from it)."""
+    if inherited is None or protocol.ENV_SPEC_FILE in os.environ:
+        return None
+    return inherited.sweep_for(url, name)
 
 
 def _follow(name: str, gang: Gang) -> int:

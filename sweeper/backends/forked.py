@@ -3,10 +3,12 @@
 ``sweeper run`` has already imported Optuna, SQLAlchemy and NumPy. A worker started as
 ``python -m trial_runner --serve`` imports them again: about half a second of CPU each, W of
 them at once on a machine with fewer cores, before the first trial can start. A forked worker
-starts with them loaded (the pages shared copy-on-write) and runs the same module the exec
-path runs (``runpy``), after setting up what a fresh process would have: its own session, its
+starts with them loaded (the pages shared copy-on-write) and runs the same ``main`` the exec
+path runs, after setting up what a fresh process would have: its own session, its
 environment, stdin from /dev/null, stdout and stderr on its log, no other descriptor of the
-parent, fresh logging and random state.
+parent, fresh logging and random state. The child then calls the runner's entry function,
+named by a string (:data:`RUNNER_ENTRY`, ``trial_runner.main:main``): the orchestrator's own
+code never imports the runner's.
 
 Forking is safe only from a process with one thread and nothing a child must not inherit:
 no gRPC channel or server (a ``grpc://`` storage; the local storage proxy therefore starts
@@ -22,10 +24,12 @@ returns from :func:`fork_worker` (``os._exit``), its garbage collector never see
 database sees each connection closed only when the parent closes it.
 
 A worker for the parent's own storage also takes over a sweep the parent opened for it
-(:func:`inherited_sweep`) instead of opening the storage and reading the sweep again: the
-parent's storage object with a fresh, empty connection pool, its compiled statements, Optuna's
-state and the runner's study already loaded. The parent's pool, with its connections, is
-kept referenced (never closed or collected) in the child.
+instead of opening the storage and reading the sweep again: the parent's storage object with a
+fresh, empty connection pool, its compiled statements, Optuna's state and the runner's study
+already loaded. The backend builds that :class:`~sweeper.study.InheritedSweep` and the child
+passes it to the entry function as an argument (``main(argv, inherited=...)``). The parent's
+pool, with its connections, is kept referenced (never closed or collected) in the child until
+it exits.
 """
 
 from __future__ import annotations
@@ -37,7 +41,6 @@ import importlib
 import io
 import logging
 import os
-import runpy
 import signal
 import subprocess
 import sys
@@ -46,22 +49,22 @@ import time
 import traceback
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from sweeper.study import InheritedSweep
 
 #: ``SWEEPER_WORKER_START``: ``fork`` (the default where :func:`fork_safe` holds) or ``exec``.
 ENV_WORKER_START = "SWEEPER_WORKER_START"
 #: The process name (``/proc/PID/comm``, ``ps -o comm``) of a forked worker.
 WORKER_NAME = b"sweeper-worker"
-#: The runner module both paths run (``python -m trial_runner --serve``).
+#: The runner module the exec path runs (``python -m trial_runner --serve``), and the function
+#: (``MODULE:FUNCTION``, called with the arguments) a forked worker calls: the same ``main``.
 RUNNER_MODULE = "trial_runner"
+RUNNER_ENTRY = "trial_runner.main:main"
 RUNNER_ARGS = ("--serve",)
 _PR_SET_NAME = 15
 _SERVER_SCHEMES = ("postgresql", "postgres", "mysql")
-#: In a forked worker: (storage URL, the parent's sweep on it) to take over, or None.
-_inherited: tuple[str, Any] | None = None
-#: In a forked worker: the parent's connection pools, kept so that they are never closed or
-#: collected here (their connections are the parent's; their descriptors are closed here).
-_parent_pools: list[Any] = []
 
 
 class ForkedProcess:
@@ -127,12 +130,14 @@ def _grpc_in_use() -> bool:
 
 
 def fork_worker(env: Mapping[str, str], keep_fds: Sequence[int], log_path: Path,
-                module: str = RUNNER_MODULE, args: Sequence[str] = RUNNER_ARGS, *,
-                inherit: tuple[str, Any] | None = None) -> ForkedProcess:
-    """Fork a worker that runs ``python -m MODULE ARGS`` (the trial runner's ``--serve``) with
-    ``env`` as its whole environment, ``keep_fds`` (its pipes) open, and its output appended
-    to ``log_path``. ``inherit``: (storage URL, sweep) the worker takes over when it opens
-    that sweep on that storage (:func:`inherited_sweep`)."""
+                entry: str = RUNNER_ENTRY, args: Sequence[str] = RUNNER_ARGS, *,
+                inherit: InheritedSweep | None = None) -> ForkedProcess:
+    """Fork a worker that calls ``entry`` (``MODULE:FUNCTION``, the trial runner's ``main``)
+    with ``args`` (``--serve``), its exit code the function's return value, with ``env`` as its
+    whole environment, ``keep_fds`` (its pipes) open, and its output appended to ``log_path``.
+    ``inherit``: the open sweep the worker may take over, passed to the function as
+    ``inherited=`` (only where given: any ``FUNCTION(argv)`` can be the entry)."""
+    module, _, function = entry.partition(":")
     _preload(module)
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(Exception):
@@ -148,8 +153,9 @@ def fork_worker(env: Mapping[str, str], keep_fds: Sequence[int], log_path: Path,
         return ForkedProcess(pid)
     code = 1
     try:
-        _take_over(inherit)
-        code = _run_child(env, keep_fds, log_path, module, args)
+        # Held until os._exit: the parent's pool is never closed or collected here.
+        _parent_pool = _take_over(inherit)
+        code = _run_child(env, keep_fds, log_path, (module, function), args, inherit)
     except SystemExit as e:
         code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
     except BaseException:  # noqa: BLE001 - anything: report it in the log, never return
@@ -164,31 +170,17 @@ def fork_worker(env: Mapping[str, str], keep_fds: Sequence[int], log_path: Path,
         os._exit(code)
 
 
-def _take_over(inherit: tuple[str, Any] | None) -> None:
-    """In the child, first thing: the inherited storage gets a new, empty pool of its own; the
-    parent's pool is kept (see :data:`_parent_pools`)."""
-    global _inherited
-    if inherit is None:
-        return
-    engine = getattr(inherit[1].storage, "engine", None)
+def _take_over(inherit: InheritedSweep | None) -> Any:
+    """In the child, first thing: the inherited storage gets a new, empty pool of its own.
+    Returns the parent's pool (None: nothing inherited), which the caller keeps referenced
+    until the child exits (its connections are the parent's; their descriptors are closed
+    here)."""
+    engine = getattr(inherit.sweep.storage, "engine", None) if inherit is not None else None
     if engine is None:
-        return
-    _parent_pools.append(engine.pool)
+        return None
+    parent_pool = engine.pool
     engine.pool = engine.pool.recreate()  # what Engine.dispose(close=False) does, kept here
-    _inherited = inherit
-
-
-def inherited_sweep(storage_url: str, name: str) -> Any:
-    """In a worker forked with ``inherit``: its copy of the Sweep for ``name`` on
-    ``storage_url`` the parent set aside for its workers (the parent's storage with the
-    worker's own connections, warm caches, the runner's study loaded), or None (not forked,
-    another storage or sweep): the worker then opens them as an exec'd one does."""
-    if _inherited is None:
-        return None
-    url, sweep = _inherited
-    if url != storage_url or sweep.name != name:
-        return None
-    return sweep
+    return parent_pool
 
 
 #: Imported lazily by a worker's first trial (Optuna's samplers seed from NumPy's RandomState):
@@ -198,15 +190,16 @@ _WARM = ("numpy.random",)
 
 @functools.cache
 def _preload(module: str) -> None:
-    """Import the module's ``main`` (and :data:`_WARM`) here, once per process, so that every
+    """Import the entry's module (and :data:`_WARM`) here, once per process, so that every
     child finds them loaded. By name: the orchestrator's own code never imports the runner's."""
-    for name in (f"{module}.main", *_WARM):
+    for name in (module, *_WARM):
         with contextlib.suppress(ImportError):
             importlib.import_module(name)
 
 
-def _run_child(env: Mapping[str, str], keep_fds: Sequence[int], log_path: Path, module: str,
-               args: Sequence[str]) -> int:
+def _run_child(env: Mapping[str, str], keep_fds: Sequence[int], log_path: Path,
+               entry: tuple[str, str], args: Sequence[str],
+               inherit: InheritedSweep | None) -> int:
     os.setsid()  # like start_new_session: Ctrl-C reaches only `sweeper run`
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGCHLD, signal.SIGALRM):
         signal.signal(sig, signal.SIG_DFL)
@@ -219,9 +212,11 @@ def _run_child(env: Mapping[str, str], keep_fds: Sequence[int], log_path: Path, 
     sys.path[:0] = [p for p in extra if p not in sys.path]
     _set_name(WORKER_NAME)
     _reseed()
+    module, function = entry
     sys.argv = [module, *args]
-    runpy.run_module(module, run_name="__main__", alter_sys=True)
-    return 0
+    run = getattr(importlib.import_module(module), function)
+    code = run(list(args)) if inherit is None else run(list(args), inherited=inherit)
+    return code if isinstance(code, int) else 0
 
 
 def _set_files(log_path: Path, keep_fds: Sequence[int]) -> None:

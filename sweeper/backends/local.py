@@ -38,7 +38,7 @@ from sweeper.backends.gpus import detect_gpus, gpu_slots
 from sweeper.errors import BackendError, SpecError
 from sweeper.gang import Gang
 from sweeper.spec.registry import make_pruner, make_sampler
-from sweeper.study import Sweep, attempts, fail_stale_trials, mark_failed
+from sweeper.study import InheritedSweep, Sweep, attempts, fail_stale_trials, mark_failed
 from sweeper.study.stop import before_start, brake
 
 logger = logging.getLogger(__name__)
@@ -110,7 +110,7 @@ class LocalBackend:
         self.max_starting = max(1, max_starting or os.cpu_count() or 1)
         self.stagger_s = stagger_s
         self._fork = False
-        self._inherit: tuple[str, Sweep] | None = None
+        self._inherit: InheritedSweep | None = None
         self._last_tick = self._last_stale = 0.0
         #: Whether the last run forked its workers (sweeper.backends.forked) or exec'd them.
         self.forked = False
@@ -130,7 +130,7 @@ class LocalBackend:
         n = min(sweep.spec.parallelism, len(pending))
         slots = gpu_slots(detect_gpus(), sweep.spec.trial.resources.gpu, n)
         proxy, reserved, url = self._plan_proxy(storage_url, n)
-        self._inherit = (storage_url, self._inheritable(sweep)) \
+        self._inherit = InheritedSweep(storage_url, self._inheritable(sweep)) \
             if self._fork and url == storage_url else None
         env = self._env(sweep, url, n)
         dispatched: dict[int, int] = {}
@@ -232,7 +232,7 @@ class LocalBackend:
 
     @staticmethod
     def _inheritable(sweep: Sweep) -> Sweep:
-        """What a forked worker takes over (sweeper.backends.forked.inherited_sweep): a Sweep
+        """What a forked worker takes over (sweeper.study.InheritedSweep): a Sweep
         of its own on this process's storage, the runner's study already loaded in it (each
         worker would otherwise spend its first trial's queries and CPU on that)."""
         mine = Sweep(sweep.storage, sweep.study_id, sweep.spec)

@@ -6,7 +6,8 @@ neither click nor kubernetes.
 - :mod:`.retry`: transient vs permanent database errors, the backoff, the one-line failure;
 - :mod:`.storage`: the retrying RDBStorage sweeper hands to Optuna, and ``open_storage``;
 - :mod:`.writes`: what "already done" looks like for writes a retry must recognise (tokens);
-- :mod:`.record`: the sweep record (create, resume, load);
+- :mod:`.record`: the sweep record (create, resume, load), and an open one handed to a
+  forked worker;
 - :mod:`._bulk`: the locked bulk insert that enqueues plans and creates attempts;
 - :mod:`.index`: an index's attempts, claiming one, the next attempt, failing stale ones;
 - :mod:`.trials`: batched user attrs, and registering a trial in Optuna's cache;
@@ -43,7 +44,7 @@ from sweeper.study.index import (
     new_attempt,
     take,
 )
-from sweeper.study.record import Sweep, create_or_resume, load_sweep
+from sweeper.study.record import InheritedSweep, Sweep, create_or_resume, load_sweep
 from sweeper.study.retry import with_retry
 from sweeper.study.storage import RetryingRDBStorage, open_storage
 from sweeper.study.summaries import (
@@ -82,6 +83,7 @@ __all__ = [
     "SPEC_ATTR",
     "Attempt",
     "IndexStatus",
+    "InheritedSweep",
     "RetryingRDBStorage",
     "Sweep",
     "SweepSummary",

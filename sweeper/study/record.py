@@ -83,6 +83,24 @@ class Sweep:
         return study
 
 
+@dataclass(frozen=True)
+class InheritedSweep:
+    """An open sweep handed to a worker forked from the process that opened it: the local
+    backend builds it and passes it, as an argument, to the runner's entry function the forked
+    child calls (``trial_runner.main.main(argv, inherited=...)``). The worker takes over this
+    Sweep (the parent's storage object, the runner's study already loaded) instead of opening
+    the storage and reading the sweep again, where it is the one it was told to open."""
+
+    storage_url: str
+    sweep: Sweep
+
+    def sweep_for(self, storage_url: str, name: str) -> Sweep | None:
+        """The sweep, if it is ``name`` on ``storage_url``; else None (open them as usual)."""
+        if storage_url != self.storage_url or self.sweep.name != name:
+            return None
+        return self.sweep
+
+
 def create_or_resume(storage: proxy.StudyStorage, spec: SweepSpec) -> tuple[Sweep, bool]:
     """Create the study and enqueue its plan, or resume it if this exact spec already ran.
 

@@ -28,7 +28,7 @@ def _probe(tmp_path: Path, name: str, env: dict[str, str], keep: tuple[int, ...]
            *args: str) -> tuple[ForkedProcess, Path, Path]:
     out, log = tmp_path / f"{name}.json", tmp_path / f"{name}.log"
     env = {"PYTHONPATH": str(REPO), **env}
-    return fork_worker(env, keep, log, module=PROBE, args=(str(out), *args)), out, log
+    return fork_worker(env, keep, log, f"{PROBE}:main", args=(str(out), *args)), out, log
 
 
 def test_a_forked_worker_starts_like_a_fresh_process(tmp_path: Path) -> None:
@@ -81,9 +81,9 @@ def test_signals_and_timeouts_are_reported_as_popen_does(tmp_path: Path) -> None
 
 def test_an_exception_in_the_child_is_logged_and_exits_1(tmp_path: Path) -> None:
     log = tmp_path / "bad.log"
-    proc = fork_worker({}, (), log, module="tests.support.no_such_module", args=())
+    proc = fork_worker({}, (), log, "tests.support.no_such_module:main", args=())
     assert proc.wait(timeout=30) == 1
-    assert "No module named tests.support.no_such_module" in log.read_text()
+    assert "No module named 'tests.support.no_such_module'" in log.read_text()
 
 
 def test_the_parents_connections_are_neither_used_nor_inherited(tmp_path: Path,
@@ -158,6 +158,8 @@ def test_a_sweep_runs_on_forked_workers_where_that_is_safe(
                                 "fixed": {}, "retries": 0},
                          parameters={"x": {"type": "float", "values": [0.0, 1.0, 2.0, 3.0]}})
         sweep, _ = create_or_resume(open_storage(url), spec)
+        # Seen by a worker only on a storage object it took over from this process.
+        setattr(sweep.storage, "forkprobe_parent", os.getpid())
 
         def session():  # the database session behind the parent's pooled connection
             if not url.startswith("postgresql"):

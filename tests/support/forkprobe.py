@@ -1,5 +1,6 @@
-"""What a forked worker sees (tests/backends/test_forked.py): ``python -m
-tests.support.forkprobe OUT [sleep]`` writes its process state to OUT as JSON, then exits
+"""What a forked worker sees (tests/backends/test_forked.py): the entry
+``tests.support.forkprobe:main`` called with ``[OUT]`` or ``[OUT, "sleep"]`` (or ``python -m
+tests.support.forkprobe OUT [sleep]``) writes its process state to OUT as JSON, then exits
 with $PROBE_EXIT (or sleeps until a signal ends it)."""
 
 from __future__ import annotations
@@ -10,23 +11,27 @@ import os
 import sys
 import time
 from pathlib import Path
+from typing import Any
+
+#: The attribute a test sets on its sweep's storage object (to the test process's pid) before
+#: its workers are forked: a worker sees it only on a storage it took over from that process.
+PARENT_MARK = "forkprobe_parent"
 
 
-def worker_name(ctx: object) -> float:
+def worker_name(ctx: Any) -> float:
     """A trial objective: 1 in a forked worker (named sweeper-worker), 0 in an exec'd one;
     plus 10 where the worker reaches the study through a storage proxy, plus 100 where it
-    took over the sweep its parent had open."""
-    from sweeper.backends.forked import inherited_sweep
-
+    took over the sweep its parent had open (its storage object carries :data:`PARENT_MARK`)."""
     forked = Path("/proc/self/comm").read_text().strip() == "sweeper-worker"
-    storage = os.environ.get("SWEEPER_STORAGE", "")
-    proxied = storage.startswith("grpc://")
-    inherited = inherited_sweep(storage, os.environ.get("SWEEPER_STUDY", "")) is not None
+    proxied = os.environ.get("SWEEPER_STORAGE", "").startswith("grpc://")
+    storage = ctx.trial.storage  # Optuna's cache around the sweep's storage, if any
+    storage = vars(storage).get("_backend", storage)
+    inherited = getattr(storage, PARENT_MARK, None) == os.getppid()
     return float(forked) + 10.0 * proxied + 100.0 * inherited
 
 
-if __name__ == "__main__":
-    out, *rest = sys.argv[1:]
+def main(argv: list[str]) -> int:
+    out, *rest = argv
     print("probe stdout")
     logging.basicConfig(level=logging.INFO)
     logging.getLogger("probe").info("probe log line")
@@ -46,5 +51,9 @@ if __name__ == "__main__":
     if rest == ["sleep"]:
         while True:
             time.sleep(1)
-    sys.exit(int(os.environ.get("PROBE_EXIT", "0")))
+    return int(os.environ.get("PROBE_EXIT", "0"))
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
 

@@ -13,10 +13,10 @@ from sweeper.study import create_or_resume, open_storage
 from tests.support.helpers import make_spec
 from trial_runner.command import (
     command_objective,
-    last_error_line,
     parse_metric_line,
     render_argv,
 )
+from trial_runner.processes import last_error_line
 from trial_runner.runner import RunnerSettings, run_index
 
 
