@@ -43,6 +43,9 @@ GROUP, VERSION, PLURAL = "jobset.x-k8s.io", "v1alpha2", "jobsets"
 REPLICATED_JOB = "t"
 #: What JobSet sets on every pod of a child Job: which replica (slot) it belongs to.
 JOB_INDEX = "jobset.sigs.k8s.io/job-index"
+#: ... and how many replicas (gangs) its replicated Job has, and the JobSet's name.
+REPLICAS_LABEL = "jobset.sigs.k8s.io/replicatedjob-replicas"
+SET_NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"
 _CONFIG_ERROR_RULE = "configError"
 
 

@@ -148,6 +148,16 @@ def test_a_two_node_sweep_runs_through_jobset_and_survives_a_killed_rank(
     assert [p["status"]["phase"] for p in node1] == ["Failed", "Succeeded"]
     assert trials[0][1].value == 4.0 - 3  # x=0: the leader's last report, steps - 3
 
+    # `sweeper logs` finds node 0's pod of the gang, and each attempt's part of its log.
+    for index, attempt, says in ((0, 0, "failed: objective raised RuntimeError: torchrun"),
+                                 (0, 1, "index 0: trial #2 complete"),
+                                 (1, 0, "index 1: trial #")):
+        logs = cluster.sweeper("logs", "mn-k8s", "--index", str(index), "--attempt",
+                               str(attempt))
+        assert logs.exit_code == 0, logs.output
+        assert says in logs.output, logs.output
+        assert f"index {index}, attempt {attempt}" in logs.output, logs.output
+
 
 def test_cancel_deletes_the_jobset_and_fails_its_running_trials(
         cluster: Cluster, tmp_path: Path) -> None:

@@ -54,7 +54,7 @@ class PodLog:
 class _PodRun:
     key: tuple[int, int, str, str]  # (launch, pod attempt, created, name): oldest first
     pod: Obj
-    job: JobInfo
+    job: str  # the Job's name
 
 
 def _pod_runs(clients: ClientFactory, namespace: str, sweep_name: str, trials: int | None,
@@ -73,12 +73,32 @@ def _pod_runs(clients: ClientFactory, namespace: str, sweep_name: str, trials: i
         for pod in api.list_pods(namespace, selector):
             created = str((pod.get("metadata") or {}).get("creationTimestamp") or "")
             runs.append(_PodRun((info.launch, pod_attempt(pod), created, pod_name(pod)),
-                                pod, info))
+                                pod, info.name))
+    runs += _gang_runs(api, namespace, sweep_name, index)
     if not runs:
         raise BackendError(f"no pod of sweep {sweep_name} ran index {index} in namespace "
                            f"{namespace} (the Job may have been deleted: finished Jobs are "
                            "removed after kubernetes.ttl_after_finished, cancelled ones at once)")
     return sorted(runs, key=lambda r: r.key)
+
+
+def _gang_runs(api: KubeClient, namespace: str, sweep_name: str, index: int) -> list[_PodRun]:
+    """A multi-node sweep's node-0 pods of the gang that ran ``index`` (JobSet slot
+    ``index % replicas``): node 0's log holds the trial's runner and the leader rank."""
+    from sweeper.backends.jobset import JOB_INDEX, REPLICAS_LABEL, SET_NAME_LABEL
+
+    runs = []
+    for pod in api.list_pods(namespace, f"{m.selector(sweep_name)},{m.COMPLETION_INDEX}=0"):
+        labels = (pod.get("metadata") or {}).get("labels") or {}
+        if JOB_INDEX not in labels or not str(labels.get(REPLICAS_LABEL, "")).isdigit():
+            continue  # a single-node Job's pod
+        if int(labels[JOB_INDEX]) != index % max(1, int(labels[REPLICAS_LABEL])):
+            continue
+        launch = m.launch_of(sweep_name, str(labels.get(SET_NAME_LABEL, ""))) or 0
+        created = str((pod.get("metadata") or {}).get("creationTimestamp") or "")
+        runs.append(_PodRun((launch, 0, created, pod_name(pod)), pod,
+                            str(labels.get(JOB_NAME_LABEL, ""))))
+    return runs
 
 
 def _phase(run: _PodRun) -> str:
@@ -118,7 +138,7 @@ def index_log(clients: ClientFactory, namespace: str, sweep_name: str, trials: i
             raise BackendError(f"no log of attempt {attempt} of index {index} in the "
                                f"{len(runs)} pod(s) of sweep {sweep_name} that ran it")
     shown = section.text if section is not None else text
-    return PodLog(pod=pod_name(chosen.pod), job=chosen.job.name, phase=_phase(chosen),
+    return PodLog(pod=pod_name(chosen.pod), job=chosen.job, phase=_phase(chosen),
                   attempt=chosen.key[1], text=last_lines(shown, tail_lines),
                   header=section.header if section is not None else None)
 
@@ -134,7 +154,7 @@ def follow_index_log(clients: ClientFactory, namespace: str, sweep_name: str,
         if _phase(run) != "Pending":
             break
         time.sleep(poll_s)
-    pod = PodLog(pod=pod_name(run.pod), job=run.job.name, phase=_phase(run),
+    pod = PodLog(pod=pod_name(run.pod), job=run.job, phase=_phase(run),
                  attempt=run.key[1], text="")
     return pod, api.stream_pod_log(namespace, pod.pod, container=m.CONTAINER_NAME,
                                    tail_lines=tail_lines)
