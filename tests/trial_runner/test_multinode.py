@@ -11,36 +11,22 @@ from typing import Any
 
 import optuna
 import pytest
-import yaml
-from click.testing import CliRunner, Result
+from click.testing import Result
 from optuna.trial import TrialState
 
 from sweeper import protocol
-from sweeper.cli import cli
 from sweeper.study import driver_url
+from tests.support.ddp_runs import run_ddp, sqlite_url
 
 pytestmark = pytest.mark.slow
 
 
 def _run(tmp_path: Path, name: str, xs: list[int], **fixed: Any) -> Result:
-    markers = tmp_path / "markers"
-    markers.mkdir(exist_ok=True)
-    spec = {"name": name, "method": "grid", "parallelism": 1,
-            "objective": {"metric": "loss", "direction": "minimize"},
-            "pruner": {"type": "median", "n_startup_trials": 0, "n_warmup_steps": 0},
-            "trial": {"entrypoint": "tests.support.cluster_objectives:ddp", "retries": 1,
-                      "launcher": "torchrun", "nproc": 1, "nodes": 2,
-                      "fixed": {"steps": 3, **fixed}},
-            "parameters": {"x": {"type": "int", "values": xs}}}
-    path = tmp_path / f"{name}.yaml"
-    path.write_text(yaml.safe_dump(spec, sort_keys=False))
-    return CliRunner().invoke(cli, ["run", str(path), "--storage", _url(tmp_path),
-                                    "--log-dir", str(tmp_path / "logs")],
-                              env={"MARKER_DIR": str(markers)}, catch_exceptions=False)
+    return run_ddp(tmp_path, name, xs, {"nproc": 1, "nodes": 2}, **fixed)
 
 
 def _url(tmp_path: Path) -> str:
-    return f"sqlite:///{tmp_path / 's.db'}"
+    return sqlite_url(tmp_path)
 
 
 def _seen(tmp_path: Path, index: int, attempt: int) -> list[dict[str, Any]]:
