@@ -10,7 +10,7 @@ from click.testing import CliRunner
 from sweeper.cli import cli
 from sweeper.spec import KubernetesSpec
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 SPEC = str(REPO / "search_spaces" / "digits_tpe.yaml")
 
 

@@ -19,7 +19,7 @@ from sweeper.space import contains
 from sweeper.study import load_sweep, open_storage
 from tests.support.helpers import write_spec
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 SWEEPER = Path(sys.executable).parent / "sweeper"
 
 
