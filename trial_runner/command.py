@@ -83,16 +83,7 @@ def _run_in(workdir: Path, ctx: TrialContext, argv: list[str], values: dict[str,
     params_file = workdir / "params.json"
     params_file.write_text(json.dumps(ctx.params))
     metrics_file = workdir / "metrics.json"
-    env = {k: v for k, v in os.environ.items() if k not in _SECRET_ENV}
-    env.update({
-        protocol.ENV_PARAMS: json.dumps(ctx.params), protocol.ENV_PARAMS_FILE: str(params_file),
-        protocol.ENV_METRICS_FILE: str(metrics_file), protocol.ENV_JOB_ID: str(ctx.index),
-        protocol.ENV_TRIAL_NUMBER: str(ctx.trial_number),
-        protocol.ENV_CHECKPOINT_DIR: str(ctx.checkpoint_dir), "PYTHONUNBUFFERED": "1",
-    })
-    data = ctx.data_dir
-    if data is not None:
-        env[protocol.ENV_DATA_DIR] = str(data)
+    env = _trial_env(ctx, params_file, metrics_file)
     ctx.checkpoint_dir.mkdir(parents=True, exist_ok=True)
     try:
         proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
@@ -106,15 +97,7 @@ def _run_in(workdir: Path, ctx: TrialContext, argv: list[str], values: dict[str,
         tail.start()
 
     timed_out = threading.Event()
-    timer = None
-    if timeout_s is not None:
-        def expire() -> None:
-            timed_out.set()
-            terminate(proc)
-
-        timer = threading.Timer(timeout_s, expire)
-        timer.daemon = True
-        timer.start()
+    timer = _expire_after(proc, timeout_s, timed_out)
     last: deque[str] = deque(maxlen=3)
     try:
         _follow(proc, None if tail is not None else seen, fmt, last)
@@ -141,6 +124,37 @@ def _run_in(workdir: Path, ctx: TrialContext, argv: list[str], values: dict[str,
         raise InvalidResult(_no_metric(missing[0], how, list(last)))
     return {k: v for k, v in final.items() if not (isinstance(v, float) and math.isnan(v))
             or k in ctx.objective_metrics}
+
+
+def _trial_env(ctx: TrialContext, params_file: Path, metrics_file: Path) -> dict[str, str]:
+    """The program's environment: this process's, less its secrets, plus the trial's."""
+    env = {k: v for k, v in os.environ.items() if k not in _SECRET_ENV}
+    env.update({
+        protocol.ENV_PARAMS: json.dumps(ctx.params), protocol.ENV_PARAMS_FILE: str(params_file),
+        protocol.ENV_METRICS_FILE: str(metrics_file), protocol.ENV_JOB_ID: str(ctx.index),
+        protocol.ENV_TRIAL_NUMBER: str(ctx.trial_number),
+        protocol.ENV_CHECKPOINT_DIR: str(ctx.checkpoint_dir), "PYTHONUNBUFFERED": "1",
+    })
+    data = ctx.data_dir
+    if data is not None:
+        env[protocol.ENV_DATA_DIR] = str(data)
+    return env
+
+
+def _expire_after(proc: subprocess.Popen[str], timeout_s: float | None,
+                  timed_out: threading.Event) -> threading.Timer | None:
+    """trial.timeout: a timer that sets ``timed_out`` and terminates the program."""
+    if timeout_s is None:
+        return None
+
+    def expire() -> None:
+        timed_out.set()
+        terminate(proc)
+
+    timer = threading.Timer(timeout_s, expire)
+    timer.daemon = True
+    timer.start()
+    return timer
 
 
 def _no_metric(metric: str, how: MetricsSpec, last: list[str]) -> str:

@@ -154,8 +154,15 @@ def main(argv: list[str] | None = None, *, inherited: InheritedSweep | None = No
             return protocol.EXIT_SIGNAL_BASE + e.signum
         finally:
             close_storage(storage)
+    return _run_indexes(sweep, storage, args.index, objective, settings)
+
+
+def _run_indexes(sweep: Sweep, storage: Any, only: int | None,
+                 objective: Callable[[TrialContext], Any], settings: RunnerSettings) -> int:
+    """The indexes this process runs (``--index``, else from the environment), one after the
+    other; the storage is closed once they ran."""
     try:
-        indexes = [args.index] if args.index is not None else \
+        indexes = [only] if only is not None else \
             protocol.job_indexes_from_env(os.environ, sweep.spec.trials)
     except ValueError as e:
         logger.error("%s", e)

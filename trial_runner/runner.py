@@ -17,7 +17,6 @@ from __future__ import annotations
 import logging
 import os
 import signal
-import threading
 import time
 import traceback
 from collections.abc import Callable, Mapping, Sequence
@@ -49,6 +48,7 @@ from sweeper.spec.conditions import dependency_order, is_active
 from sweeper.spec.registry import make_pruner, make_sampler  # the validator's registry too
 from sweeper.study import (
     FINISHED,
+    Attempt,
     Sweep,
     Taken,
     attempts,
@@ -64,7 +64,6 @@ from sweeper.study import (
     write_trial,
 )
 from sweeper.study._optuna_compat import storage_of, tell, tell_trial, trial_id_of
-from trial_runner.background import HEARTBEATS, Job
 from trial_runner.checkpoints import CheckpointMirror
 from trial_runner.context import (
     InvalidResult,
@@ -77,6 +76,7 @@ from trial_runner.context import (
 from trial_runner.data import DataError, data_dir
 from trial_runner.provenance import process_code_version
 from trial_runner.reports import ReportWriter
+from trial_runner.watchdog import Heartbeat, after_trial, start_timeout
 
 logger = logging.getLogger(__name__)
 
@@ -171,31 +171,6 @@ def suggest(trial: optuna.Trial, p: Parameter) -> Any:
     return trial.suggest_float(p.name, d.low, d.high, step=d.step, log=d.log)
 
 
-class _Heartbeat:
-    """Records the trial's heartbeat every interval until stopped (on the process's heartbeat
-    thread, :data:`trial_runner.background.HEARTBEATS`)."""
-
-    def __init__(self, sweep: Sweep, trial_id: int, interval_s: float) -> None:
-        self._args = (sweep, trial_id, interval_s)
-        self._job: Job | None = None
-
-    @staticmethod
-    def _beat(sweep: Sweep, trial_id: int) -> None:
-        try:
-            sweep.storage.record_heartbeat(trial_id)
-        except Exception as e:  # noqa: BLE001 - keep beating; an outage makes it stale anyway
-            logger.warning("heartbeat failed: %s", type(e).__name__)
-
-    def __enter__(self) -> _Heartbeat:
-        sweep, trial_id, interval_s = self._args
-        self._job = HEARTBEATS.every(interval_s, lambda: self._beat(sweep, trial_id))
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self._job is not None:  # a beat under way may take up to 5 s more
-            HEARTBEATS.cancel(self._job, wait_s=5.0)
-
-
 def _not_started(index: int, stopped: stop.StopState) -> Outcome:
     return Outcome(index, protocol.EXIT_OK, protocol.STOPPED, None,
                    f"index {index} not started: the sweep is stopped ({stopped.describe()})")
@@ -228,39 +203,57 @@ def acquire(sweep: Sweep, index: int, settings: RunnerSettings,
     if taken.claimed is not None:
         return Claimed(taken.claimed.trial_id, taken.claimed.attempt, taken)
     atts = taken.attempts
-    while True:
-        done = [a for a in atts if a.state in FINISHED]
-        if done:
-            return Outcome(index, protocol.EXIT_OK, "ALREADY_DONE", done[-1].number,
-                           f"index {index} already finished (trial #{done[-1].number})")
+    while True:  # the table at the top of this module, one row a line
         latest = atts[-1] if atts else None
-        if latest is None:
-            if not sweep.spec.is_adaptive:
-                return Outcome(index, protocol.EXIT_CONFIG, "FAIL", None,
-                               f"index {index} is not part of sweep {sweep.name!r} "
-                               f"(indexes 0..{sweep.spec.trials - 1})")
-            tid = new_attempt(storage, sweep.study_id, index, after=None, params=None)
-            if tid is not None:
-                return Claimed(tid, 0)
-        elif latest.state == TrialState.WAITING:
-            if claim(storage, latest.trial_id):
-                return Claimed(latest.trial_id, latest.attempt)
-        elif latest.state == TrialState.RUNNING:
-            age = latest.heartbeat_age_s
-            if age is not None and age > settings.grace_period_s:
-                mark_failed(storage, latest.trial_id,
-                            f"heartbeat {age:.0f}s old: the runner died or froze")
-            else:
-                logger.info("index %d: trial #%d is running elsewhere; waiting", index,
-                            latest.number)
-                sleep(min(settings.heartbeat_interval_s, 2.0))
-        elif latest.state == TrialState.FAIL:
-            frozen = storage.get_trial(latest.trial_id)
-            params = frozen.system_attrs.get(FIXED_PARAMS_ATTR) or frozen.params or None
-            tid = new_attempt(storage, sweep.study_id, index, after=latest, params=params)
-            if tid is not None:
-                return Claimed(tid, latest.attempt + 1)
+        got: Claimed | Outcome | None = None
+        if done := [a for a in atts if a.state in FINISHED]:  # COMPLETE/PRUNED
+            got = _already_done(index, done[-1])
+        elif latest is None:                                   # nothing
+            got = _first_attempt(sweep, index)
+        elif latest.state == TrialState.WAITING:               # claim it, or look again
+            got = Claimed(latest.trial_id, latest.attempt) \
+                if claim(storage, latest.trial_id) else None
+        elif latest.state == TrialState.RUNNING:               # wait, or fail a stale one
+            _running(storage, index, latest, settings, sleep)
+        elif latest.state == TrialState.FAIL:                  # the next attempt
+            got = _next_attempt(sweep, index, latest)
+        if got is not None:
+            return got
         atts = attempts(storage, sweep.study_id, index)
+
+
+def _already_done(index: int, last: Attempt) -> Outcome:
+    return Outcome(index, protocol.EXIT_OK, "ALREADY_DONE", last.number,
+                   f"index {index} already finished (trial #{last.number})")
+
+
+def _first_attempt(sweep: Sweep, index: int) -> Claimed | Outcome | None:
+    """Attempt 0 of an adaptive sweep's index (None: another runner created it first)."""
+    if not sweep.spec.is_adaptive:
+        return Outcome(index, protocol.EXIT_CONFIG, "FAIL", None,
+                       f"index {index} is not part of sweep {sweep.name!r} "
+                       f"(indexes 0..{sweep.spec.trials - 1})")
+    tid = new_attempt(sweep.storage, sweep.study_id, index, after=None, params=None)
+    return Claimed(tid, 0) if tid is not None else None
+
+
+def _running(storage: Any, index: int, latest: Attempt, settings: RunnerSettings,
+             sleep: Callable[[float], None]) -> None:
+    """A RUNNING attempt: FAIL it if its heartbeat is stale, else wait a while."""
+    age = latest.heartbeat_age_s
+    if age is not None and age > settings.grace_period_s:
+        mark_failed(storage, latest.trial_id, f"heartbeat {age:.0f}s old: the runner died or froze")
+    else:
+        logger.info("index %d: trial #%d is running elsewhere; waiting", index, latest.number)
+        sleep(min(settings.heartbeat_interval_s, 2.0))
+
+
+def _next_attempt(sweep: Sweep, index: int, latest: Attempt) -> Claimed | None:
+    """The attempt after a FAIL, with its params (None: another runner created it first)."""
+    frozen = sweep.storage.get_trial(latest.trial_id)
+    params = frozen.system_attrs.get(FIXED_PARAMS_ATTR) or frozen.params or None
+    tid = new_attempt(sweep.storage, sweep.study_id, index, after=latest, params=params)
+    return Claimed(tid, latest.attempt + 1) if tid is not None else None
 
 
 def run_index(sweep: Sweep, index: int, objective: Callable[[TrialContext], Any],
@@ -291,7 +284,7 @@ def run_index(sweep: Sweep, index: int, objective: Callable[[TrialContext], Any]
         number = trial.number
         if trial_hook is not None:
             trial_hook(trial_id, number, attempt)
-        with _Heartbeat(sweep, trial_id, settings.heartbeat_interval_s):
+        with Heartbeat(sweep, trial_id, settings.heartbeat_interval_s):
             outcome = _run_trial(sweep, study, trial, index, attempt, objective, settings)
     except BaseException as e:
         # Whatever escapes after the claim (a broken pipe to a dead orchestrator, a signal
@@ -305,7 +298,7 @@ def run_index(sweep: Sweep, index: int, objective: Callable[[TrialContext], Any]
         if isinstance(e, StorageError):
             return Outcome(index, protocol.EXIT_RETRY, "FAIL", None, f"index {index}: {e}")
         raise
-    _after_trial(sweep, failed=outcome.state == "FAIL")
+    after_trial(sweep, failed=outcome.state == "FAIL")
     return outcome
 
 
@@ -316,19 +309,6 @@ def _open(study: optuna.Study, trial_id: int, taken: Taken | None) -> optuna.Tri
     return open_claimed(study, trial_id, taken.claimed.number, taken.started, taken.stored)
 
 
-def _after_trial(sweep: Sweep, *, failed: bool = False) -> None:
-    """Evaluate the stop rules now that a trial finished, and the brake after a failure (so
-    the next runner sees it before it starts, whatever the launcher's poll interval). A
-    failure here must not undo the trial, which is finished already: the next runner
-    evaluates them again."""
-    try:
-        stop.after_trial(sweep.storage, sweep.study_id, sweep.spec)
-        if failed:
-            stop.brake(sweep.storage, sweep.study_id, sweep.spec)
-    except Exception as e:  # noqa: BLE001 - the trial's outcome stands; say why, carry on
-        logger.warning("could not evaluate the stop rules: %s", e)
-
-
 def _run_trial(sweep: Sweep, study: optuna.Study, trial: optuna.Trial, index: int,
                attempt: int, objective: Callable[[TrialContext], Any],
                settings: RunnerSettings) -> Outcome:
@@ -336,7 +316,7 @@ def _run_trial(sweep: Sweep, study: optuna.Study, trial: optuna.Trial, index: in
     trial_id, number = trial_id_of(trial), trial.number
     storage = sweep.storage
     metrics = tuple(o.metric for o in spec.objectives)
-    timer = _start_timeout(sweep, trial_id, index, number, spec.trial.timeout)
+    timer = start_timeout(sweep, trial_id, index, number, spec.trial.timeout)
     # Under torchrun rank 0 reports from its own process, and the finish re-reads the trial.
     writer = ReportWriter(trial, settings.report_delay_s if spec.trial.ranks == 1 else 0.0)
 
@@ -372,28 +352,7 @@ def _run_trial(sweep: Sweep, study: optuna.Study, trial: optuna.Trial, index: in
         why = _restore(mirror, ctx)
         if why is not None:
             return fail(why, protocol.EXIT_RETRY)
-        try:
-            result = objective(ctx)
-        except optuna.TrialPruned:
-            with writer.finishing():
-                return _finish_pruned(study, trial_id, index, number, trial=own)
-        except (TrialTimeout, DataError, SuggestNotAllowed, ProgramFailed, InvalidResult) as e:
-            return fail(str(e), _exit_code_of(e))
-        if result is None and ctx.should_prune():
-            with writer.finishing():
-                return _finish_pruned(study, trial_id, index, number, trial=own)
-        try:
-            values, extra = objective_values(result, metrics)
-        except InvalidResult as e:
-            return fail(str(e), protocol.EXIT_NO_RETRY)
-        writer.add(user_attrs={k: v for k, v in extra.items() if _jsonable(v)})
-        with writer.finishing():
-            told = _tell(study, trial_id, TrialState.COMPLETE, values, number=number, trial=own)
-        if not told:
-            return _superseded(index, number)
-        return Outcome(index, protocol.EXIT_OK, "COMPLETE", number,
-                       f"index {index}: trial #{number} complete: "
-                       + ", ".join(f"{m}={v:.6g}" for m, v in zip(metrics, values, strict=True)))
+        return _evaluate(study, ctx, objective, writer, fail, own=own)
     except Interrupted as e:
         writer.flush_quietly()
         _fail(storage, index, trial_id, number, f"interrupted by {e}; resumable",
@@ -409,6 +368,37 @@ def _run_trial(sweep: Sweep, study: optuna.Study, trial: optuna.Trial, index: in
         writer.flush_quietly()  # what is left, and the timer stopped
         if timer is not None:
             timer.cancel()
+
+
+def _evaluate(study: optuna.Study, ctx: TrialContext, objective: Callable[[TrialContext], Any],
+              writer: ReportWriter, fail: Callable[[str, int], Outcome], *,
+              own: optuna.Trial | None) -> Outcome:
+    """Run the objective and finish the trial from what it returned or raised (what the user's
+    code raised otherwise is the caller's)."""
+    index, number, metrics = ctx.index, ctx.trial_number, ctx.objective_metrics
+    trial_id = trial_id_of(ctx.trial)
+    try:
+        result = objective(ctx)
+    except optuna.TrialPruned:
+        with writer.finishing():
+            return _finish_pruned(study, trial_id, index, number, trial=own)
+    except (TrialTimeout, DataError, SuggestNotAllowed, ProgramFailed, InvalidResult) as e:
+        return fail(str(e), _exit_code_of(e))
+    if result is None and ctx.should_prune():
+        with writer.finishing():
+            return _finish_pruned(study, trial_id, index, number, trial=own)
+    try:
+        values, extra = objective_values(result, metrics)
+    except InvalidResult as e:
+        return fail(str(e), protocol.EXIT_NO_RETRY)
+    writer.add(user_attrs={k: v for k, v in extra.items() if _jsonable(v)})
+    with writer.finishing():
+        told = _tell(study, trial_id, TrialState.COMPLETE, values, number=number, trial=own)
+    if not told:
+        return _superseded(index, number)
+    return Outcome(index, protocol.EXIT_OK, "COMPLETE", number,
+                   f"index {index}: trial #{number} complete: "
+                   + ", ".join(f"{m}={v:.6g}" for m, v in zip(metrics, values, strict=True)))
 
 
 def _final(code: int, attempt: int, retries: int) -> bool:
@@ -499,31 +489,6 @@ def _jsonable(v: Any) -> bool:
     except (TypeError, ValueError):
         return False
     return True
-
-
-def _start_timeout(sweep: Sweep, trial_id: int, index: int, number: int,
-                   timeout_s: float | None) -> threading.Timer | None:
-    """A hung objective cannot be interrupted from Python, so on timeout the trial is marked
-    FAIL and the runner process exits (code NO_RETRY); the backend starts a fresh one."""
-    if timeout_s is None:
-        return None
-
-    def expire() -> None:
-        reason = f"timed out after {timeout_s:g}s (trial.timeout)"
-        try:
-            if sweep.spec.stop.max_failed_trials is not None:  # no retry follows a timeout
-                sweep.storage.set_trial_user_attr(trial_id, FAILED_FOR_GOOD_ATTR, True)
-            mark_failed(sweep.storage, trial_id, reason)
-            _after_trial(sweep, failed=True)
-        finally:
-            logger.error("index %d: trial #%d %s", index, number, reason)
-            logging.shutdown()
-            os._exit(protocol.EXIT_NO_RETRY)
-
-    timer = threading.Timer(timeout_s, expire)
-    timer.daemon = True
-    timer.start()
-    return timer
 
 
 __all__ = ["Interrupted", "Outcome", "RunnerSettings", "acquire",

@@ -13,15 +13,13 @@ from __future__ import annotations
 import logging
 import os
 import selectors
-import signal
 import subprocess
 import sys
 import time
 from collections import deque
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 from optuna.trial import TrialState
 
@@ -30,11 +28,17 @@ from sweeper.backends.base import LogTail, RunResult, Tick
 from sweeper.backends.forked import (
     RUNNER_ARGS,
     RUNNER_MODULE,
-    ForkedProcess,
     fork_safe,
     fork_worker,
 )
 from sweeper.backends.gpus import detect_gpus, gpu_slots
+from sweeper.backends.local_worker import (
+    Process,
+    Worker,
+    ask_to_stop,
+    close_pipes,
+    describe_exit,
+)
 from sweeper.errors import BackendError, SpecError
 from sweeper.gang import Gang
 from sweeper.spec.registry import make_pruner, make_sampler
@@ -52,28 +56,6 @@ _START_TIMEOUT_S = 30.0
 #: at first, 10 ms once they had drifted apart; 8 workers, 2 cores). Spread out, they take
 #: turns; the sweep ends (W - 1) * STAGGER_S later at most.
 STAGGER_S = 0.01
-#: A worker process: exec'd (Popen) or forked from this one.
-Process = subprocess.Popen[bytes] | ForkedProcess
-
-
-@dataclass
-class _Worker:
-    slot: int
-    proc: Process
-    cmd: IO[str]
-    res: IO[bytes]
-    buffer: bytes = b""
-    ready: bool = False
-    index: int | None = None
-    #: The next index, handed over while ``index`` runs (:meth:`LocalBackend._prefetch`).
-    queued: int | None = None
-    trial_id: int | None = None
-    started_at: float = 0.0
-    #: Told to exit (nothing left to run): not replaced when it does.
-    retired: bool = False
-    #: Its first index is handed over no sooner than this (time.monotonic()).
-    not_before: float = 0.0
-    lines: list[str] = field(default_factory=list)
 
 
 def checkpoint_root() -> Path:
@@ -137,30 +119,24 @@ class LocalBackend:
         finished: list[int] = []
         failed: list[int] = []
         sel = selectors.DefaultSelector()
-        workers: list[_Worker] = []
+        workers: list[Worker] = []
         try:
             unstarted = self._first_workers(env, slots, sel, workers)
             if reserved is not None:
                 proxy = self._start_reserved_proxy(storage_url, reserved)
             self._last_tick = self._last_stale = 0.0
+
+            def spawn(slot: int) -> Worker:
+                return self._spawn(slot, env, slots[slot], sel)
+
             while pending or any(w.index is not None for w in workers):
                 while unstarted and pending and \
                         sum(not w.ready for w in workers) < self.max_starting:
-                    slot = unstarted.pop(0)
-                    workers.append(self._spawn(slot, env, slots[slot], sel))
+                    workers.append(spawn(unstarted.pop(0)))
                 for key, _ in sel.select(timeout=self._wait(workers)):
                     self._read(key.data, sweep, pending, dispatched, finished, failed)
-                for w in list(workers):
-                    if w.proc.poll() is not None:
-                        self._reap(w, sweep, pending, dispatched, failed, sel)
-                        workers.remove(w)
-                        if not w.retired and (pending or any(x.index is not None
-                                                             for x in workers)):
-                            workers.append(self._spawn(w.slot, env, slots[w.slot], sel))
-                for w in workers:
-                    if w.ready and not w.retired and w.index is None and pending and \
-                            w.not_before <= time.monotonic():
-                        self._dispatch(w, pending.popleft(), dispatched)
+                self._replace_exited(workers, sweep, pending, dispatched, failed, sel, spawn)
+                self._dispatch_ready(workers, pending, dispatched)
                 self._prefetch(workers, pending, dispatched)
                 self._retire_idle(workers, pending)
                 self._periodic(sweep, workers, pending, tick)
@@ -217,7 +193,7 @@ class LocalBackend:
         logger.info("workers reach the study through the storage proxy on %s", server.url)
         return server, None, server.url
 
-    def _periodic(self, sweep: Sweep, workers: list[_Worker], pending: deque[int],
+    def _periodic(self, sweep: Sweep, workers: list[Worker], pending: deque[int],
                   tick: Tick) -> None:
         """The run loop's slower duties: frozen workers, stop rules, the caller's progress."""
         now = time.monotonic()
@@ -240,7 +216,7 @@ class LocalBackend:
         return mine
 
     def _first_workers(self, env: dict[str, str], slots: list[str | None],
-                       sel: selectors.BaseSelector, workers: list[_Worker]) -> list[int]:
+                       sel: selectors.BaseSelector, workers: list[Worker]) -> list[int]:
         """Forked workers start in milliseconds: all at once, before a proxy's gRPC threads
         exist. Exec'd ones start in the run loop, ``max_starting`` at a time. Returns the
         slots still to start."""
@@ -283,7 +259,7 @@ class LocalBackend:
         return env
 
     def _spawn(self, slot: int, env: dict[str, str], gpus: str | None,
-               sel: selectors.BaseSelector) -> _Worker:
+               sel: selectors.BaseSelector) -> Worker:
         cmd_r, cmd_w = os.pipe()
         res_r, res_w = os.pipe()
         wenv = dict(env, **{protocol.ENV_CMD_FD: str(cmd_r), protocol.ENV_RESULT_FD: str(res_w)})
@@ -295,7 +271,7 @@ class LocalBackend:
         finally:
             os.close(cmd_r)
             os.close(res_w)
-        worker = _Worker(slot, proc, os.fdopen(cmd_w, "w", buffering=1), os.fdopen(res_r, "rb",
+        worker = Worker(slot, proc, os.fdopen(cmd_w, "w", buffering=1), os.fdopen(res_r, "rb",
                                                                                    buffering=0))
         os.set_blocking(res_r, False)
         sel.register(worker.res, selectors.EVENT_READ, worker)
@@ -313,14 +289,14 @@ class LocalBackend:
                                     pass_fds=fds, start_new_session=True)
 
     @staticmethod
-    def _wait(workers: list[_Worker]) -> float:
+    def _wait(workers: list[Worker]) -> float:
         """How long the run loop may wait for a worker's message: 0.2 s, or until the next
         worker whose first index is held back may have it."""
         now = time.monotonic()
         due = [w.not_before - now for w in workers if w.index is None and w.not_before > now]
         return max(0.0, min([0.2, *due]))
 
-    def _retire_idle(self, workers: list[_Worker], pending: deque[int]) -> None:
+    def _retire_idle(self, workers: list[Worker], pending: deque[int]) -> None:
         """Nothing left to hand out: idle workers exit now, while the last trials run, rather
         than all together at the end. A retry that comes back later goes to a worker that is
         still busy now (or, if that one dies, to a replacement)."""
@@ -334,12 +310,30 @@ class LocalBackend:
                 except OSError:
                     pass
 
-    def _dispatch(self, w: _Worker, index: int, dispatched: dict[int, int]) -> None:
+    def _replace_exited(self, workers: list[Worker], sweep: Sweep, pending: deque[int],
+                        dispatched: dict[int, int], failed: list[int],
+                        sel: selectors.BaseSelector, spawn: Callable[[int], Worker]) -> None:
+        """Reap the workers that exited; start another in the slot while there is work."""
+        for w in list(workers):
+            if w.proc.poll() is not None:
+                self._reap(w, sweep, pending, dispatched, failed, sel)
+                workers.remove(w)
+                if not w.retired and (pending or any(x.index is not None for x in workers)):
+                    workers.append(spawn(w.slot))
+
+    def _dispatch_ready(self, workers: list[Worker], pending: deque[int],
+                        dispatched: dict[int, int]) -> None:
+        for w in workers:
+            if w.ready and not w.retired and w.index is None and pending and \
+                    w.not_before <= time.monotonic():
+                self._dispatch(w, pending.popleft(), dispatched)
+
+    def _dispatch(self, w: Worker, index: int, dispatched: dict[int, int]) -> None:
         dispatched[index] = dispatched.get(index, 0) + 1
         w.index, w.trial_id, w.started_at = index, None, time.monotonic()
         self._send_run(w, index)
 
-    def _prefetch(self, workers: list[_Worker], pending: deque[int],
+    def _prefetch(self, workers: list[Worker], pending: deque[int],
                   dispatched: dict[int, int]) -> None:
         """Hand a busy worker its next index while its trial runs, so that it starts it as
         soon as it is done instead of waiting for this loop to read its Done and answer. Only
@@ -355,13 +349,13 @@ class LocalBackend:
                 self._send_run(w, index)
 
     @staticmethod
-    def _send_run(w: _Worker, index: int) -> None:
+    def _send_run(w: Worker, index: int) -> None:
         try:
             w.cmd.write(protocol.encode_message(protocol.Run(index)))
         except (BrokenPipeError, OSError):
             pass  # the worker died; _reap puts the index back
 
-    def _read(self, w: _Worker, sweep: Sweep, pending: deque[int], dispatched: dict[int, int],
+    def _read(self, w: Worker, sweep: Sweep, pending: deque[int], dispatched: dict[int, int],
               finished: list[int], failed: list[int]) -> None:
         try:
             chunk = w.res.read(65536)
@@ -406,7 +400,7 @@ class LocalBackend:
         else:
             failed.append(index)
 
-    def _reap(self, w: _Worker, sweep: Sweep, pending: deque[int], dispatched: dict[int, int],
+    def _reap(self, w: Worker, sweep: Sweep, pending: deque[int], dispatched: dict[int, int],
               failed: list[int], sel: selectors.BaseSelector) -> None:
         """A worker exited. If it held an index, its attempt died with it."""
         try:
@@ -436,13 +430,11 @@ class LocalBackend:
                     raise BackendError(f"worker {w.slot} exited with code {code} before "
                                        f"starting: {self._tail(w.slot)}")
                 logger.warning("worker %d %s while starting; starting another", w.slot,
-                               _describe_exit(code))
+                               describe_exit(code))
             return
         index = w.index
-        reason = _describe_exit(code)
-        for a in attempts(sweep.storage, sweep.study_id, index):
-            if a.state == TrialState.RUNNING:
-                mark_failed(sweep.storage, a.trial_id, f"runner process {reason}")
+        reason = describe_exit(code)
+        _fail_running(sweep, index, f"runner process {reason}")
         logger.warning("index %d: runner process %s", index, reason)
         self._settle(index, protocol.EXIT_NO_RETRY if code == protocol.EXIT_NO_RETRY
                      else protocol.EXIT_RETRY, sweep, pending, dispatched, [], failed)
@@ -455,7 +447,7 @@ class LocalBackend:
         errors = [line for line in lines if "ERROR" in line or "Error" in line]
         return (errors or lines or ["no output"])[-1].strip()[:500]
 
-    def _kill_frozen(self, sweep: Sweep, workers: list[_Worker]) -> None:
+    def _kill_frozen(self, sweep: Sweep, workers: list[Worker]) -> None:
         """Fail trials whose heartbeat went stale and SIGKILL the workers that held them (a
         frozen process cannot be trusted to come back); _reap then retries the index."""
         stale = set(fail_stale_trials(sweep.storage, sweep.study_id, self.grace_period_s))
@@ -478,16 +470,9 @@ class LocalBackend:
                                w.index, w.slot)
                 w.proc.kill()
 
-    def _stop_all(self, workers: list[_Worker], sweep: Sweep) -> None:
+    def _stop_all(self, workers: list[Worker], sweep: Sweep) -> None:
         for w in workers:
-            if w.proc.poll() is None:
-                try:
-                    if w.index is None:
-                        w.cmd.write(protocol.encode_message(protocol.Exit()))
-                    else:
-                        w.proc.send_signal(signal.SIGTERM)
-                except OSError:
-                    pass
+            ask_to_stop(w)
         deadline = time.monotonic() + self.stop_timeout_s
         for w in workers:
             try:
@@ -496,26 +481,13 @@ class LocalBackend:
                 w.proc.kill()
                 w.proc.wait()
             if w.index is not None:
-                for a in attempts(sweep.storage, sweep.study_id, w.index):
-                    if a.state == TrialState.RUNNING:
-                        mark_failed(sweep.storage, a.trial_id, "sweep stopped; resumable")
+                _fail_running(sweep, w.index, "sweep stopped; resumable")
                 w.index = None
         for w in workers:
-            for f in (w.cmd, w.res):
-                try:
-                    f.close()
-                except OSError:
-                    pass
+            close_pipes(w)
 
 
-def _describe_exit(code: int | None) -> str:
-    if code is None:
-        return "is still running"
-    if code < 0:
-        return f"was killed by {signal.Signals(-code).name}"
-    if code > protocol.EXIT_SIGNAL_BASE:
-        try:
-            return f"was killed by {signal.Signals(code - protocol.EXIT_SIGNAL_BASE).name}"
-        except ValueError:
-            pass
-    return f"exited with code {code} ({protocol.EXIT_NAMES.get(code, 'error')})"
+def _fail_running(sweep: Sweep, index: int, reason: str) -> None:
+    for a in attempts(sweep.storage, sweep.study_id, index):
+        if a.state == TrialState.RUNNING:
+            mark_failed(sweep.storage, a.trial_id, reason)

@@ -40,29 +40,38 @@ def _check(value: Any, type_name: str, path: tuple[str | int, ...], partial: boo
     if value is None:
         return None if partial else (path, "must not be null")
     if m := _LIST_RE.match(type_name):
-        if not isinstance(value, list):
-            return path, f"expected a list, got {kind_of(value)}"
-        for i, item in enumerate(value):
-            if partial and isinstance(item, dict) and set(item) == {"$patch"}:
-                continue
-            if problem := _check(item, m.group(1), (*path, i), partial):
-                return problem
-        return None
+        return _check_list(value, m.group(1), path, partial)
     if m := _DICT_RE.match(type_name):
-        if not isinstance(value, dict):
-            return path, f"expected a mapping, got {kind_of(value)}"
-        for k, v in value.items():
-            inner = m.group(1)
-            if inner == "str" and _is_number(v) and path and path[-1] in _QUANTITY_MAPS:
-                continue  # quantities (resources.limits.cpu: 2) are numbers or strings
-            if problem := _check(v, inner, (*path, k), partial):
-                return problem
-        return None
+        return _check_dict(value, m.group(1), path, partial)
     scalar = _SCALARS.get(type_name)
     if scalar is not None:
         return None if scalar(value) else (path, f"expected {_WORDS[type_name]}, "
                                                  f"got {kind_of(value)}")
     return _check_model(value, type_name, path, partial)
+
+
+def _check_list(value: Any, inner: str, path: tuple[str | int, ...], partial: bool
+                ) -> Problem | None:
+    if not isinstance(value, list):
+        return path, f"expected a list, got {kind_of(value)}"
+    for i, item in enumerate(value):
+        if partial and isinstance(item, dict) and set(item) == {"$patch"}:
+            continue
+        if problem := _check(item, inner, (*path, i), partial):
+            return problem
+    return None
+
+
+def _check_dict(value: Any, inner: str, path: tuple[str | int, ...], partial: bool
+                ) -> Problem | None:
+    if not isinstance(value, dict):
+        return path, f"expected a mapping, got {kind_of(value)}"
+    for k, v in value.items():
+        if inner == "str" and _is_number(v) and path and path[-1] in _QUANTITY_MAPS:
+            continue  # quantities (resources.limits.cpu: 2) are numbers or strings
+        if problem := _check(v, inner, (*path, k), partial):
+            return problem
+    return None
 
 
 def _check_model(value: Any, type_name: str, path: tuple[str | int, ...], partial: bool

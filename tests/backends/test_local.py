@@ -13,7 +13,8 @@ from optuna.trial import TrialState
 
 from sweeper import protocol
 from sweeper.backends.base import RunResult, Tick
-from sweeper.backends.local import LocalBackend, _describe_exit
+from sweeper.backends.local import LocalBackend
+from sweeper.backends.local_worker import describe_exit
 from sweeper.study import Sweep, attempts, create_or_resume, open_storage
 from tests.support.helpers import make_spec
 
@@ -33,7 +34,7 @@ from tests.support.helpers import make_spec
     (255, "exited with code 255 (error)"),  # 128 + 127 is no signal
 ])
 def test_describe_exit(code: int | None, text: str) -> None:
-    assert _describe_exit(code) == text
+    assert describe_exit(code) == text
 
 
 # --------------------------------------------------------------------------- real runs

@@ -240,25 +240,37 @@ def secret_problems(objects: Objects, texts: Texts) -> list[str]:
     problems = [f"Secret {o['metadata']['name']} is committed" for o in _find(objects, "Secret")]
     for where, pod_spec in _pod_specs(objects):
         for container in _containers(pod_spec):
-            for env in container.get("env", []):
-                name = env["name"]
-                ref = env.get("valueFrom", {}).get("secretKeyRef")
-                if SENSITIVE_ENV.search(name) and ("value" in env or ref is None):
-                    problems.append(f"{where}: env {name} is not taken from a Secret")
-                if "value" in env and URL_CREDENTIALS.search(str(env["value"])):
-                    problems.append(f"{where}: env {name} holds a URL with credentials")
-                if name == "POSTGRES_HOST_AUTH_METHOD" and env.get("value") == "trust":
-                    problems.append(f"{where}: PostgreSQL accepts connections without a password")
-            for arg in [*container.get("command", []), *container.get("args", [])]:
-                if URL_CREDENTIALS.search(arg):
-                    problems.append(f"{where}: command line holds a URL with credentials")
+            problems += _container_secret_problems(where, container)
     for name, text in texts.items():
-        for match in URL_CREDENTIALS.finditer(text):
-            if not PLACEHOLDER.match(match["password"]):
-                problems.append(f"{name}: literal password in {match[0]!r}")
-        for match in FROM_LITERAL_PASSWORD.finditer(text):
-            if not PLACEHOLDER.match(match["value"]):
-                problems.append(f"{name}: literal password in {match[0]!r}")
+        problems += _literal_password_problems(name, text)
+    return problems
+
+
+def _container_secret_problems(where: str, container: dict[str, Any]) -> list[str]:
+    problems = []
+    for env in container.get("env", []):
+        name = env["name"]
+        ref = env.get("valueFrom", {}).get("secretKeyRef")
+        if SENSITIVE_ENV.search(name) and ("value" in env or ref is None):
+            problems.append(f"{where}: env {name} is not taken from a Secret")
+        if "value" in env and URL_CREDENTIALS.search(str(env["value"])):
+            problems.append(f"{where}: env {name} holds a URL with credentials")
+        if name == "POSTGRES_HOST_AUTH_METHOD" and env.get("value") == "trust":
+            problems.append(f"{where}: PostgreSQL accepts connections without a password")
+    for arg in [*container.get("command", []), *container.get("args", [])]:
+        if URL_CREDENTIALS.search(arg):
+            problems.append(f"{where}: command line holds a URL with credentials")
+    return problems
+
+
+def _literal_password_problems(name: str, text: str) -> list[str]:
+    problems = []
+    for match in URL_CREDENTIALS.finditer(text):
+        if not PLACEHOLDER.match(match["password"]):
+            problems.append(f"{name}: literal password in {match[0]!r}")
+    for match in FROM_LITERAL_PASSWORD.finditer(text):
+        if not PLACEHOLDER.match(match["value"]):
+            problems.append(f"{name}: literal password in {match[0]!r}")
     return problems
 
 
