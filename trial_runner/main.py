@@ -166,16 +166,14 @@ def _run_indexes(sweep: Sweep, storage: Any, only: int | None,
             protocol.job_indexes_from_env(os.environ, sweep.spec.trials)
     except ValueError as e:
         logger.error("%s", e)
+        close_storage(storage)
         return protocol.EXIT_CONFIG
     codes = []
     try:
         for index in indexes:
             os.environ[protocol.ENV_JOB_ID] = str(index)
-
-            def started(trial_id: int, number: int, attempt: int, index: int = index) -> None:
-                _write_log_header(index, attempt, number)
-
-            outcome = run_index(sweep, index, objective, settings, trial_hook=started)
+            outcome = run_index(sweep, index, objective, settings,
+                                trial_hook=_header_hook(index))
             _log_outcome(outcome)
             codes.append(outcome.exit_code)
     except Interrupted as e:
