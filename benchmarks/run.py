@@ -137,7 +137,8 @@ def markdown(result: dict[str, Any]) -> str:
         "with `make bench` (default size, a few minutes on 2 cores) or `make bench "
         "BENCH_ARGS=--full` (the issue's larger sizes). Each item runs sweeper and plain Optuna "
         "on the same PostgreSQL server, each in a fresh database; figures are ratios because "
-        "the machine is shared and noisy.",
+        "the machine is shared and noisy. Earlier runs, and what changed between them, are in "
+        "the [benchmark history](history.md), which no run rewrites.",
         "",
         f"- date: {result['generated_at']}",
         f"- command: `{result['command']}` (size `{result['size']}`)",
