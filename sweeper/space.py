@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import hashlib
 import itertools
 import math
 import random
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from optuna.distributions import (
@@ -16,9 +15,10 @@ from optuna.distributions import (
     IntDistribution,
 )
 
-# The model module, not the package: the package's validator calls grid_size_of from here.
 from sweeper.spec.conditions import dependency_order, drop_inactive, is_active
-from sweeper.spec.model import Parameter, Scalar, SweepSpec
+from sweeper.spec.grid import clean_point, grid_size_of, grid_values
+from sweeper.spec.model import Parameter, SweepSpec
+from sweeper.spec.seeds import index_seed
 from sweeper.study._optuna_compat import distribution_contains
 
 
@@ -38,83 +38,8 @@ def distributions(spec: SweepSpec) -> dict[str, BaseDistribution]:
     return {p.name: distribution(p) for p in spec.parameters}
 
 
-def grid_values(p: Parameter) -> tuple[Scalar, ...]:
-    """The finite points of one parameter, in order (raises ValueError for a continuous float)."""
-    if p.values is not None:
-        return p.values
-    if p.choices is not None:
-        return p.choices
-    assert p.low is not None and p.high is not None
-    if p.type == "int":
-        return tuple(range(int(p.low), int(p.high) + 1, int(p.step or 1)))
-    if p.step is None:
-        raise ValueError(f"parameter {p.name} is continuous; a grid needs step or values")
-    n = round((p.high - p.low) / p.step)
-    # Round away float drift (0.1 * 3 = 0.30000000000000004) so values print and compare cleanly.
-    return tuple(_clean(p.low + k * p.step, p.high) for k in range(n + 1))
-
-
-def _clean(x: float, high: float) -> float:
-    return min(round(x, 12), high)
-
-
-def grid_size_of(params: Iterable[Parameter], cap: int | None = None) -> int:
-    """Number of grid points (exact Python int; may be astronomically large; 0 when a parameter
-    is continuous). Counts what ``grid_values`` would list, without listing it. A conditional
-    grid counts only valid points, walking the conditions' branches: with ``cap``, it stops
-    once the count passes ``cap`` and returns a number above it."""
-    params = tuple(params)
-    if any(p.when for p in params):
-        if not all(p.is_finite for p in params):
-            return 0
-        return _conditional_size(dependency_order(params), cap)
-    size = 1
-    for p in params:
-        if p.values is not None:
-            size *= len(p.values)
-        elif p.choices is not None:
-            size *= len(p.choices)
-        elif p.type == "int":
-            assert p.low is not None and p.high is not None and p.step is not None
-            size *= (int(p.high) - int(p.low)) // int(p.step) + 1
-        elif p.step is not None:
-            assert p.low is not None and p.high is not None
-            size *= round((p.high - p.low) / p.step) + 1
-        else:
-            return 0
-    return size
-
-
 def grid_size(spec: SweepSpec) -> int:
     return grid_size_of(spec.parameters)
-
-
-def _conditional_size(order: tuple[Parameter, ...], cap: int | None) -> int:
-    """Valid points of a conditional grid. Only parameters that others depend on branch; the
-    rest multiply. Each branch holds at least one point, so with ``cap`` the walk is bounded."""
-    controllers = {parent for p in order for parent, _ in p.when}
-    total = 0
-
-    def walk(k: int, assigned: dict[str, Any], factor: int) -> None:
-        nonlocal total
-        if cap is not None and total > cap:
-            return
-        if k == len(order):
-            total += factor
-            return
-        p = order[k]
-        if not is_active(p, assigned):
-            walk(k + 1, assigned, factor)
-        elif p.name not in controllers:
-            walk(k + 1, assigned, factor * len(grid_values(p)))
-        else:
-            for value in grid_values(p):
-                assigned[p.name] = value
-                walk(k + 1, assigned, factor)
-            del assigned[p.name]
-
-    walk(0, {}, 1)
-    return total
 
 
 def conditional_grid(params: tuple[Parameter, ...]) -> Iterator[dict[str, Any]]:
@@ -160,13 +85,6 @@ def grid_point(spec: SweepSpec, index: int) -> dict[str, Any]:
     return {p.name: point[p.name] for p in spec.parameters}
 
 
-def index_seed(seed: int, index: int) -> int:
-    """A 32-bit seed (what numpy-based samplers accept) that is a pure function of
-    (seed, index), stable across Python versions and machines."""
-    digest = hashlib.sha256(f"sweeper:{seed}:{index}".encode()).digest()
-    return int.from_bytes(digest[:4], "big")
-
-
 def random_point(spec: SweepSpec, index: int) -> dict[str, Any]:
     """Set ``index`` of a random sweep: a pure function of (seed, index), independent of how many
     sets exist or which machine asks, so any runner can recompute and check it."""
@@ -190,7 +108,7 @@ def _sample(p: Parameter, rng: random.Random) -> Any:
         return int(p.low) + step * rng.randrange((int(p.high) - int(p.low)) // step + 1)
     if p.step is not None:
         n = round((p.high - p.low) / p.step)
-        return _clean(p.low + p.step * rng.randrange(n + 1), p.high)
+        return clean_point(p.low + p.step * rng.randrange(n + 1), p.high)
     if p.log:
         return min(math.exp(rng.uniform(math.log(p.low), math.log(p.high))), p.high)
     return rng.uniform(p.low, p.high)

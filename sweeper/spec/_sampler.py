@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from sweeper.spec import registry
 from sweeper.spec._primitives import Checks
 from sweeper.spec._yaml import Path_
+from sweeper.spec.grid import grid_size_of, grid_values
 from sweeper.spec.model import Objective, Parameter
 
 if TYPE_CHECKING:
@@ -108,8 +109,6 @@ def sampler_warnings(v: Checks, method: str, options: dict[str, Any],
 def grid_warnings(v: Checks, params: tuple[Parameter, ...], trials: int) -> list[str]:
     """A grid cut short by ``trials`` runs its first points in order, the last parameter
     fastest: the first parameters never take most of their values. Say which."""
-    from sweeper.space import grid_size_of, grid_values  # lazy: space imports this package
-
     size = grid_size_of(params)
     if trials >= size or any(p.when for p in params):
         return []

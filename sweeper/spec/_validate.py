@@ -41,6 +41,7 @@ from sweeper.spec._sampler import (
 )
 from sweeper.spec._stop import stop_spec
 from sweeper.spec._yaml import Path_, _Doc, _load_yaml, read_text
+from sweeper.spec.grid import grid_size_of
 from sweeper.spec.model import (
     ARTIFACT_STORES,
     DIRECTIONS,
@@ -166,8 +167,6 @@ class _Validator(Checks):
     def trials(self, m: Mapping[str, Any], method: str, params: tuple[Parameter, ...]) -> int:
         """A grid defaults to all its points; other methods must say how many."""
         if method == "grid":
-            from sweeper.space import grid_size_of  # lazy: sweeper.space imports this package
-
             size = grid_size_of(params, cap=MAX_INDEXES)
             if size > MAX_INDEXES:
                 many = f"{size:,}" if not any(p.when for p in params) else \

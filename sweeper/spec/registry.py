@@ -13,6 +13,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from sweeper.spec.seeds import index_seed
+
 if TYPE_CHECKING:
     from optuna.pruners import BasePruner
     from optuna.samplers import BaseSampler
@@ -146,7 +148,6 @@ def make_pruner(spec: SweepSpec) -> BasePruner:
 def make_sampler(spec: SweepSpec, index: int) -> BaseSampler:
     """Seeded per index: the same seed everywhere would make parallel TPE runners propose
     identical start points."""
-    from sweeper.space import index_seed  # lazy: sweeper.space imports this package
     from sweeper.study._optuna_compat import experimental_on_purpose
 
     with experimental_on_purpose():  # nsga3, a conditional tpe, ...: chosen, not news

@@ -15,12 +15,12 @@ from sweeper.space import (
     contains,
     grid_point,
     grid_size,
-    grid_size_of,
     planned_sets,
     random_point,
 )
 from sweeper.spec import parse_spec_dict
 from sweeper.spec.conditions import dependency_order, drop_inactive, is_active
+from sweeper.spec.grid import grid_size_of
 from tests.support.helpers import make_spec
 
 SPACE: dict[str, Any] = {

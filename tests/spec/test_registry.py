@@ -10,8 +10,8 @@ import optuna
 import pytest
 
 from sweeper.errors import SpecError
-from sweeper.space import index_seed
 from sweeper.spec import PRUNERS, registry
+from sweeper.spec.seeds import index_seed
 from tests.support.helpers import make_spec
 from trial_runner import runner
 

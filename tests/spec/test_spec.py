@@ -12,7 +12,6 @@ import pytest
 import yaml
 
 from sweeper.errors import SpecError
-from sweeper.space import grid_size_of
 from sweeper.spec import (
     MAX_INDEXES,
     KubernetesSpec,
@@ -26,6 +25,7 @@ from sweeper.spec import (
     parse_spec,
     parse_spec_dict,
 )
+from sweeper.spec.grid import grid_size_of
 from tests.support.helpers import QUADRATIC
 
 REPO = Path(__file__).resolve().parents[2]
