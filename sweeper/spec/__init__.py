@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from sweeper.spec._artifacts import _ARTIFACT_KEYS
 from sweeper.spec._data import _DATA_KEYS
 from sweeper.spec._kubernetes import _TOLERATION_KEYS, _VOLUME_KEYS, K8S_KEYS
 from sweeper.spec._metrics import _METRICS_KEYS
@@ -20,7 +21,6 @@ from sweeper.spec._parameters import _PARAM_KEYS
 from sweeper.spec._primitives import command_placeholders, parse_duration
 from sweeper.spec._stop import STOP_KEYS
 from sweeper.spec._validate import (
-    _ARTIFACT_KEYS,
     _RESOURCE_KEYS,
     _TOP_KEYS,
     _TRIAL_KEYS,

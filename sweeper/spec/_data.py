@@ -7,7 +7,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from sweeper.spec._primitives import BUCKET_RE
+from sweeper.spec._artifacts import no_credentials, s3_location
+from sweeper.spec._primitives import BUCKET_RE, Checks
 from sweeper.spec._yaml import Path_
 from sweeper.spec.model import ArtifactsSpec, DataSpec
 
@@ -15,11 +16,11 @@ _DATA_KEYS = ("path", "s3", "endpoint_url", "region", "credentials_secret")
 _S3_URL_RE = re.compile(r"^s3://([^/]+)(?:/(.*))?$")
 
 
-def data_section(v: Any, value: Any, path: Path_, artifacts: ArtifactsSpec) -> DataSpec:
-    """``v`` is the spec validator (its ``s3`` checks the bucket, endpoint and secret)."""
+def data_section(v: Checks, value: Any, path: Path_, artifacts: ArtifactsSpec) -> DataSpec:
+    """The bucket, endpoint and secret are checked as for artifacts (``s3_location``)."""
     if value is None or value == {}:  # {}: the normalised form of "no data"
         return DataSpec()
-    v.no_credentials(value, path, "data.credentials_secret")
+    no_credentials(v, value, path, "data.credentials_secret")
     m = v.mapping(value, path, _DATA_KEYS)
     sources = [k for k in ("path", "s3") if m.get(k) is not None]
     if len(sources) != 1:
@@ -38,11 +39,11 @@ def data_section(v: Any, value: Any, path: Path_, artifacts: ArtifactsSpec) -> D
         raise v.err((*path, "s3"), f"{match.group(1)!r} is not a valid bucket name (3-63 "
                                    "lowercase letters, digits, '.' and '-')")
     inherit = artifacts if artifacts.store == "s3" else ArtifactsSpec()
-    s3 = v.s3({"bucket": match.group(1), "prefix": match.group(2) or None,
-               "endpoint_url": m.get("endpoint_url", inherit.endpoint_url),
-               "region": m.get("region", inherit.region),
-               "credentials_secret": m.get("credentials_secret", inherit.credentials_secret)},
-              path)
+    s3 = s3_location(v, {"bucket": match.group(1), "prefix": match.group(2) or None,
+                         "endpoint_url": m.get("endpoint_url", inherit.endpoint_url),
+                         "region": m.get("region", inherit.region),
+                         "credentials_secret": m.get("credentials_secret",
+                                                     inherit.credentials_secret)}, path)
     if artifacts.credentials_secret and s3.credentials_secret != artifacts.credentials_secret:
         raise v.err((*path, "credentials_secret"), "data and artifacts must use the same "
                     f"credentials Secret ({artifacts.credentials_secret!r}): the S3 client "

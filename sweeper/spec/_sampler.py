@@ -6,17 +6,14 @@ parameters independently instead of with the method the spec names."""
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from sweeper.spec import registry
-from sweeper.spec._primitives import Checks
+from sweeper.spec._primitives import Checks, describe_types, kind_of, option_ok
 from sweeper.spec._yaml import Path_
 from sweeper.spec.grid import grid_size_of, grid_values
 from sweeper.spec.model import Objective, Parameter
-
-if TYPE_CHECKING:
-    from sweeper.spec._validate import _Validator
 
 #: Values ``sampler: {qmc_type: ...}`` takes (what Optuna's QMCSampler and scipy share).
 QMC_TYPES = ("sobol", "halton")
@@ -37,7 +34,7 @@ def method_fits(v: Checks, method: str, objectives: tuple[Objective, ...]) -> No
                                  f"multi-objective studies): use {_MULTI}")
 
 
-def sampler_options(v: _Validator, value: Any, path: Path_, method: str,
+def sampler_options(v: Checks, value: Any, path: Path_, method: str,
                     conditional: bool) -> dict[str, Any]:
     """``sampler:``: keyword arguments of the method's Optuna sampler, checked by building it."""
     if value is None:
@@ -50,7 +47,7 @@ def sampler_options(v: _Validator, value: Any, path: Path_, method: str,
         raise v.err(path, f"sampler options do not apply to method {method}: its sets are "
                           "fixed by (seed, index)")
     v.mapping(m, path, sorted(registry.option_names(method)))
-    v.options(m, path, cls)
+    class_options(v, m, path, cls)
     if m.get("n_ei_candidates", 1) < 1:
         raise v.err((*path, "n_ei_candidates"), f"must be >= 1, got {m['n_ei_candidates']}")
     if method == "qmc":
@@ -67,6 +64,18 @@ def sampler_options(v: _Validator, value: Any, path: Path_, method: str,
     except (TypeError, ValueError, ImportError) as e:
         raise v.err(path, f"invalid {method} sampler options: {e}") from None
     return m
+
+
+def class_options(v: Checks, m: Mapping[str, Any], path: Path_, cls: type) -> None:
+    """Check keyword options (``sampler:``, ``pruner:``) against the types an Optuna class
+    declares (a string where an int belongs would otherwise only fail inside a running trial)."""
+    types = registry.option_types(cls)
+    for k, x in m.items():
+        want = types[k][0] if k in types else frozenset()
+        if not option_ok(x, want):
+            raise v.err((*path, k), f"expected {describe_types(want)}, got {kind_of(x)}")
+        if isinstance(x, (int, float)) and not isinstance(x, bool) and x < 0:
+            raise v.err((*path, k), f"must be >= 0, got {x}")
 
 
 def sampler_warnings(v: Checks, method: str, options: dict[str, Any],

@@ -1,5 +1,7 @@
-"""Validation of every section but ``parameters:`` (see ``_parameters``), and the entry points
-that read a file, a YAML text or a stored mapping into a :class:`SweepSpec`.
+"""Validation of the top level, ``trial:`` and ``pruner:`` (the other sections have modules of
+their own: ``_parameters``, ``_sampler``, ``_artifacts``, ``_data``, ``_kubernetes``, ``_stop``),
+and the entry points that read a file, a YAML text or a user's mapping into a
+:class:`SweepSpec`.
 
 Every error is a :class:`SpecError` naming the file, the line (when the YAML node is known)
 and the dotted field, so a typo is one clear line and never a traceback.
@@ -15,25 +17,23 @@ from pathlib import Path
 from typing import Any
 
 from sweeper.spec import registry
+from sweeper.spec._artifacts import artifacts_section
 from sweeper.spec._data import data_section
 from sweeper.spec._kubernetes import kubernetes
 from sweeper.spec._launcher import launcher_fields
 from sweeper.spec._metrics import metric_name, metrics_spec
 from sweeper.spec._parameters import parameters
 from sweeper.spec._primitives import (
-    BUCKET_RE,
     ENTRYPOINT_RE,
-    NAME_RE,
     PARAM_RE,
     QUANTITY_RE,
     Checks,
     clip,
-    describe_types,
     kind_of,
     name_problem,
-    option_ok,
 )
 from sweeper.spec._sampler import (
+    class_options,
     grid_warnings,
     method_fits,
     sampler_options,
@@ -43,13 +43,11 @@ from sweeper.spec._stop import stop_spec
 from sweeper.spec._yaml import Path_, _Doc, _load_yaml, read_text
 from sweeper.spec.grid import grid_size_of
 from sweeper.spec.model import (
-    ARTIFACT_STORES,
     DIRECTIONS,
     MAX_INDEXES,
     MAX_NAME_LENGTH,
     METHODS,
     STORAGE_SCHEMES,
-    ArtifactsSpec,
     Objective,
     Parameter,
     Pruner,
@@ -65,11 +63,6 @@ _TOP_KEYS = ("name", "description", "method", "objective", "trials", "parallelis
 _TRIAL_KEYS = ("entrypoint", "command", "fixed", "retries", "timeout", "resources", "launcher",
                "nproc", "nodes", "metrics")
 _RESOURCE_KEYS = ("gpu", "cpu", "memory")
-_ARTIFACT_KEYS = ("store", "path", "bucket", "prefix", "endpoint_url", "region",
-                  "credentials_secret")
-_CREDENTIAL_KEYS = ("access_key", "secret_key", "access_key_id", "secret_access_key",
-                    "aws_access_key_id", "aws_secret_access_key", "session_token",
-                    "aws_session_token", "password", "token", "credentials")
 
 
 # --------------------------------------------------------------------------- public API
@@ -139,7 +132,7 @@ class _Validator(Checks):
             raise self.err(("kubernetes", "indexes_per_pod"), "a multi-node sweep's gangs run "
                                                               "their indexes in turn already: "
                                                               "leave indexes_per_pod out")
-        artifacts = self.artifacts(m.get("artifacts"), ("artifacts",))
+        artifacts = artifacts_section(self, m.get("artifacts"), ("artifacts",))
         dataset = data_section(self, m.get("data"), ("data",), artifacts)
         stop = stop_spec(self, m.get("stop"), ("stop",), objectives)
         return SweepSpec(
@@ -322,7 +315,7 @@ class _Validator(Checks):
         if ptype != "none":
             cls = registry.pruner_class(ptype)
             self.mapping(options, path, ["type", *sorted(registry.keyword_names(cls))])
-            self.options(options, path, cls)
+            class_options(self, options, path, cls)
             for name, (_, required) in registry.option_types(cls).items():
                 if required and name not in options:
                     raise self.err(path, f"the {ptype} pruner needs option {name!r}")
@@ -332,17 +325,6 @@ class _Validator(Checks):
                 raise self.err(path, f"invalid {ptype} pruner options: {e}") from None
         return Pruner(ptype, options)
 
-    def options(self, m: Mapping[str, Any], path: Path_, cls: type) -> None:
-        """Check keyword options against the types an Optuna class declares (a string where
-        an int belongs would otherwise only fail inside a running trial)."""
-        types = registry.option_types(cls)
-        for k, v in m.items():
-            want = types[k][0] if k in types else frozenset()
-            if not option_ok(v, want):
-                raise self.err((*path, k), f"expected {describe_types(want)}, got {kind_of(v)}")
-            if isinstance(v, (int, float)) and not isinstance(v, bool) and v < 0:
-                raise self.err((*path, k), f"must be >= 0, got {v}")
-
     def storage_url(self, value: Any, path: Path_) -> str:
         url = self.string(value, path)
         scheme = url.split("://", 1)[0] if "://" in url else ""
@@ -351,66 +333,3 @@ class _Validator(Checks):
                                  "sqlite:///path.db or postgresql://user:password@host/db "
                                  "(or a sweeper proxy's grpc://host:port)")
         return url
-
-    # ---- artifacts
-
-    def artifacts(self, value: Any, path: Path_) -> ArtifactsSpec:
-        if value is None:
-            return ArtifactsSpec()
-        self.no_credentials(value, path, "artifacts.credentials_secret")
-        m = self.mapping(value, path, _ARTIFACT_KEYS)
-        store = self.choice(m.get("store", "filesystem"), (*path, "store"), ARTIFACT_STORES)
-        only = {"filesystem": ("store", "path"),
-                "s3": ("store", "bucket", "prefix", "endpoint_url", "region",
-                       "credentials_secret")}[store]
-        for key in m:
-            if key not in only:
-                other = "s3" if store == "filesystem" else "filesystem"
-                raise self.err((*path, key), f"{key!r} applies to store: {other}, not {store}")
-        if store == "filesystem":
-            fs_path = self.string(m["path"], (*path, "path")) if m.get("path") is not None \
-                else None
-            return ArtifactsSpec(store="filesystem", path=fs_path)
-        return self.s3(m, path)
-
-    def no_credentials(self, value: Any, path: Path_, secret_key: str) -> None:
-        if isinstance(value, dict):
-            for key in value:
-                if str(key).lower() in _CREDENTIAL_KEYS:
-                    raise self.err((*path, key), "credentials never go in the spec: set "
-                                   "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY in the "
-                                   "environment (in Kubernetes, a Secret named by "
-                                   f"{secret_key})")
-
-    def s3(self, m: Mapping[str, Any], path: Path_) -> ArtifactsSpec:
-        bucket = self.string(self.require(m, "bucket", path), (*path, "bucket"))
-        if not BUCKET_RE.match(bucket) or ".." in bucket:
-            raise self.err((*path, "bucket"), f"{bucket!r} is not a valid bucket name (3-63 "
-                                              "lowercase letters, digits, '.' and '-')")
-        prefix = m.get("prefix")
-        prefix = self.string(prefix, (*path, "prefix")).strip("/") if prefix is not None else ""
-        endpoint = m.get("endpoint_url")
-        if endpoint is not None:
-            endpoint = self.endpoint_url(endpoint, (*path, "endpoint_url"))
-        region = m.get("region")
-        if region is not None:
-            region = self.string(region, (*path, "region"))
-        secret = m.get("credentials_secret")
-        if secret is not None:
-            secret = self.string(secret, (*path, "credentials_secret"))
-            if not NAME_RE.match(secret):
-                raise self.err((*path, "credentials_secret"),
-                               f"{secret!r} is not a valid Kubernetes name")
-        return ArtifactsSpec(store="s3", bucket=bucket, prefix=prefix, endpoint_url=endpoint,
-                             region=region, credentials_secret=secret)
-
-    def endpoint_url(self, value: Any, path: Path_) -> str:
-        endpoint = self.string(value, path)
-        if not re.match(r"^https?://[^/\s]+", endpoint):
-            raise self.err(path, f"expected http(s)://host[:port], got {endpoint!r}")
-        if "@" in endpoint.split("://", 1)[1].split("/", 1)[0]:
-            raise self.err(path, "credentials never go in the spec: remove user:password@ and "
-                                 "set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY in the "
-                                 "environment")
-        return endpoint
-
