@@ -188,7 +188,7 @@ class _Study:
             self.plain_tell.append(t2 - t1)
         else:
             self.cold_ask_s = t1 - t0
-        from sweeper.study._optuna_compat import trial_id_of
+        from sweeper._optuna_compat import trial_id_of
 
         with self.storage.engine.begin() as conn:
             for table in ("trial_values", "trial_params", "trial_user_attributes",

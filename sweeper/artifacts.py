@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from optuna.storages import BaseStorage, RDBStorage
     from optuna.trial import FrozenTrial
 
-    from sweeper.study._optuna_compat import ArtifactStore
+    from sweeper._optuna_compat import ArtifactStore
 
 logger = logging.getLogger(__name__)
 

@@ -36,11 +36,10 @@ KNOWN_CYCLES: tuple[frozenset[str], ...] = (
     # the client imports them back (the storage seam is a type switch).
     frozenset({"sweeper.proxy.client", "sweeper.study.index", "sweeper.study.stats",
                "sweeper.study.storage", "sweeper.study.summaries"}),
-    # spec.registry -> study._optuna_compat -> spec (sweeper.space left it: the grid and the
-    # index seed the spec needs moved down into sweeper.spec.grid and sweeper.spec.seeds).
-    frozenset({"sweeper.spec", "sweeper.spec._sampler",
-               "sweeper.spec._validate", "sweeper.spec.registry",
-               "sweeper.study._optuna_compat", "sweeper.study.retry", "sweeper.study.urls"}),
+    # Broken: spec -> space -> study._optuna_compat -> spec. The grid and the index seed the
+    # spec needs moved down into sweeper.spec.grid and sweeper.spec.seeds, and the Optuna
+    # compatibility module is a bottom-layer package (sweeper._optuna_compat) that imports
+    # nothing of sweeper's but its errors.
     # Broken: trial_runner.command <-> trial_runner.launcher (their process helpers moved
     # to trial_runner.processes).
 )

@@ -25,7 +25,7 @@ from typing import Any
 
 import optuna
 
-from sweeper.study._optuna_compat import update_cached_trial
+from sweeper._optuna_compat import update_cached_trial
 from sweeper.study.trials import (
     new_report,
     rider_backend,

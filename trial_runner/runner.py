@@ -63,7 +63,7 @@ from sweeper.study import (
     unwritten,
     write_trial,
 )
-from sweeper.study._optuna_compat import storage_of, tell, tell_trial, trial_id_of
+from sweeper._optuna_compat import storage_of, tell, tell_trial, trial_id_of
 from trial_runner.checkpoints import CheckpointMirror
 from trial_runner.context import (
     InvalidResult,

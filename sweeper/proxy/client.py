@@ -26,7 +26,7 @@ from optuna.trial import FrozenTrial, TrialState
 from sweeper.errors import SpecError, StorageError, StudyNotFoundError, SweeperError
 from sweeper.protocol import ENV_PARENT_PID
 from sweeper.proxy import service as wire
-from sweeper.study._optuna_compat import FrozenStudy, GrpcStorageProxyOnChannel
+from sweeper._optuna_compat import FrozenStudy, GrpcStorageProxyOnChannel
 from sweeper.study.storage import RetryingRDBStorage
 
 if TYPE_CHECKING:

@@ -34,7 +34,7 @@ from sweeper.proxy import service as wire
 from sweeper.proxy.client import SCHEME, is_proxy_url
 from sweeper.proxy.metrics import ProxyMetrics
 from sweeper.study import index as protocol_steps
-from sweeper.study._optuna_compat import (
+from sweeper._optuna_compat import (
     add_optuna_storage_servicer,
     cached_storage,
     is_finishing_request,

@@ -148,7 +148,7 @@ def make_pruner(spec: SweepSpec) -> BasePruner:
 def make_sampler(spec: SweepSpec, index: int) -> BaseSampler:
     """Seeded per index: the same seed everywhere would make parallel TPE runners propose
     identical start points."""
-    from sweeper.study._optuna_compat import experimental_on_purpose
+    from sweeper._optuna_compat import experimental_on_purpose
 
     with experimental_on_purpose():  # nsga3, a conditional tpe, ...: chosen, not news
         return build_sampler(spec.method, spec.sampler, index_seed(spec.seed, index),

@@ -18,6 +18,8 @@ neither click nor kubernetes.
 
 from __future__ import annotations
 
+from sweeper._optuna_compat import UnsupportedOptunaError, fixed_params_of, trial_id_of
+
 # Attribute keys and defaults live in sweeper.protocol; re-exported here for existing imports.
 from sweeper.protocol import (
     ATTEMPT_ATTR,
@@ -32,7 +34,6 @@ from sweeper.protocol import (
     RETRY_OF_ATTR,
     SPEC_ATTR,
 )
-from sweeper.study._optuna_compat import UnsupportedOptunaError, fixed_params_of, trial_id_of
 from sweeper.study.index import (
     FINISHED,
     Attempt,

@@ -16,9 +16,9 @@ import sqlalchemy as sa
 from optuna.distributions import BaseDistribution, distribution_to_json
 from optuna.trial import TrialState
 
+from sweeper._optuna_compat import rdb_tables
 from sweeper.errors import StorageError
 from sweeper.protocol import ATTEMPT_ATTR, FIXED_PARAMS_ATTR, INDEX_ATTR, RETRY_OF_ATTR
-from sweeper.study._optuna_compat import rdb_tables
 
 
 def utcnow() -> datetime:

@@ -16,6 +16,7 @@ import optuna
 import sqlalchemy as sa
 from optuna.trial import TrialState
 
+from sweeper._optuna_compat import reset_trials_cache
 from sweeper.errors import SpecError, StudyNotFoundError
 from sweeper.protocol import (
     ENQUEUED_ATTR,
@@ -30,7 +31,6 @@ from sweeper.protocol import (
 from sweeper.proxy import client as proxy
 from sweeper.spec import SweepSpec, parse_spec_dict
 from sweeper.study._bulk import TrialRow, exclusive, insert_trials
-from sweeper.study._optuna_compat import reset_trials_cache
 from sweeper.study.retry import with_retry
 
 

@@ -19,10 +19,10 @@ from optuna.storages import RDBStorage
 from optuna.study import StudyDirection
 from optuna.trial import FrozenTrial, TrialState
 
+from sweeper._optuna_compat import FrozenStudy, RDBStoragePrivateRetries, rdb_tables
 from sweeper.errors import StorageError, StorageMissingError
 from sweeper.protocol import INDEX_ATTR
 from sweeper.study import oneshot, writes
-from sweeper.study._optuna_compat import FrozenStudy, RDBStoragePrivateRetries, rdb_tables
 from sweeper.study.retry import NOT_DONE, with_retry
 from sweeper.study.urls import driver_url, redact, scrub
 
@@ -78,6 +78,21 @@ class RetryingRDBStorage(RDBStoragePrivateRetries):
                landed: Callable[[], Any] | None = None, **kwargs: Any) -> T:
         return with_retry(fn, *args, deadline_s=self.retry_deadline_s, what=name, url=self.url,
                           landed=landed, **kwargs)
+
+    # ---- the write tokens of the creations (RDBStoragePrivateRetries' hooks)
+
+    not_landed = NOT_DONE
+
+    def _new_token(self) -> str | None:
+        writes.ensure_table(self.engine)
+        return writes.new_token()
+
+    def _token_row(self, token: str, *, study_id: int, trial_id: int | None = None) -> Any:
+        return writes.record(token, study_id=study_id, trial_id=trial_id)
+
+    def _found_token(self, token: str) -> tuple[int | None, int | None] | None:
+        with self.engine.connect() as conn:
+            return writes.find(conn, token)
 
     # ---- studies (create_new_study: RDBStoragePrivateRetries, with its token)
 

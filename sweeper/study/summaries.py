@@ -12,10 +12,10 @@ import sqlalchemy as sa
 from optuna.storages import RDBStorage
 from optuna.trial import TrialState
 
+from sweeper._optuna_compat import rdb_tables, trial_value
 from sweeper.protocol import FAIL_REASON_ATTR, INDEX_ATTR, SPEC_ATTR
 from sweeper.proxy import client as proxy
 from sweeper.spec import SweepSpec
-from sweeper.study._optuna_compat import rdb_tables, trial_value
 from sweeper.study.retry import with_retry
 
 

@@ -12,7 +12,7 @@ import sqlalchemy as sa
 from optuna.storages import RDBStorage
 
 from sweeper.study import RetryingRDBStorage, open_storage
-from sweeper.study._optuna_compat import RDBStoragePrivateRetries
+from sweeper._optuna_compat import RDBStoragePrivateRetries
 
 #: The RDBStorage methods sweeper's storage overrides to retry (public ones in storage.py,
 #: Optuna's private trial-path ones and the token-carrying creations in _optuna_compat.py).

@@ -3,7 +3,7 @@
 talks to the database, the proxy has PostgreSQL terminate that connection
 (``pg_terminate_backend``). Each call must succeed, exactly once, with nothing lost: Optuna's
 trial cache routes these through private RDBStorage methods that sweeper's retry layer covers
-(sweeper.study._optuna_compat.RDBStoragePrivateRetries)."""
+(sweeper._optuna_compat.RDBStoragePrivateRetries)."""
 
 from __future__ import annotations
 

@@ -14,7 +14,7 @@ import sqlalchemy as sa
 
 from sweeper.protocol import HISTORY_ATTR
 from sweeper.study import attempts, create_or_resume, mark_failed, open_storage
-from sweeper.study._optuna_compat import own_copy, trial_id_of
+from sweeper._optuna_compat import own_copy, trial_id_of
 from tests.support.helpers import make_spec
 from trial_runner.context import TrialContext
 from trial_runner.reports import ReportWriter

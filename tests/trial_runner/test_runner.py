@@ -15,7 +15,7 @@ from optuna.trial import TrialState
 from sweeper import protocol
 from sweeper.space import contains, grid_point
 from sweeper.study import attempts, create_or_resume, mark_failed, open_storage
-from sweeper.study._optuna_compat import trial_id_of
+from sweeper._optuna_compat import trial_id_of
 from tests.support.helpers import make_spec
 from trial_runner.context import TrialContext
 from trial_runner.runner import RunnerSettings, run_index
