@@ -29,6 +29,7 @@ from sweeper.spec._validate import (
     parse_spec_dict,
 )
 from sweeper.spec._yaml import Path_
+from sweeper.spec.k8s_model import KubernetesSpec, Volume
 from sweeper.spec.model import (
     ARTIFACT_STORES,
     DIRECTIONS,
@@ -38,7 +39,6 @@ from sweeper.spec.model import (
     STORAGE_SCHEMES,
     ArtifactsSpec,
     DataSpec,
-    KubernetesSpec,
     MetricsSpec,
     Objective,
     Parameter,
@@ -48,7 +48,6 @@ from sweeper.spec.model import (
     StopSpec,
     SweepSpec,
     TrialSpec,
-    Volume,
 )
 from sweeper.spec.registry import PRUNERS
 

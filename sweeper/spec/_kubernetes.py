@@ -26,7 +26,7 @@ from sweeper.spec._primitives import (
     parse_proxy_address,
 )
 from sweeper.spec._yaml import Path_
-from sweeper.spec.model import VOLUME_KINDS, KubernetesSpec, Volume
+from sweeper.spec.k8s_model import VOLUME_KINDS, KubernetesSpec, Volume
 
 K8S_KEYS = ("image", "image_pull_policy", "namespace", "storage_secret", "storage_secret_key",
             "service_account", "node_selector", "tolerations", "image_pull_secrets", "env",

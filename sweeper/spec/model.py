@@ -1,7 +1,7 @@
 """The spec as frozen dataclasses, and its normalised form (the sweep record) and hash.
 
 Pure data: no YAML, no validation (see ``_validate``) and no Optuna; every other module of
-sweeper reads these classes.
+sweeper reads these classes. The ``kubernetes:`` section's classes live in ``k8s_model``.
 """
 
 from __future__ import annotations
@@ -12,6 +12,8 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
+
+from sweeper.spec.k8s_model import KubernetesSpec
 
 METHODS = ("grid", "random", "tpe", "gp", "cmaes", "qmc", "nsga2", "nsga3")
 #: Methods whose sets are a pure function of (spec, index), enqueued up front; the others are
@@ -143,83 +145,6 @@ class TrialSpec:
         if self.launcher != "torchrun":
             return 1
         return self.nproc or max(1, int(self.resources.gpu) // self.nodes)
-
-
-VOLUME_KINDS = ("pvc", "config_map", "secret", "nfs", "empty_dir")
-
-
-@dataclass(frozen=True)
-class Volume:
-    """One entry of ``kubernetes.volumes``: a volume mounted into every trial pod.
-
-    ``kind`` says which source: ``pvc`` / ``config_map`` / ``secret`` name an object
-    (``source``), ``nfs`` a ``server`` and export ``path``, ``empty_dir`` an optional
-    ``size_limit``."""
-
-    name: str
-    mount_path: str
-    kind: Literal["pvc", "config_map", "secret", "nfs", "empty_dir"]
-    source: str | None = None
-    server: str | None = None
-    path: str | None = None
-    size_limit: str | None = None
-    read_only: bool = False
-
-    def to_dict(self) -> dict[str, Any]:
-        d: dict[str, Any] = {"name": self.name, "mount_path": self.mount_path,
-                             "read_only": self.read_only}
-        if self.kind == "nfs":
-            d["nfs"] = {"server": self.server, "path": self.path}
-        elif self.kind == "empty_dir":
-            d["empty_dir"] = _drop_none({"size_limit": self.size_limit})
-        else:
-            d[self.kind] = self.source
-        return d
-
-
-@dataclass(frozen=True)
-class KubernetesSpec:
-    image: str = "sweeper-trial-runner:0.1.0"
-    image_pull_policy: str = "IfNotPresent"
-    namespace: str = "sweeper"
-    storage_secret: str = "sweeper-db"
-    storage_secret_key: str = "url"
-    service_account: str = "sweeper-trial"
-    node_selector: Mapping[str, str] = field(default_factory=dict)
-    tolerations: tuple[Mapping[str, Any], ...] = ()
-    image_pull_secrets: tuple[str, ...] = ()
-    env: Mapping[str, str] = field(default_factory=dict)
-    indexes_per_pod: int = 1
-    active_deadline: float | None = None
-    ttl_after_finished: float = 86400.0
-    #: On the Job and the pod template (Kueue reads ``kueue.x-k8s.io/queue-name`` on the Job).
-    labels: Mapping[str, str] = field(default_factory=dict)
-    annotations: Mapping[str, str] = field(default_factory=dict)
-    priority_class: str | None = None
-    runtime_class: str | None = None
-    #: A Kubernetes Affinity object (camelCase keys), passed through as written.
-    affinity: Mapping[str, Any] | None = None
-    #: Seconds between SIGTERM and SIGKILL (None: Kubernetes' default, 30 s).
-    termination_grace_period: float | None = None
-    #: ``/dev/shm`` as a memory emptyDir of this size ("0": none, the runtime's 64 MiB).
-    shm_size: str = "1Gi"
-    #: ``/scratch``'s sizeLimit and the container's ephemeral-storage request.
-    scratch_size: str = "10Gi"
-    volumes: tuple[Volume, ...] = ()
-    #: The extended resource a GPU is (MIG slices, other vendors); its toleration follows it.
-    gpu_resource: str = "nvidia.com/gpu"
-    #: False: a CPU request and no limit (no throttling of data loading); True: limit = request.
-    cpu_limit: bool = False
-    #: A volume of ``volumes`` (writable, durable) where checkpoints go, so a replacement pod
-    #: on another node finds them.
-    checkpoint_volume: str | None = None
-    #: A partial PodTemplateSpec merged into the rendered one (strategic merge).
-    pod_template: Mapping[str, Any] | None = None
-    #: host:port of a `sweeper proxy` the pods use instead of the database (no Secret then).
-    storage_proxy: str | None = None
-
-    def volume(self, name: str) -> Volume | None:
-        return next((v for v in self.volumes if v.name == name), None)
 
 
 @dataclass(frozen=True)
@@ -371,25 +296,10 @@ def _spec_to_dict(s: SweepSpec) -> dict[str, Any]:
                              if t.metrics != MetricsSpec() else None}
     if t.nodes != 1:  # absent when 1: the stored specs of earlier sweeps keep their hash
         trial["nodes"] = t.nodes
-    k = s.kubernetes
-    kube = {"image": k.image, "image_pull_policy": k.image_pull_policy, "namespace": k.namespace,
-            "storage_secret": k.storage_secret, "storage_secret_key": k.storage_secret_key,
-            "service_account": k.service_account, "node_selector": dict(k.node_selector),
-            "tolerations": [dict(x) for x in k.tolerations],
-            "image_pull_secrets": list(k.image_pull_secrets), "env": dict(k.env),
-            "indexes_per_pod": k.indexes_per_pod, "active_deadline": k.active_deadline,
-            "ttl_after_finished": k.ttl_after_finished, "labels": dict(k.labels),
-            "annotations": dict(k.annotations), "priority_class": k.priority_class,
-            "runtime_class": k.runtime_class, "termination_grace_period":
-                k.termination_grace_period, "shm_size": k.shm_size,
-            "scratch_size": k.scratch_size, "volumes": [v.to_dict() for v in k.volumes],
-            "gpu_resource": k.gpu_resource, "cpu_limit": k.cpu_limit,
-            "checkpoint_volume": k.checkpoint_volume, "storage_proxy": k.storage_proxy}
+    kube = s.kubernetes.to_dict()
     # Pass-through Kubernetes objects: kept exactly as written (a null in them means something).
-    if k.affinity is not None:
-        kube["affinity"] = _plain_copy(k.affinity)
-    if k.pod_template is not None:
-        kube["pod_template"] = _plain_copy(k.pod_template)
+    passed = {key: _plain_copy(kube.pop(key)) for key in ("affinity", "pod_template")
+              if key in kube}
     objective: Any = [{"metric": o.metric, "direction": o.direction} for o in s.objectives]
     return {
         "name": s.name, "description": s.description, "method": s.method,
@@ -400,9 +310,7 @@ def _spec_to_dict(s: SweepSpec) -> dict[str, Any]:
         # fixed is user data: a null in it is a value to pass on, not a default to drop.
         "storage": None, "trial": {**_drop_none(trial), "fixed": dict(t.fixed)},
         "parameters": {p.name: param_when(p) for p in s.parameters},
-        "kubernetes": {**_drop_none({k: v for k, v in kube.items()
-                                     if k not in ("affinity", "pod_template")}),
-                       **{k: kube[k] for k in ("affinity", "pod_template") if k in kube}},
+        "kubernetes": {**_drop_none(kube), **passed},
         "artifacts": _artifacts_to_dict(s.artifacts),
         "data": _data_to_dict(s.data),
         "stop": _drop_none({"value": s.stop.value, "patience": s.stop.patience,
