@@ -191,6 +191,7 @@ def test_forked_workers_get_their_first_indexes_spread_out(tmp_path: Path, pg_ur
         import os, time
         from pathlib import Path
         from sweeper.backends.local import LocalBackend
+        from sweeper.backends.local_run import LocalRun
         from sweeper.study import create_or_resume, open_storage
         from tests.support.helpers import make_spec
         url, tmp = os.environ["TEST_URL"], Path(os.environ["TEST_TMP"])
@@ -201,17 +202,17 @@ def test_forked_workers_get_their_first_indexes_spread_out(tmp_path: Path, pg_ur
         sweep, _ = create_or_resume(open_storage(url), spec)
         handed = {}
 
-        class Noted(LocalBackend):
-            def _first_workers(self, *args):
-                out = super()._first_workers(*args)
+        class Noted(LocalRun):
+            def _start_first(self):
+                super()._start_first()
                 handed["start"] = time.monotonic()  # just after the forks
-                return out
 
-            def _dispatch(self, w, index, dispatched):
+            def _dispatch(self, w, index):
                 handed.setdefault(w.slot, time.monotonic())
-                return super()._dispatch(w, index, dispatched)
+                return super()._dispatch(w, index)
 
-        backend = Noted(tmp / "logs", proxy=False, stagger_s=0.4)
+        backend = LocalBackend(tmp / "logs", proxy=False, stagger_s=0.4)
+        backend.run_type = Noted
         result = backend.run(sweep, range(3), storage_url=url, tick=lambda: None)
         print(backend.forked, *result.finished)
         print(*(round(handed[k] - handed["start"], 3) for k in range(3)))
