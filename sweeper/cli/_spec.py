@@ -24,13 +24,15 @@ def validate(spec_file: str, no_import: bool, overrides: tuple[str, ...], fmt: s
     """Check a spec file: schema, ranges, grid size, entrypoint importable, the command's
     script found (unless the spec names the image it runs in: its paths are the image's)."""
     from sweeper.spec.paths import image_paths_note
+    from sweeper.spec.pod_security import pod_security_warnings
 
     spec = _load(spec_file, check_entrypoint=not no_import, overrides=overrides,
                  image_paths=True)
     note = image_paths_note(spec) if not no_import else None
     if note:
         click.echo(f"note: {note}", err=True)
-    for warning in spec.warnings:
+    warnings = [*spec.warnings, *pod_security_warnings(spec, overrides)]
+    for warning in warnings:
         click.echo(f"warning: {warning}", err=True)
     if fmt == "json":
         normalised = spec.to_dict()
@@ -40,7 +42,7 @@ def validate(spec_file: str, no_import: bool, overrides: tuple[str, ...], fmt: s
             "objectives": [{"metric": o.metric, "direction": o.direction}
                            for o in spec.objectives],
             "parameters": normalised["parameters"], "trial": normalised["trial"],
-            "spec_hash": spec.spec_hash, "warnings": list(spec.warnings)}, indent=2))
+            "spec_hash": spec.spec_hash, "warnings": warnings}, indent=2))
         return
     what = spec.trial.entrypoint or "command " + " ".join(spec.trial.command)
     what = what.splitlines()[0][:60] + ("..." if len(what) > 60 or "\n" in what else "")
@@ -133,6 +135,7 @@ def render(spec_file: str, parallelism: int | None, image: str | None, namespace
     from sweeper.backends.manifests import checkpoint_warning, with_kubernetes
     from sweeper.backends.manifests import render as render_objects
     from sweeper.spec import KubernetesSpec
+    from sweeper.spec.pod_security import pod_security_warnings
 
     spec = _load(spec_file, check_entrypoint=False, overrides=overrides)
     spec = spec.with_overrides(parallelism=parallelism)
@@ -150,6 +153,6 @@ def render(spec_file: str, parallelism: int | None, image: str | None, namespace
     else:
         objects = render_objects(spec)
     warning = checkpoint_warning(spec)
-    if warning:
-        click.echo(f"warning: {warning}", err=True)
+    for line in ([warning] if warning else []) + pod_security_warnings(spec, overrides):
+        click.echo(f"warning: {line}", err=True)
     click.echo(yaml.safe_dump_all(objects, sort_keys=False), nl=False)
