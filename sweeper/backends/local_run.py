@@ -33,7 +33,7 @@ from sweeper.backends.local_worker import (
     describe_exit,
 )
 from sweeper.errors import BackendError, SpecError
-from sweeper.study import Sweep, attempts, fail_stale_trials, mark_failed
+from sweeper.study import Sweep
 from sweeper.study.stop import before_start, brake
 
 #: The local backend's logger: these lines keep the name they had before they moved here.
@@ -63,7 +63,9 @@ def _no_tick() -> None:
 
 
 class LocalRun:
-    """The state of one run, and the steps of its loop as methods that change it."""
+    """The state of one run, and the steps of its loop as methods that change it (public, so
+    that a test can take a run through them one at a time and a subclass can note when they
+    happen: sweeper.backends.local.LocalBackend.run_type)."""
 
     def __init__(self, sweep: Sweep, settings: RunSettings, launcher: Launcher,
                  proxy: LocalProxy) -> None:
@@ -92,17 +94,17 @@ class LocalRun:
         self.pending.extend(indexes)
         self.tick = tick
         try:
-            self._start_first()
+            self.start_first()
             if self.proxy.start_reserved():
                 self.fork = False  # from now on this process has gRPC's threads
             return self._loop()
         except KeyboardInterrupt:
-            busy = {w.index for w in self.workers if w.index is not None}  # before _stop_all
-            self._stop_all()
+            busy = {w.index for w in self.workers if w.index is not None}  # before stop_all
+            self.stop_all()
             return self._result(interrupted=True,
                                 messages=(f"stopped {len(busy)} running trial(s)",))
         finally:
-            self._stop_all()
+            self.stop_all()
             self.sel.close()
             self.proxy.close()  # after the workers: stopping ones still mark trials FAIL
 
@@ -114,14 +116,14 @@ class LocalRun:
     def _loop(self) -> RunResult:
         self.last_tick = self.last_stale = 0.0
         while self.pending or self._busy():
-            self._start_more()
-            for key, _ in self.sel.select(timeout=self._wait()):
-                self._read(key.data)
-            self._replace_exited()
-            self._dispatch_ready()
-            self._prefetch()
-            self._retire_idle()
-            self._periodic()
+            self.start_more()
+            for key, _ in self.sel.select(timeout=self.wait_s()):
+                self.read(key.data)
+            self.replace_exited()
+            self.dispatch_ready()
+            self.prefetch()
+            self.retire_idle()
+            self.periodic()
         self.tick()
         return self._result()
 
@@ -135,7 +137,7 @@ class LocalRun:
         self.sel.register(worker.res, selectors.EVENT_READ, worker)
         self.workers.append(worker)
 
-    def _start_first(self) -> None:
+    def start_first(self) -> None:
         """Forked workers start in milliseconds: all at once, before a proxy's gRPC threads
         exist, their first indexes spread out (sweeper.backends.local.STAGGER_S). Exec'd ones
         start in the loop, ``max_starting`` at a time."""
@@ -149,12 +151,12 @@ class LocalRun:
         for w in self.workers:
             w.not_before = start + w.slot * self.settings.stagger_s
 
-    def _start_more(self) -> None:
+    def start_more(self) -> None:
         while self.unstarted and self.pending and \
                 sum(not w.ready for w in self.workers) < self.settings.max_starting:
             self._spawn(self.unstarted.pop(0))
 
-    def _wait(self) -> float:
+    def wait_s(self) -> float:
         """How long the loop may wait for a worker's message: 0.2 s, or until the next
         worker whose first index is held back may have it."""
         now = time.monotonic()
@@ -162,7 +164,7 @@ class LocalRun:
                if w.index is None and w.not_before > now]
         return max(0.0, min([0.2, *due]))
 
-    def _retire_idle(self) -> None:
+    def retire_idle(self) -> None:
         """Nothing left to hand out: idle workers exit now, while the last trials run, rather
         than all together at the end. A retry that comes back later goes to a worker that is
         still busy now (or, if that one dies, to a replacement)."""
@@ -176,29 +178,29 @@ class LocalRun:
                 except OSError:
                     pass
 
-    def _replace_exited(self) -> None:
+    def replace_exited(self) -> None:
         """Reap the workers that exited; start another in the slot while there is work."""
         for w in list(self.workers):
             if w.proc.poll() is not None:
-                self._reap(w)
+                self.reap(w)
                 self.workers.remove(w)
                 if not w.retired and (self.pending or self._busy()):
                     self._spawn(w.slot)
 
     # ---------------------------------------------------------------- indexes
 
-    def _dispatch_ready(self) -> None:
+    def dispatch_ready(self) -> None:
         for w in self.workers:
             if w.ready and not w.retired and w.index is None and self.pending and \
                     w.not_before <= time.monotonic():
-                self._dispatch(w, self.pending.popleft())
+                self.dispatch(w, self.pending.popleft())
 
-    def _dispatch(self, w: Worker, index: int) -> None:
+    def dispatch(self, w: Worker, index: int) -> None:
         self.dispatched[index] = self.dispatched.get(index, 0) + 1
         w.index, w.trial_id, w.started_at = index, None, time.monotonic()
         _send_run(w, index)
 
-    def _prefetch(self) -> None:
+    def prefetch(self) -> None:
         """Hand a busy worker its next index while its trial runs, so that it starts it as
         soon as it is done instead of waiting for this loop to read its Done and answer. Only
         while more indexes are pending than there are workers: at the end of a sweep every
@@ -212,7 +214,7 @@ class LocalRun:
                 w.queued = index
                 _send_run(w, index)
 
-    def _read(self, w: Worker, *, reaping: bool = False) -> None:
+    def read(self, w: Worker, *, reaping: bool = False) -> None:
         try:
             chunk = w.res.read(65536)
         except BlockingIOError:
@@ -237,11 +239,11 @@ class LocalRun:
             if msg.state == protocol.STOPPED:  # the sweep stopped: start no other index
                 self.pending.clear()
             else:
-                self._settle(msg.index, msg.exit_code, reaping)
+                self.settle(msg.index, msg.exit_code, reaping)
         elif isinstance(msg, protocol.Error):
             raise SpecError(msg.message, source=self.sweep.spec.source)
 
-    def _settle(self, index: int, code: int, reaping: bool) -> None:
+    def settle(self, index: int, code: int, reaping: bool) -> None:
         """An attempt of ``index`` ended with ``code``: finished, retried, or failed for good.
         ``reaping``: its worker has exited; as the run has always done, an index finished
         then is not counted in ``finished``, and the brake is asked whatever finished."""
@@ -263,9 +265,9 @@ class LocalRun:
         else:
             self.failed.append(index)
 
-    def _reap(self, w: Worker) -> None:
+    def reap(self, w: Worker) -> None:
         """A worker exited. If it held an index, its attempt died with it."""
-        self._read(w, reaping=True)
+        self.read(w, reaping=True)
         self.sel.unregister(w.res)
         w.res.close()
         try:
@@ -279,16 +281,16 @@ class LocalRun:
         code = w.proc.returncode
         if w.index is None:
             if not w.ready:
-                self._died_starting(w.slot, code)
+                self.died_starting(w.slot, code)
             return
         index = w.index
         reason = describe_exit(code)
         self._fail_running(index, f"runner process {reason}")
         logger.warning("index %d: runner process %s", index, reason)
-        self._settle(index, protocol.EXIT_NO_RETRY if code == protocol.EXIT_NO_RETRY
+        self.settle(index, protocol.EXIT_NO_RETRY if code == protocol.EXIT_NO_RETRY
                      else protocol.EXIT_RETRY, reaping=True)
 
-    def _died_starting(self, slot: int, code: int | None) -> None:
+    def died_starting(self, slot: int, code: int | None) -> None:
         """The worker of ``slot`` exited before it was ready: a runner that cannot start is a
         configuration error; one killed while starting (OOM killer, a chaos test) is replaced,
         but a worker that can never start must not loop forever."""
@@ -304,12 +306,12 @@ class LocalRun:
 
     # ---------------------------------------------------------------- now and then, and the end
 
-    def _periodic(self) -> None:
+    def periodic(self) -> None:
         """The loop's slower duties: frozen workers, stop rules, the caller's progress."""
         now = time.monotonic()
         if now - self.last_stale > max(1.0, self.settings.grace_period_s / 4):
             self.last_stale = now
-            self._kill_frozen()
+            self.kill_frozen()
         if now - self.last_tick >= 1.0:
             self.last_tick = now
             sweep = self.sweep
@@ -317,11 +319,11 @@ class LocalRun:
                 self.pending.clear()  # a stop rule fired: running trials finish, no new one
             self.tick()
 
-    def _kill_frozen(self) -> None:
+    def kill_frozen(self) -> None:
         """Fail trials whose heartbeat went stale and SIGKILL the workers that held them (a
-        frozen process cannot be trusted to come back); _reap then retries the index."""
+        frozen process cannot be trusted to come back); reap then retries the index."""
         grace = self.settings.grace_period_s
-        stale = set(fail_stale_trials(self.sweep.storage, self.sweep.study_id, grace))
+        stale = set(self.sweep.storage.fail_stale_trials(self.sweep.study_id, grace))
         now = time.monotonic()
         for w in self.workers:
             if w.trial_id is not None and w.trial_id in stale:
@@ -342,11 +344,11 @@ class LocalRun:
     def _running_elsewhere(self, index: int) -> bool:
         """Whether the latest attempt of ``index`` is RUNNING with a fresh heartbeat."""
         sweep = self.sweep
-        latest = attempts(sweep.storage, sweep.study_id, index)[-1:]
+        latest = sweep.storage.attempts(sweep.study_id, index)[-1:]
         return bool(latest) and latest[0].state == TrialState.RUNNING and \
             (latest[0].heartbeat_age_s or 0.0) <= self.settings.grace_period_s
 
-    def _stop_all(self) -> None:
+    def stop_all(self) -> None:
         for w in self.workers:
             ask_to_stop(w)
         deadline = time.monotonic() + self.settings.stop_timeout_s
@@ -364,13 +366,13 @@ class LocalRun:
 
     def _fail_running(self, index: int, reason: str) -> None:
         sweep = self.sweep
-        for a in attempts(sweep.storage, sweep.study_id, index):
+        for a in sweep.storage.attempts(sweep.study_id, index):
             if a.state == TrialState.RUNNING:
-                mark_failed(sweep.storage, a.trial_id, reason)
+                sweep.storage.mark_failed(a.trial_id, reason)
 
 
 def _send_run(w: Worker, index: int) -> None:
     try:
         w.cmd.write(protocol.encode_message(protocol.Run(index)))
     except (BrokenPipeError, OSError):
-        pass  # the worker died; _reap puts the index back
+        pass  # the worker died; reap puts the index back

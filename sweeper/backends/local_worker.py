@@ -31,7 +31,7 @@ class Worker:
     ready: bool = False
     index: int | None = None
     #: The next index, handed over while ``index`` runs
-    #: (:meth:`sweeper.backends.local_run.LocalRun._prefetch`).
+    #: (:meth:`sweeper.backends.local_run.LocalRun.prefetch`).
     queued: int | None = None
     trial_id: int | None = None
     started_at: float = 0.0

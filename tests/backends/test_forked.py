@@ -203,13 +203,13 @@ def test_forked_workers_get_their_first_indexes_spread_out(tmp_path: Path, pg_ur
         handed = {}
 
         class Noted(LocalRun):
-            def _start_first(self):
-                super()._start_first()
+            def start_first(self):
+                super().start_first()
                 handed["start"] = time.monotonic()  # just after the forks
 
-            def _dispatch(self, w, index):
+            def dispatch(self, w, index):
                 handed.setdefault(w.slot, time.monotonic())
-                return super()._dispatch(w, index)
+                return super().dispatch(w, index)
 
         backend = LocalBackend(tmp / "logs", proxy=False, stagger_s=0.4)
         backend.run_type = Noted
