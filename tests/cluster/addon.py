@@ -1,7 +1,7 @@
 """What the controller managers started beside the control plane (Kueue, JobSet) share: their
 CRDs applied and Established, a throwaway serving certificate for their webhooks on loopback
 (the caBundle the apiserver trusts), webhook ``clientConfig``s pointed at that loopback URL,
-and the wait for the manager's ``/readyz``."""
+the manager's Configuration, its start and the wait for its ``/readyz``."""
 
 from __future__ import annotations
 
@@ -12,12 +12,13 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from .procs import Proc
+from .procs import Proc, stop_all
 
 #: libyaml's loader when PyYAML has it: the pure-Python one takes seconds on a big CRD.
 LOADER: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
@@ -115,3 +116,54 @@ def wait_ready(proc: Proc, port: int, timeout: float) -> None:
             raise AddonError(f"{Path(proc.exe).name} not ready after {timeout:.0f} s; its log: "
                              f"{proc.log}\n{proc.tail()}")
         time.sleep(0.2)
+
+
+def configuration(api_version: str, webhook_port: int, probe_port: int, cert_dir: Path,
+                  **extra: Any) -> dict[str, Any]:
+    """A manager's Configuration: loopback webhook and probes, no metrics, no leader election,
+    certificates from ``cert_dir`` instead of the manager's own cert rotation; ``extra``: the
+    manager's own keys."""
+    return {
+        "apiVersion": api_version, "kind": "Configuration",
+        "health": {"healthProbeBindAddress": f"127.0.0.1:{probe_port}"},
+        "metrics": {"bindAddress": "0"},
+        "webhook": {"host": "127.0.0.1", "port": webhook_port, "certDir": str(cert_dir)},
+        "leaderElection": {"leaderElect": False},
+        "internalCertManagement": {"enable": False},
+        "clientConnection": {"qps": 100, "burst": 200},
+        **extra,
+    }
+
+
+#: (the manager's CRD directory or webhook manifests, the webhooks' base URL, their CA bundle)
+#: -> the objects to apply.
+Objects = Callable[[Path, str, bytes], list[dict[str, Any]]]
+
+
+def start(who: str, kubeconfig: Path, bin_dir: Path, run_dir: Path, timeout: float, *,
+          crds: Objects, webhooks: Objects,
+          configuration: Callable[[int, int, Path], dict[str, Any]]) -> Proc:
+    """Install ``who``'s CRDs (``bin_dir/WHO-crds``) and start ``bin_dir/WHO-manager`` in its
+    own session (logs in ``run_dir/WHO.log``); return once it is ready and the webhooks of
+    ``bin_dir/WHO-webhooks.yaml`` are registered."""
+    exe = bin_dir / f"{who}-manager"
+    if not exe.exists() or not (bin_dir / f"{who}-crds").is_dir():
+        raise RuntimeError(f"{who}: {exe} or its CRDs are not built: run tools/cluster/build.sh")
+    d = run_dir / who
+    d.mkdir(parents=True, exist_ok=True)
+    webhook_port, probe_port = free_port(), free_port()
+    base_url = f"https://127.0.0.1:{webhook_port}"
+    ca = make_cert(who, d)
+    apply_crds(who, kubeconfig, crds(bin_dir / f"{who}-crds", base_url, ca), d / "crds.json")
+    config = d / "config.yaml"
+    config.write_text(yaml.safe_dump(configuration(webhook_port, probe_port, d)))
+    proc = Proc.start(who, [str(exe), f"--config={config}", f"--kubeconfig={kubeconfig}"],
+                      run_dir, cwd=run_dir)
+    try:
+        wait_ready(proc, probe_port, timeout)
+        apply(who, kubeconfig, webhooks(bin_dir / f"{who}-webhooks.yaml", base_url, ca),
+              d / "webhooks.json")
+    except BaseException:
+        stop_all([proc])
+        raise
+    return proc

@@ -19,10 +19,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from . import addon
-from .procs import Proc, stop_all
+from .procs import Proc
 
 API = "jobset.x-k8s.io/v1alpha2"
 #: Labels and annotations JobSet puts on its Jobs and pods.
@@ -35,7 +33,8 @@ FEATURE_GATES = {"RestartJob": True}
 POD_SELECTOR = {"matchExpressions": [{"key": NAME_LABEL, "operator": "Exists"}]}
 
 
-def crds(crd_dir: Path) -> list[dict[str, Any]]:
+def crds(crd_dir: Path, base_url: str, ca: bytes) -> list[dict[str, Any]]:
+    """JobSet's CRD as it is (it serves one version: no conversion webhook to point)."""
     return [addon.load_yaml(f) for f in sorted(crd_dir.glob("*.yaml"))]
 
 
@@ -55,41 +54,13 @@ def webhook_configurations(manifests: Path, base_url: str,
 
 
 def configuration(webhook_port: int, probe_port: int, cert_dir: Path) -> dict[str, Any]:
-    """JobSet's Configuration: loopback webhook and probes, no metrics, no leader election,
-    certificates from ``cert_dir`` instead of JobSet's own cert rotation."""
-    return {
-        "apiVersion": "config.jobset.x-k8s.io/v1alpha1", "kind": "Configuration",
-        "health": {"healthProbeBindAddress": f"127.0.0.1:{probe_port}"},
-        "metrics": {"bindAddress": "0"},
-        "webhook": {"host": "127.0.0.1", "port": webhook_port, "certDir": str(cert_dir)},
-        "leaderElection": {"leaderElect": False},
-        "internalCertManagement": {"enable": False},
-        "clientConnection": {"qps": 100, "burst": 200},
-        "featureGates": FEATURE_GATES,
-    }
+    """JobSet's Configuration (:func:`addon.configuration`) with this cluster's feature gates."""
+    return addon.configuration("config.jobset.x-k8s.io/v1alpha1", webhook_port, probe_port,
+                               cert_dir, featureGates=FEATURE_GATES)
 
 
 def start(kubeconfig: Path, bin_dir: Path, run_dir: Path, timeout: float = 60.0) -> Proc:
-    """Install JobSet's CRD and start its manager in its own session (logs in
+    """Install JobSet's CRD and start its manager (:func:`addon.start`, logs in
     ``run_dir/jobset.log``); return once it is ready and its webhooks are registered."""
-    exe = bin_dir / "jobset-manager"
-    if not exe.exists() or not (bin_dir / "jobset-crds").is_dir():
-        raise RuntimeError(f"jobset: {exe} or its CRD is not built: run tools/cluster/build.sh")
-    d = run_dir / "jobset"
-    d.mkdir(parents=True, exist_ok=True)
-    webhook_port, probe_port = addon.free_port(), addon.free_port()
-    ca = addon.make_cert("jobset", d)
-    addon.apply_crds("jobset", kubeconfig, crds(bin_dir / "jobset-crds"), d / "crds.json")
-    config = d / "config.yaml"
-    config.write_text(yaml.safe_dump(configuration(webhook_port, probe_port, d)))
-    proc = Proc.start("jobset", [str(exe), f"--config={config}", f"--kubeconfig={kubeconfig}"],
-                      run_dir, cwd=run_dir)
-    try:
-        addon.wait_ready(proc, probe_port, timeout)
-        addon.apply("jobset", kubeconfig, webhook_configurations(
-            bin_dir / "jobset-webhooks.yaml", f"https://127.0.0.1:{webhook_port}", ca),
-            d / "webhooks.json")
-    except BaseException:
-        stop_all([proc])
-        raise
-    return proc
+    return addon.start("jobset", kubeconfig, bin_dir, run_dir, timeout, crds=crds,
+                       webhooks=webhook_configurations, configuration=configuration)

@@ -13,10 +13,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from . import addon
-from .procs import Proc, stop_all
+from .procs import Proc
 
 API = "kueue.x-k8s.io/v1beta2"
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
@@ -57,48 +55,19 @@ def webhook_configurations(manifests: Path, base_url: str,
 
 
 def configuration(webhook_port: int, probe_port: int, cert_dir: Path) -> dict[str, Any]:
-    """Kueue's Configuration: loopback webhook and probes, no metrics, no leader election,
-    certificates from ``cert_dir`` instead of Kueue's own cert rotation, batch/Job only."""
-    return {
-        "apiVersion": "config.kueue.x-k8s.io/v1beta2", "kind": "Configuration",
-        "namespace": "kueue-system",
-        "manageJobsWithoutQueueName": False,
-        "health": {"healthProbeBindAddress": f"127.0.0.1:{probe_port}"},
-        "metrics": {"bindAddress": "0"},
-        "webhook": {"host": "127.0.0.1", "port": webhook_port, "certDir": str(cert_dir)},
-        "leaderElection": {"leaderElect": False},
-        "internalCertManagement": {"enable": False},
-        "clientConnection": {"qps": 100, "burst": 200},
-        "integrations": {"frameworks": ["batch/job"]},
-    }
+    """Kueue's Configuration (:func:`addon.configuration`): batch/Job only, Jobs without the
+    queue label left alone."""
+    return addon.configuration("config.kueue.x-k8s.io/v1beta2", webhook_port, probe_port,
+                               cert_dir, namespace="kueue-system",
+                               manageJobsWithoutQueueName=False,
+                               integrations={"frameworks": ["batch/job"]})
 
 
 def start(kubeconfig: Path, bin_dir: Path, run_dir: Path, timeout: float = 60.0) -> Proc:
-    """Install Kueue's CRDs and start its manager in its own session (logs in
+    """Install Kueue's CRDs and start its manager (:func:`addon.start`, logs in
     ``run_dir/kueue.log``); return once it is ready and its webhooks are registered."""
-    exe = bin_dir / "kueue-manager"
-    if not exe.exists() or not (bin_dir / "kueue-crds").is_dir():
-        raise RuntimeError(f"kueue: {exe} or its CRDs are not built: run tools/cluster/build.sh")
-    d = run_dir / "kueue"
-    d.mkdir(parents=True, exist_ok=True)
-    webhook_port, probe_port = addon.free_port(), addon.free_port()
-    base_url = f"https://127.0.0.1:{webhook_port}"
-    ca = addon.make_cert("kueue", d)
-    addon.apply_crds("kueue", kubeconfig, crds(bin_dir / "kueue-crds", base_url, ca),
-                     d / "crds.json")
-    config = d / "config.yaml"
-    config.write_text(yaml.safe_dump(configuration(webhook_port, probe_port, d)))
-    proc = Proc.start("kueue", [str(exe), f"--config={config}", f"--kubeconfig={kubeconfig}"],
-                      run_dir, cwd=run_dir)
-    try:
-        addon.wait_ready(proc, probe_port, timeout)
-        addon.apply("kueue", kubeconfig,
-              webhook_configurations(bin_dir / "kueue-webhooks.yaml", base_url, ca),
-              d / "webhooks.json")
-    except BaseException:
-        stop_all([proc])
-        raise
-    return proc
+    return addon.start("kueue", kubeconfig, bin_dir, run_dir, timeout, crds=crds,
+                       webhooks=webhook_configurations, configuration=configuration)
 
 
 def queue_objects(name: str, namespace: str, cpu: str) -> list[dict[str, Any]]:

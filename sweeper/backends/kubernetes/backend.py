@@ -20,6 +20,7 @@ from sweeper import protocol
 from sweeper.backends import manifests as m
 from sweeper.backends.base import LogTail, RunResult, Tick
 from sweeper.backends.kubernetes.client import ClientFactory, KubeClient, Obj
+from sweeper.backends.kubernetes.detach import watch_unless_detached
 from sweeper.backends.kubernetes.errors import first_line
 from sweeper.backends.kubernetes.gangs import GangSettings, run_gangs
 from sweeper.backends.kubernetes.jobstatus import (
@@ -36,7 +37,7 @@ from sweeper.backends.kubernetes.jobstatus import (
 from sweeper.backends.kubernetes.ops import index_log, sweep_jobs
 from sweeper.errors import BackendError, SpecError
 from sweeper.protocol import BACKEND_ATTR, LAUNCHES_ATTR
-from sweeper.study import Sweep, fail_stale_trials
+from sweeper.study import Sweep
 from sweeper.study.stop import BRAKE_RULE, brake
 
 logger = logging.getLogger(__name__)
@@ -119,16 +120,9 @@ class KubernetesBackend:
             job["metadata"]["annotations"] else ""
         self.echo(f"created Job {ns}/{name}: {len(indexes)} indexes in {completions} pods, "
                   f"parallelism {job['spec']['parallelism']}{sparse}")
-        if self.detach:
-            return RunResult(detached=True, messages=(
-                f"detached: Job {ns}/{name} runs on; follow it with `sweeper status "
-                f"{spec.name}`, stop it with `sweeper cancel {spec.name}`",))
-        try:
-            return self._watch(sweep, _Watch(api, ns, name), tick)
-        except KeyboardInterrupt:
-            return RunResult(interrupted=True, detached=True, messages=(
-                f"stopped watching; Job {ns}/{name} keeps running: `sweeper status "
-                f"{spec.name}` shows it, `sweeper cancel {spec.name}` stops it",))
+        return watch_unless_detached(f"Job {ns}/{name}", spec.name, self.detach,
+                                     lambda: self._watch(sweep, _Watch(api, ns, name), tick),
+                                     status_when_interrupted=True)
 
     # ---------------------------------------------------------------- launch bookkeeping
 
@@ -205,7 +199,7 @@ class KubernetesBackend:
             self._report_failed_creates(w)
         if now - w.last_stale >= max(1.0, self.grace_period_s / 4):
             w.last_stale = now
-            fail_stale_trials(sweep.storage, sweep.study_id, self.grace_period_s)
+            sweep.storage.fail_stale_trials(sweep.study_id, self.grace_period_s)
 
     def _pods(self, w: _Watch, info: JobInfo, phase: str) -> list[Obj]:
         """The Job's pods in one phase (never every pod: a big sweep keeps thousands)."""

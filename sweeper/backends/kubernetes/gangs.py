@@ -13,8 +13,9 @@ from sweeper.backends import jobset as js
 from sweeper.backends import manifests as m
 from sweeper.backends.base import RunResult, Tick
 from sweeper.backends.kubernetes.client import ClientFactory, KubeClient, Obj
+from sweeper.backends.kubernetes.detach import watch_unless_detached
 from sweeper.errors import BackendError, SpecError
-from sweeper.study import Sweep, fail_stale_trials
+from sweeper.study import Sweep
 from sweeper.study.stop import BRAKE_RULE, brake
 from sweeper.study.summaries import index_table
 
@@ -70,16 +71,8 @@ def run_gangs(clients: ClientFactory, sweep: Sweep, settings: GangSettings, echo
         sweep.storage.set_study_user_attr(sweep.study_id, key, value)
     echo(f"created JobSet {ns}/{name}: {spec.trials} indexes on {js.slots(spec)} gang(s) of "
          f"{spec.trial.nodes} pods")
-    if settings.detach:
-        return RunResult(detached=True, messages=(
-            f"detached: JobSet {ns}/{name} runs on; follow it with `sweeper status "
-            f"{spec.name}`, stop it with `sweeper cancel {spec.name}`",))
-    try:
-        return _watch(api, sweep, name, settings, tick)
-    except KeyboardInterrupt:
-        return RunResult(interrupted=True, detached=True, messages=(
-            f"stopped watching; JobSet {ns}/{name} keeps running: `sweeper cancel "
-            f"{spec.name}` stops it",))
+    return watch_unless_detached(f"JobSet {ns}/{name}", spec.name, settings.detach,
+                                 lambda: _watch(api, sweep, name, settings, tick))
 
 
 def _watch(api: KubeClient, sweep: Sweep, name: str, settings: GangSettings,
@@ -100,7 +93,7 @@ def _watch(api: KubeClient, sweep: Sweep, name: str, settings: GangSettings,
         now = time.monotonic()
         if now - last_stale >= max(1.0, settings.grace_period_s / 4):
             last_stale = now
-            fail_stale_trials(sweep.storage, sweep.study_id, settings.grace_period_s)
+            sweep.storage.fail_stale_trials(sweep.study_id, settings.grace_period_s)
         tick()
         if outcome is not None:
             break
@@ -109,7 +102,7 @@ def _watch(api: KubeClient, sweep: Sweep, name: str, settings: GangSettings,
         raise SpecError(f"{where} failed: a trial runner reported a configuration error "
                         f"(exit code {protocol.EXIT_CONFIG}); see `sweeper logs "
                         f"{sweep.name}`", source=sweep.spec.source)
-    table = index_table(sweep.storage, sweep.spec, sweep.study_id)
+    table = sweep.storage.index_table(sweep.study_id, sweep.spec.trials)
     finished = tuple(s.index for s in table if s.state in ("COMPLETE", "PRUNED"))
     failed = tuple(s.index for s in table if s.state not in ("COMPLETE", "PRUNED"))
     messages = (f"{where} failed: {why}",) if outcome == "Failed" else ()
