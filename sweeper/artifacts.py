@@ -72,7 +72,7 @@ def dashboard_artifacts_spec(storage: BaseStorage) -> ArtifactsSpec:
     it shares, else the default (one dashboard serves one store; name a sweep for its own)."""
     from sweeper.errors import SpecError
     from sweeper.protocol import SPEC_ATTR
-    from sweeper.spec import parse_spec_dict
+    from sweeper.spec import load_stored
 
     found: set[ArtifactsSpec] = set()
     for study in storage.get_all_studies():
@@ -80,7 +80,7 @@ def dashboard_artifacts_spec(storage: BaseStorage) -> ArtifactsSpec:
         if not isinstance(record, dict):
             continue
         try:
-            found.add(parse_spec_dict(record, source=f"<study {study.study_name}>").artifacts)
+            found.add(load_stored(record, source=f"<study {study.study_name}>").artifacts)
         except SpecError:
             continue
     if len(found) == 1:

@@ -28,7 +28,7 @@ import optuna
 
 from sweeper import protocol
 from sweeper.entrypoint import load_entrypoint
-from sweeper.spec import SweepSpec, parse_spec_dict
+from sweeper.spec import SweepSpec, load_stored
 from trial_runner.checkpoints import CheckpointMirror, write_atomically
 from trial_runner.context import TrialContext
 from trial_runner.data import data_dir
@@ -160,7 +160,7 @@ def _share_launch(launch: dict[str, Any] | None, local_rank: int
 
 def _run(launch: dict[str, Any], rank: int, local_rank: int, world_size: int,
          leader: int) -> int:
-    spec = parse_spec_dict(launch["spec"], source=launch["source"])
+    spec = load_stored(launch["spec"], source=launch["source"])
     result_file = Path(launch["result_file"])
     main_rank = rank == leader
     try:

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from sweeper import protocol
 from sweeper.errors import SpecError, StudyNotFoundError
 from sweeper.proxy.client import StudyStorage
-from sweeper.spec import SweepSpec, parse_spec_dict
+from sweeper.spec import SweepSpec, load_stored
 from sweeper.study import Sweep, create_or_resume, load_sweep
 from sweeper.study.record import changed_spec_error
 
@@ -60,7 +60,7 @@ def read_spec_file(path: str) -> SweepSpec:
         raise SpecError(f"the spec file is not valid JSON: {e}", source=path) from None
     if not isinstance(data, dict):
         raise SpecError("the spec file must hold a JSON object", source=path)
-    return parse_spec_dict(data, source=path)
+    return load_stored(data, source=path)
 
 
 def _mark_launched_on_kubernetes(sweep: Sweep) -> None:

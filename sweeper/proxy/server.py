@@ -106,13 +106,13 @@ class _IndexProtocol:
         return wire.Counts(state_counts(self.storage, req.study_id))
 
     def IndexTable(self, req: wire.IndexTableMsg) -> wire.IndexRows:
-        from sweeper.spec import parse_spec_dict
+        from sweeper.spec import load_stored
         from sweeper.study.summaries import index_table
 
         record = self.storage.get_study_user_attrs(req.study_id).get(SPEC_ATTR)
         if record is None:
             raise StudyNotFoundError(f"study id {req.study_id} was not created by sweeper")
-        spec = parse_spec_dict(record, source=f"<study {req.study_id}>")
+        spec = load_stored(record, source=f"<study {req.study_id}>")
         return wire.IndexRows([[s.index, s.state, s.attempts, s.trial_number,
                                 list(s.values) if s.values is not None else None,
                                 s.fail_reason]

@@ -3,10 +3,12 @@
 Every error is a :class:`~sweeper.errors.SpecError` naming the file, the line (when the YAML
 node is known) and the dotted field, so a typo is one clear line and never a traceback.
 
-The modules: ``model`` (the dataclasses, the normalised form and its hash), ``registry``
-(pruner and sampler names -> Optuna classes, shared with the trial runner), ``paths``
-(relative paths resolve against the spec file's directory), and the private
-``_yaml`` (line-tracking loader), ``_primitives``, ``_parameters`` and ``_validate``.
+The modules: ``model`` and ``k8s_model`` (the dataclasses, the normalised form and its hash),
+``stored`` (a stored normalised form read back without validating it again), ``registry``
+(pruner and sampler names -> Optuna classes, shared with the trial runner), ``grid`` and
+``seeds`` (a grid's points and size, the seed of index i), ``paths`` (relative paths resolve
+against the spec file's directory), and the private ``_yaml`` (line-tracking loader),
+``_primitives``, ``_parameters``, ``_validate`` and a module per other section.
 """
 
 from __future__ import annotations
@@ -50,6 +52,7 @@ from sweeper.spec.model import (
     TrialSpec,
 )
 from sweeper.spec.registry import PRUNERS
+from sweeper.spec.stored import load_stored
 
 #: Every key a spec accepts, by section: a dotted path ("" the top level, ``NAME`` a
 #: parameter's name, ``[]`` the items of a list). The validator checks these; the
@@ -93,6 +96,7 @@ __all__ = [
     "Volume",
     "command_placeholders",
     "load_spec",
+    "load_stored",
     "parse_duration",
     "parse_spec",
     "parse_spec_dict",

@@ -47,6 +47,7 @@ from sweeper.spec.model import (
     MAX_INDEXES,
     MAX_NAME_LENGTH,
     METHODS,
+    SCHEMA_KEY,
     STORAGE_SCHEMES,
     Objective,
     Parameter,
@@ -56,6 +57,7 @@ from sweeper.spec.model import (
     TrialSpec,
 )
 from sweeper.spec.overrides import apply_overrides, parse_overrides
+from sweeper.spec.stored import stored_schema
 
 _TOP_KEYS = ("name", "description", "method", "objective", "trials", "parallelism", "seed",
              "sampler", "pruner", "storage", "trial", "parameters", "kubernetes", "artifacts",
@@ -80,6 +82,7 @@ def load_spec(path: str | Path, overrides: Sequence[str] = ()) -> SweepSpec:
 
 def parse_spec(text: str, source: str = "<spec>", overrides: Sequence[str] = ()) -> SweepSpec:
     data, doc = _load_yaml(text, source)
+    data = _unstamped(data, source)
     if overrides:
         sets = parse_overrides(overrides, source)
         data = apply_overrides(data, sets, source)
@@ -88,10 +91,21 @@ def parse_spec(text: str, source: str = "<spec>", overrides: Sequence[str] = ())
 
 
 def parse_spec_dict(data: Mapping[str, Any], source: str = "<spec>") -> SweepSpec:
-    """Validate an already-parsed mapping (the sweep record stored on the study, or the spec
-    file a pod reads). Pass-through Kubernetes objects were checked when the record was
-    written, and are not again: the trial runner never imports the kubernetes client."""
-    return _Validator(_Doc(source, {}), deep=False).spec(data)
+    """Validate an already-parsed mapping that did not come from this sweeper's own storage: a
+    spec a client sent, an importer's draft. (A record this sweeper stored is read by
+    :func:`sweeper.spec.stored.load_stored`, without validating it again.) A normalised spec's
+    schema version is checked (see ``_unstamped``). Pass-through Kubernetes objects are not checked
+    against the client's models here: the trial runner never imports the kubernetes client."""
+    return _Validator(_Doc(source, {}), deep=False).spec(_unstamped(data, source))
+
+
+def _unstamped(data: Any, source: str) -> Any:
+    """A normalised spec (``SweepSpec.to_dict``) is a valid spec: its schema version is checked
+    (one a newer sweeper wrote is refused), then left out."""
+    if isinstance(data, Mapping) and SCHEMA_KEY in data:
+        stored_schema(data, source)
+        return {k: v for k, v in data.items() if k != SCHEMA_KEY}
+    return data
 
 
 # --------------------------------------------------------------------------- sections

@@ -29,6 +29,11 @@ MAX_INDEXES = 100_000
 #: Kubernetes names Jobs after the sweep and appends suffixes (``-r3`` for resumes,
 #: pod suffixes), so the sweep name must leave room inside a 63-character label.
 MAX_NAME_LENGTH = 50
+#: The version of the normalised form (the sweep record), stored in it under ``SCHEMA_KEY``; a
+#: record without the key (written before it was stamped) is version 1. Raise it when a record
+#: changes so that an older runner would misread it (``sweeper.spec.stored`` refuses newer).
+STORED_SCHEMA = 1
+SCHEMA_KEY = "schema_version"
 
 Scalar = str | int | float | bool | None
 
@@ -242,7 +247,8 @@ class SweepSpec:
         raise KeyError(name)
 
     def to_dict(self) -> dict[str, Any]:
-        """The normalised spec: every default filled in; ``parse_spec_dict`` reads it back."""
+        """The normalised spec (the sweep record), every default filled in and its schema
+        version stamped; ``sweeper.spec.load_stored`` reads it back."""
         return _spec_to_dict(self)
 
     @functools.cached_property
@@ -302,6 +308,8 @@ def _spec_to_dict(s: SweepSpec) -> dict[str, Any]:
               if key in kube}
     objective: Any = [{"metric": o.metric, "direction": o.direction} for o in s.objectives]
     return {
+        # Outside spec_hash's keys: stamping the version changed no sweep's hash.
+        SCHEMA_KEY: STORED_SCHEMA,
         "name": s.name, "description": s.description, "method": s.method,
         "objective": objective[0] if len(objective) == 1 else objective,
         "trials": s.trials, "parallelism": s.parallelism, "seed": s.seed,

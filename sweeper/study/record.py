@@ -29,7 +29,7 @@ from sweeper.protocol import (
     state_key,
 )
 from sweeper.proxy import client as proxy
-from sweeper.spec import SweepSpec, parse_spec_dict
+from sweeper.spec import SweepSpec, load_stored
 from sweeper.study._bulk import TrialRow, exclusive, insert_trials
 from sweeper.study.retry import with_retry
 
@@ -147,7 +147,7 @@ def load_sweep(storage: proxy.StudyStorage, name: str) -> Sweep:
     attrs = storage.get_study_user_attrs(study_id)
     if SPEC_ATTR not in attrs:
         raise StudyNotFoundError(f"study {name!r} exists but was not created by sweeper")
-    spec = parse_spec_dict(attrs[SPEC_ATTR], source=f"<study {name}>")
+    spec = load_stored(attrs[SPEC_ATTR], source=f"<study {name}>")
     base_dir = attrs.get(SPEC_DIR_ATTR)
     if isinstance(base_dir, str):
         spec = replace(spec, base_dir=base_dir)
