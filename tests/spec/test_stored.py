@@ -24,59 +24,59 @@ EXAMPLES = sorted(REPO.glob("search_spaces/*.yaml"))
 
 #: Every section set, most keys given: kubernetes pass-through objects and every volume kind,
 #: S3 artifacts and data, a conditional parameter, a command with metrics from a file.
-RICH = f"""
+RICH = """
 name: rich
 method: tpe
 trials: 20
-objective: [{{metric: loss, direction: minimize}}, {{metric: acc, direction: maximize}}]
-sampler: {{n_startup_trials: 5}}
+objective: [{metric: loss, direction: minimize}, {metric: acc, direction: maximize}]
+sampler: {n_startup_trials: 5}
 trial:
-  command: [python, train.py, "--lr", "{{lr}}", "--opt", "{{opt}}"]
-  fixed: {{epochs: 3, warm: null, nested: {{beta: null}}}}
+  command: [python, train.py, "--lr", "{lr}", "--opt", "{opt}"]
+  fixed: {epochs: 3, warm: null, nested: {beta: null}}
   retries: 2
   timeout: 1h
-  resources: {{gpu: 1, cpu: "2", memory: 4Gi}}
-  metrics: {{file: "m-{{index}}.jsonl"}}
+  resources: {gpu: 1, cpu: "2", memory: 4Gi}
+  metrics: {file: "m-{index}.jsonl"}
 parameters:
-  opt: {{type: categorical, choices: [sgd, adam]}}
-  lr: {{type: float, low: 0.0001, high: 0.1, log: true}}
-  mom: {{type: float, low: 0.0, high: 0.9, step: 0.1, when: {{opt: sgd}}}}
-  layers: {{type: int, values: [1, 2, 4]}}
-  width: {{type: int, low: 8, high: 64, step: 8}}
+  opt: {type: categorical, choices: [sgd, adam]}
+  lr: {type: float, low: 0.0001, high: 0.1, log: true}
+  mom: {type: float, low: 0.0, high: 0.9, step: 0.1, when: {opt: sgd}}
+  layers: {type: int, values: [1, 2, 4]}
+  width: {type: int, low: 8, high: 64, step: 8}
 kubernetes:
   image: reg.example/t:1
   namespace: ml
-  node_selector: {{pool: gpu}}
-  tolerations: [{{key: gpu, operator: Exists, effect: NoSchedule}}]
+  node_selector: {pool: gpu}
+  tolerations: [{key: gpu, operator: Exists, effect: NoSchedule}]
   image_pull_secrets: [regcred]
-  env: {{A: "1"}}
+  env: {A: "1"}
   indexes_per_pod: 2
   active_deadline: 2h
-  labels: {{team: x}}
-  annotations: {{note: y}}
+  labels: {team: x}
+  annotations: {note: y}
   priority_class: high
   runtime_class: nvidia
-  affinity: {{nodeAffinity: {{requiredDuringSchedulingIgnoredDuringExecution: {{
-    nodeSelectorTerms: [{{matchExpressions: [{{key: a, operator: In, values: [b]}}]}}]}}}}}}
+  affinity: {nodeAffinity: {requiredDuringSchedulingIgnoredDuringExecution: {
+    nodeSelectorTerms: [{matchExpressions: [{key: a, operator: In, values: [b]}]}]}}}
   termination_grace_period: 60
   shm_size: 2Gi
   scratch_size: 20Gi
   gpu_resource: nvidia.com/mig-1g.10gb
   cpu_limit: true
   volumes:
-    - {{name: ckpt, mount_path: /ckpt, pvc: ckpt-claim}}
-    - {{name: nfsv, mount_path: /nfs, nfs: {{server: 10.0.0.1, path: /export}}}}
-    - {{name: tmp, mount_path: /tmp2, empty_dir: {{size_limit: 1Gi}}}}
-    - {{name: tmp3, mount_path: /tmp3, empty_dir: {{}}}}
-    - {{name: cfg, mount_path: /cfg, config_map: cfg, read_only: true}}
-    - {{name: sec, mount_path: /sec, secret: creds}}
+    - {name: ckpt, mount_path: /ckpt, pvc: ckpt-claim}
+    - {name: nfsv, mount_path: /nfs, nfs: {server: 10.0.0.1, path: /export}}
+    - {name: tmp, mount_path: /tmp2, empty_dir: {size_limit: 1Gi}}
+    - {name: tmp3, mount_path: /tmp3, empty_dir: {}}
+    - {name: cfg, mount_path: /cfg, config_map: cfg, read_only: true}
+    - {name: sec, mount_path: /sec, secret: creds}
   checkpoint_volume: ckpt
-  pod_template: {{spec: {{containers: [{{name: trial, env: [{{name: X, value: "1"}}]}}]}}}}
+  pod_template: {spec: {containers: [{name: trial, env: [{name: X, value: "1"}]}]}}
   storage_proxy: proxy:13000
-artifacts: {{store: s3, bucket: my-bucket, prefix: runs/, endpoint_url: "http://minio:9000",
-            region: us-east-1, credentials_secret: s3-creds}}
-data: {{s3: "s3://my-bucket/data"}}
-stop: {{max_failed_trials: 3, max_duration: 3h}}
+artifacts: {store: s3, bucket: my-bucket, prefix: runs/, endpoint_url: "http://minio:9000",
+            region: us-east-1, credentials_secret: s3-creds}
+data: {s3: "s3://my-bucket/data"}
+stop: {max_failed_trials: 3, max_duration: 3h}
 """
 
 
@@ -90,8 +90,9 @@ def _specs() -> list[tuple[str, SweepSpec]]:
         method="tpe", trials=12, pruner={"type": "median", "n_startup_trials": 2},
         data={"path": "/datasets/x"}, artifacts={"store": "filesystem", "path": "/art"},
         description="a description")))
+    metrics = {"format": r"(?P<name>\w+)=(?P<value>.+)"}
     out.append(("command", make_spec(trial={"command": ["python", "t.py", "{a}"],
-                                            "metrics": {"format": r"(?P<name>\w+)=(?P<value>.+)"}})))
+                                            "metrics": metrics})))
     return out
 
 
