@@ -9,12 +9,13 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 PG_TEST_URL ?= postgresql://sweeper:sweeper-test-pw@127.0.0.1:5432/postgres
 export SWEEPER_TEST_PG ?= $(PG_TEST_URL)
 
-.PHONY: help install install-test install-docs demo test lint docs postgres browser bench chaos clean cluster-up cluster-down cluster-build
+.PHONY: help install install-test install-docs demo test lint docs postgres browser bench chaos clean cluster-up cluster-down cluster-build mutate
 
 help:
 	@echo "make demo     create .venv, install, run a real sweep (SQLite + local processes)"
 	@echo "make test     install test deps, start PostgreSQL (and Chromium), run the whole suite"
 	@echo "make lint     ruff + mypy"
+	@echo "make mutate   mutation testing (mutmut) of the index protocol's decisions; minutes, not in test"
 	@echo "make docs     the documentation site (MkDocs, Material theme), built with --strict into site/"
 	@echo "make bench    benchmarks side by side with plain Optuna (PostgreSQL)"
 	@echo "make chaos    the fault-injection sweep at a bigger size (CHAOS_MODE=kill|database)"
@@ -79,6 +80,21 @@ lint: install-test
 	$(VENV)/bin/ruff check sweeper trial_runner tests benchmarks tools docs
 	$(VENV)/bin/mypy
 
+# Mutation testing (issue 26; docs/development.md). mutmut mutates the files in pyproject.toml's
+# [tool.mutmut] only_mutate inside mutants/ (the tree is never touched) and runs each mutant
+# against the fast unit tests named there. MUTANTS picks the mutants to run: all of
+# protocol.py and stop.py (pure decisions), runner.py's state table (acquire, the rows, and the
+# retry decisions). A module added to only_mutate needs its `module.*` here too.
+MUTANTS ?= 'sweeper.protocol.*' 'sweeper.study.stop.*' \
+	$(foreach f,acquire _recorded_stop _already_done _first_attempt _running _next_attempt \
+	  _final _exit_code_of,'trial_runner.runner.x_$(f)__*')
+mutate: install-test
+	rm -rf mutants
+	@start=$$(date +%s); $(VENV)/bin/mutmut run --max-children $$(nproc) $(MUTANTS) >mutants.log 2>&1; \
+	rc=$$?; tail -c 300 mutants.log | tr '\r' '\n' | tail -1; \
+	echo "mutmut took $$(( $$(date +%s) - start ))s (log: mutants.log)"; \
+	$(VENV)/bin/mutmut results; exit $$rc
+
 # docs/hooks.py adds the pages generated from the code (CLI and spec references). Material 9.7+
 # prints a banner about its end of life on every build; NO_MKDOCS_2_WARNING silences only that.
 docs: install-docs
@@ -104,4 +120,4 @@ chaos: install-test postgres
 	$(PY) -m tests.support.chaos --mode $(CHAOS_MODE) $(CHAOS_ARGS)
 
 clean:
-	rm -rf $(VENV) .sweeper sweeps.db* *.egg-info .pytest_cache .mypy_cache .ruff_cache site
+	rm -rf $(VENV) .sweeper sweeps.db* *.egg-info .pytest_cache .mypy_cache .ruff_cache site mutants mutants.log
