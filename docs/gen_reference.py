@@ -124,7 +124,7 @@ class Section:
 
 
 def sections() -> list[Section]:
-    from sweeper.spec import SPEC_KEYS, model
+    from sweeper.spec import SPEC_KEYS, k8s_model, model
 
     models: dict[str, tuple[type | None, str]] = {
         "": (model.SweepSpec, "Top level"),
@@ -135,8 +135,8 @@ def sections() -> list[Section]:
         "stop": (model.StopSpec, "`stop:`"),
         "artifacts": (model.ArtifactsSpec, "`artifacts:`"),
         "data": (model.DataSpec, "`data:`"),
-        "kubernetes": (model.KubernetesSpec, "`kubernetes:`"),
-        "kubernetes.volumes[]": (model.Volume, "`kubernetes.volumes:` (a list)"),
+        "kubernetes": (k8s_model.KubernetesSpec, "`kubernetes:`"),
+        "kubernetes.volumes[]": (k8s_model.Volume, "`kubernetes.volumes:` (a list)"),
         "kubernetes.tolerations[]": (None, "`kubernetes.tolerations:` (a list, as in a pod "
                                            "spec)"),
     }

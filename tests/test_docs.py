@@ -19,7 +19,7 @@ import pytest
 import yaml
 
 from sweeper.cli import cli
-from sweeper.spec import SPEC_KEYS, SweepSpec, model
+from sweeper.spec import SPEC_KEYS, SweepSpec, k8s_model, model
 
 REPO = Path(__file__).resolve().parents[1]
 DOCS = REPO / "docs"
@@ -77,9 +77,10 @@ def test_every_spec_key_and_model_field_is_on_the_spec_page(gen: ModuleType) -> 
             assert f"| `{dotted}` |" in page, f"{dotted} is missing from reference/spec.md"
     # Every field of every dataclass of the model is a key on the page, or one the generator
     # maps to the keys that set it (FIELD_KEYS), or bookkeeping (compare=False: not a key).
-    classes = [c for _, c in inspect.getmembers(model, inspect.isclass)
-               if dataclasses.is_dataclass(c) and c.__module__ == model.__name__]
-    assert {SweepSpec, model.TrialSpec, model.StopSpec, model.Volume} <= set(classes)
+    classes = [c for module in (model, k8s_model)
+               for _, c in inspect.getmembers(module, inspect.isclass)
+               if dataclasses.is_dataclass(c) and c.__module__ == module.__name__]
+    assert {SweepSpec, model.TrialSpec, model.StopSpec, k8s_model.Volume} <= set(classes)
     for cls in classes:
         for f in dataclasses.fields(cls):
             if not f.compare:
@@ -104,7 +105,7 @@ def test_a_spec_key_without_a_description_fails_the_build(
 def test_the_spec_page_takes_defaults_from_the_model(gen: ModuleType) -> None:
     page = gen.spec_page()
     assert "| `parallelism` | `int` | `1` |" in page
-    assert f"| `kubernetes.image` | `str` | `{model.KubernetesSpec().image}` |" in page
+    assert f"| `kubernetes.image` | `str` | `{k8s_model.KubernetesSpec().image}` |" in page
     assert "| `trial.retries` | `int` | `1` |" in page
 
 
