@@ -105,3 +105,78 @@ def test_env_settings_and_their_defaults() -> None:
 
 def test_secret_env_is_reserved() -> None:
     assert set(protocol.SECRET_ENV) <= set(protocol.RESERVED_ENV)
+
+
+# --------------------------------------------------------------------------- pinned decisions
+# Each test below kills a mutant that survived `make mutate` (docs/development.md).
+
+
+def test_state_key_keeps_eight_characters_of_the_uid_and_old_sweeps_their_name() -> None:
+    assert protocol.state_key("digits", "0123456789abcdef") == "digits-01234567"
+    assert protocol.state_key("digits", None) == "digits"
+    assert protocol.state_key("digits", "") == "digits"
+
+
+def test_log_headers_round_trip_and_other_lines_are_not_headers() -> None:
+    header = protocol.LogHeader(index=12, attempt=0, trial_number=345)
+    line = protocol.encode_log_header(header)
+    assert line == "=== sweeper: index 12, attempt 0, trial #345 ===\n"
+    assert protocol.parse_log_header(line) == header
+    assert protocol.parse_log_header("  " + line) == header
+    for other in ("", "=== sweeper: index 1, attempt 0 ===", "index 1, attempt 0, trial #2",
+                  line.replace("12", "x")):
+        assert protocol.parse_log_header(other) is None
+
+
+def test_a_negative_job_index_or_per_pod_below_one_runs_nothing() -> None:
+    # the slice alone would hand these a chunk: [-6:-3] and [0:-1] are not empty
+    assert protocol.chunk(-2, 3, None, 10) == []
+    assert protocol.chunk(0, -1, None, 10) == []
+    assert protocol.chunk(0, 0, None, 10) == []
+
+
+def test_completions_of_a_sparse_map_count_its_entries_not_the_sweep() -> None:
+    assert protocol.completions(2, (1, 5, 9), 100) == 2
+    assert protocol.completions(2, None, 100) == 50
+
+
+def test_map_entries_at_both_ends_of_the_sweep() -> None:
+    env = {"JOB_ID": "0", "SWEEPER_INDEX_MAP": "0,9"}
+    assert protocol.job_indexes_from_env(dict(env, SWEEPER_INDEXES_PER_POD="2"), 10) == [0, 9]
+    with pytest.raises(ValueError, match=r"^index 10 is outside the sweep \(0\.\.9\)$"):
+        protocol.job_indexes_from_env(dict(env, SWEEPER_INDEX_MAP="10"), 10)
+
+
+def test_an_empty_indexes_per_pod_means_one() -> None:
+    env = {"JOB_ID": "1", "SWEEPER_INDEXES_PER_POD": ""}
+    assert protocol.job_indexes_from_env(env, 10) == [1]
+
+
+@pytest.mark.parametrize(("env", "message"), [
+    ({"JOB_ID": "x"}, r"^JOB_ID must be a non-negative integer, got 'x'$"),
+    ({"JOB_ID": "0", "SWEEPER_INDEXES_PER_POD": "0"}, r"^SWEEPER_INDEXES_PER_POD must be >= 1$"),
+    ({"JOB_ID": "10"}, r"^JOB_ID 10 is outside the sweep \(10 indexes, 1 per pod\)$"),
+    ({"JOB_ID": "2", "SWEEPER_INDEX_MAP": "3,4", "SWEEPER_INDEXES_PER_POD": "1"},
+     r"^JOB_ID 2 is outside the sweep \(2 indexes, 1 per pod\)$"),
+])
+def test_a_wrong_environment_says_what_is_wrong(env: dict[str, str], message: str) -> None:
+    """The runner logs these lines as they are: the pod's log is all a user sees."""
+    with pytest.raises(ValueError, match=message):
+        protocol.job_indexes_from_env(env, 10)
+
+
+def test_an_unparsable_index_map_or_line_is_quoted_up_to_80_characters() -> None:
+    with pytest.raises(ValueError, match=r"^index map must be comma-separated integers, "
+                                         r"got '1,a'$"):
+        protocol.decode_index_map("1,a")
+    with pytest.raises(ValueError, match=r"got '1,a{78}'$"):
+        protocol.decode_index_map("1," + "a" * 100)
+    with pytest.raises(ValueError, match=r"^not a worker message: 'x{80}'$"):
+        protocol.parse_message("x" * 100)
+
+
+def test_done_without_a_trial_is_minus_one_on_the_wire_and_trial_0_is_a_trial() -> None:
+    assert protocol.encode_message(protocol.Done(5, 1, "FAIL", None)) == "done 5 1 FAIL -1\n"
+    first = protocol.Done(0, protocol.EXIT_OK, "COMPLETE", 0)
+    assert protocol.encode_message(first) == "done 0 0 COMPLETE 0\n"
+    assert protocol.parse_message("done 0 0 COMPLETE 0\n") == first
