@@ -29,6 +29,8 @@ from trial_runner.runner import (  # the table's rows, one function each
     _next_attempt,
     _recorded_stop,
     _running,
+    acquire,
+    provenance,
 )
 
 RUNNING, WAITING, FAIL = TrialState.RUNNING, TrialState.WAITING, TrialState.FAIL
@@ -55,6 +57,12 @@ class Store:
                     params: dict[str, Any] | None) -> int | None:
         self.calls.append(("new_attempt", index, after, params))
         return self.new_ids.pop(0)
+
+    taken: Any = None
+
+    def take(self, study_id: int, index: int, *, user_attrs: dict[str, Any]) -> Any:
+        self.calls.append(("take", study_id, index, user_attrs))
+        return self.taken
 
     def stop_state(self, study_id: int) -> Any:
         self.calls.append(("stop_state", study_id))
@@ -223,3 +231,33 @@ def test_which_failures_a_retry_can_fix() -> None:
     assert _exit_code_of(DataError("s3 down", retryable=True)) == protocol.EXIT_RETRY
     assert _exit_code_of(DataError("no bucket", retryable=False)) == protocol.EXIT_CONFIG
     assert _exit_code_of(ValueError("other")) == protocol.EXIT_CONFIG
+
+
+# --------------------------------------------------------------------------- the first look
+
+
+def first_look(store: Store, taken: Taken) -> Any:
+    spec = SimpleNamespace(stop=SimpleNamespace(any=False, max_failed_trials=0), spec_hash="h")
+    store.taken = taken
+    sweep = SimpleNamespace(spec=spec, storage=store, study_id=1)
+    got = acquire(sweep, 3, RunnerSettings(), sleep=lambda s: None)
+    assert store.calls[0] == ("take", 1, 3, provenance(spec))
+    return got
+
+
+def test_what_the_first_look_claimed_is_owned_with_what_it_read(store: Store) -> None:
+    taken = Taken(attempts=[], claimed=attempt(5, RUNNING, n=2))
+    assert first_look(store, taken) == Claimed(5, 2, taken)
+
+
+def test_a_stop_the_first_look_read_starts_nothing(store: Store) -> None:
+    got = first_look(store, Taken(attempts=[], stop_read=True, stop=STOPPED))
+    assert isinstance(got, Outcome)
+    assert (got.index, got.exit_code, got.state, got.trial_number) == \
+        (3, protocol.EXIT_OK, protocol.STOPPED, None)
+    assert got.message.startswith("index 3 not started: the sweep is stopped (stop rule value")
+
+
+def test_a_finished_attempt_among_failed_ones_finishes_the_index(store: Store) -> None:
+    taken = Taken(attempts=[attempt(1, FAIL), attempt(2, TrialState.PRUNED, n=1)])
+    assert first_look(store, taken) == _already_done(3, attempt(2, TrialState.PRUNED))
