@@ -124,6 +124,13 @@ ENV_PARAMS = "SWEEPER_PARAMS"
 ENV_PARAMS_FILE = "SWEEPER_PARAMS_FILE"
 ENV_METRICS_FILE = "SWEEPER_METRICS_FILE"
 ENV_TRIAL_NUMBER = "SWEEPER_TRIAL_NUMBER"
+# The storage proxy's credentials (sweeper.proxy.credentials): a secret itself (the local
+# run's per-run secret, or a token a user exported), a file holding one (a pod's projected
+# ServiceAccount token, re-read as the kubelet renews it), and the CA that signed its TLS
+# certificate.
+ENV_PROXY_TOKEN = "SWEEPER_PROXY_TOKEN"
+ENV_PROXY_TOKEN_FILE = "SWEEPER_PROXY_TOKEN_FILE"
+ENV_PROXY_CA = "SWEEPER_PROXY_CA"
 
 DEFAULT_STORAGE = "sqlite:///sweeps.db"
 DEFAULT_HEARTBEAT_INTERVAL_S = 5.0
@@ -142,9 +149,11 @@ DEFAULT_TERMINATION_GRACE_PERIOD_S = 30.0
 #: Runner tuning (heartbeat, grace period, log level, code version) may be set there.
 RESERVED_ENV = (ENV_JOB_ID, ENV_COMPLETION_INDEX, ENV_STORAGE, ENV_STUDY, ENV_INDEX_MAP,
                 ENV_INDEXES_PER_POD, ENV_CHECKPOINT_DIR, ENV_SPEC_FILE, ENV_DATA_DIR, ENV_CMD_FD,
-                ENV_RESULT_FD, ENV_LOG_DIR, ENV_PARENT_PID)
-#: Never passed on to a command trial's program (the URL holds the database password).
-SECRET_ENV = (ENV_STORAGE,)
+                ENV_RESULT_FD, ENV_LOG_DIR, ENV_PARENT_PID, ENV_PROXY_TOKEN,
+                ENV_PROXY_TOKEN_FILE, ENV_PROXY_CA)
+#: Never passed on to a command trial's program (the URL holds the database password, the
+#: token lets its holder act as the runner).
+SECRET_ENV = (ENV_STORAGE, ENV_PROXY_TOKEN, ENV_PROXY_TOKEN_FILE)
 
 
 def env_float(env: Mapping[str, str], name: str, default: float) -> float:

@@ -35,6 +35,12 @@ DEFAULT_MEMORY = "2Gi"
 COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
 #: Keys read from ``artifacts.credentials_secret`` (env names the S3 client expects).
 S3_CREDENTIAL_KEYS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")
+#: Through a storage proxy: the pod's ServiceAccount token for the proxy's audience, projected
+#: by the kubelet (renewed at 80 % of its lifetime) and sent on every call (sweeper.proxy).
+PROXY_TOKEN_DIR = "/var/run/secrets/sweeper-proxy"
+PROXY_TOKEN_SECONDS = 600  # the shortest lifetime the API server grants
+#: Where ``kubernetes.storage_proxy_ca`` (a ConfigMap's ca.crt) is mounted.
+PROXY_CA_DIR = "/etc/sweeper-proxy-ca"
 _SOURCES = {"pvc": ("persistentVolumeClaim", "claimName"), "config_map": ("configMap", "name"),
             "secret": ("secret", "secretName")}
 
@@ -122,8 +128,23 @@ def _volumes(spec: SweepSpec) -> list[dict[str, Any]]:
         {"name": "sweeper-spec", "configMap": {"name": spec_configmap_name(spec.name)}}]
     if k.shm_size != "0":
         out.append({"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": k.shm_size}})
+    if k.storage_proxy:
+        out.append(proxy_token_volume())
+    if k.storage_proxy and k.storage_proxy_ca:
+        out.append({"name": "sweeper-proxy-ca", "configMap": {
+            "name": k.storage_proxy_ca, "items": [{"key": "ca.crt", "path": "ca.crt"}]}})
     out += [volume_source(v) for v in k.volumes]
     return out
+
+
+def proxy_token_volume() -> dict[str, Any]:
+    """The pod's bound ServiceAccount token for the storage proxy's audience only (the API
+    server refuses it for anything else; it dies with the pod)."""
+    from sweeper.proxy.credentials import DEFAULT_AUDIENCE
+
+    return {"name": "sweeper-proxy-token", "projected": {"sources": [{"serviceAccountToken": {
+        "audience": DEFAULT_AUDIENCE, "expirationSeconds": PROXY_TOKEN_SECONDS,
+        "path": "token"}}]}}
 
 
 def volume_source(v: Volume) -> dict[str, Any]:
@@ -148,6 +169,11 @@ def _mounts(k: KubernetesSpec) -> list[dict[str, Any]]:
                                   "readOnly": True}]
     if k.shm_size != "0":
         out.append({"name": "dshm", "mountPath": SHM})
+    if k.storage_proxy:
+        out.append({"name": "sweeper-proxy-token", "mountPath": PROXY_TOKEN_DIR,
+                    "readOnly": True})
+    if k.storage_proxy and k.storage_proxy_ca:
+        out.append({"name": "sweeper-proxy-ca", "mountPath": PROXY_CA_DIR, "readOnly": True})
     for v in k.volumes:
         mount: dict[str, Any] = {"name": v.name, "mountPath": v.mount_path}
         if v.read_only or v.kind in ("config_map", "secret"):
@@ -204,6 +230,10 @@ def _env(spec: SweepSpec, k: KubernetesSpec, mapping: list[int] | None) -> list[
         {"name": protocol.ENV_CHECKPOINT_DIR, "value": checkpoint_dir(k)},
         {"name": protocol.ENV_SPEC_FILE, "value": f"{SPEC_DIR}/{SPEC_KEY}"},
     ]
+    if k.storage_proxy:
+        env.append({"name": protocol.ENV_PROXY_TOKEN_FILE, "value": f"{PROXY_TOKEN_DIR}/token"})
+        if k.storage_proxy_ca:
+            env.append({"name": protocol.ENV_PROXY_CA, "value": f"{PROXY_CA_DIR}/ca.crt"})
     env += _data_env(spec)
     a = spec.artifacts
     secret = (a.credentials_secret if a.store == "s3" else None) or spec.data.credentials_secret

@@ -10,6 +10,7 @@ import click
 
 from sweeper.cli._common import _errors
 from sweeper.cli._group import cli
+from sweeper.cli._proxy_security import build_security, security_options
 from sweeper.errors import SweeperError
 
 
@@ -26,9 +27,10 @@ from sweeper.errors import SweeperError
               show_default=True, help="Prometheus /metrics port (0: none).")
 @click.option("--pool-size", type=click.IntRange(min=1), default=4, show_default=True,
               help="Database connections kept open (as many again may open under load).")
+@security_options
 @_errors
 def proxy(storage: str | None, host: str, port: int, metrics_port: int,
-          pool_size: int) -> None:
+          pool_size: int, **security: Any) -> None:
     """Serve the study storage to many runners through a few database connections: runners
     (and every sweeper command) use grpc://HOST:PORT as their storage URL and never see the
     database password."""
@@ -41,7 +43,8 @@ def proxy(storage: str | None, host: str, port: int, metrics_port: int,
     url = resolve_storage_url(storage)
     registry = CollectorRegistry()
     server = ProxyServer(url, host=host, port=port, metrics=ProxyMetrics(registry),
-                         pool_size=pool_size, max_overflow=pool_size, connect_deadline_s=60)
+                         pool_size=pool_size, max_overflow=pool_size, connect_deadline_s=60,
+                         **build_security(host, security))
     registry.register(StudyCollector(lambda: server.storage))
     metrics = None
     if metrics_port:

@@ -23,10 +23,10 @@ from optuna.distributions import BaseDistribution
 from optuna.study import StudyDirection
 from optuna.trial import FrozenTrial, TrialState
 
+from sweeper._optuna_compat import FrozenStudy, GrpcStorageProxyOnChannel
 from sweeper.errors import SpecError, StorageError, StudyNotFoundError, SweeperError
 from sweeper.protocol import ENV_PARENT_PID
 from sweeper.proxy import service as wire
-from sweeper._optuna_compat import FrozenStudy, GrpcStorageProxyOnChannel
 from sweeper.study.storage import RetryingRDBStorage
 
 if TYPE_CHECKING:
@@ -104,10 +104,23 @@ class ProxyStorage(GrpcStorageProxyOnChannel):
         self._info: wire.Info | None = None
         super().__init__(host=host, port=port, options=CHANNEL_OPTIONS)
 
+    def _setup(self) -> None:
+        """Optuna's client, then its stub and cache moved to a channel that carries this
+        process's credential and verifies the proxy's certificate (:mod:`.credentials`)."""
+        from sweeper.proxy.credentials import open_channel
+
+        super()._setup()
+        self._channel.close()  # never used: channels connect on their first call
+        self._channel = open_channel(self._host, self._port, CHANNEL_OPTIONS)
+        self._stub = type(self._stub)(self._channel)
+        self._cache = type(self._cache)(self._stub)
+
     # ---------------------------------------------------------------- plumbing
 
     def _retry(self, what: str, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         import grpc
+
+        from sweeper.proxy.credentials import refusal
 
         start = time.monotonic()
         delay = 0.2
@@ -115,6 +128,9 @@ class ProxyStorage(GrpcStorageProxyOnChannel):
             try:
                 return fn(*args, **kwargs)
             except grpc.RpcError as e:
+                refused = refusal(e, self.proxy_url, what)
+                if refused is not None:
+                    raise refused from None
                 code = e.code() if isinstance(e, grpc.Call) else None
                 if code != grpc.StatusCode.UNAVAILABLE:
                     raise
@@ -173,12 +189,26 @@ class ProxyStorage(GrpcStorageProxyOnChannel):
         return self._info.storage
 
     def wait_ready(self, timeout_s: float) -> None:
-        """Block until the proxy answers (raises StorageError after ``timeout_s``)."""
-        try:
-            self.wait_server_ready(timeout=timeout_s)
-        except ConnectionError:
-            raise StorageError(f"cannot reach the storage proxy {self.proxy_url} (waited "
-                               f"{timeout_s:g}s): is `sweeper proxy` running there?") from None
+        """Block until the proxy answers (raises StorageError after ``timeout_s``, or at once
+        when its TLS handshake fails: a CA that is missing or wrong is no outage)."""
+        import grpc
+
+        from sweeper.proxy.credentials import diagnose
+
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:  # on our channel (Optuna's wait_server_ready opens a plaintext one)
+                grpc.channel_ready_future(self.channel).result(
+                    timeout=max(0.1, min(2.0, deadline - time.monotonic())))
+                return
+            except grpc.FutureTimeoutError:
+                failed = diagnose(self.channel, self._host, self._port, self.proxy_url)
+                if failed is not None:
+                    raise failed from None
+                if time.monotonic() >= deadline:
+                    raise StorageError(f"cannot reach the storage proxy {self.proxy_url} "
+                                       f"(waited {timeout_s:g}s): is `sweeper proxy` running "
+                                       "there?") from None
 
     # ---------------------------------------------------------------- the index protocol
 

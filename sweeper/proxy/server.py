@@ -16,6 +16,7 @@ can fix becomes UNAVAILABLE, which the client retries.
 from __future__ import annotations
 
 import logging
+import os
 import socket
 import threading
 import time
@@ -28,17 +29,21 @@ import grpc
 import optuna
 import sqlalchemy as sa
 
-from sweeper.errors import SpecError, StorageError, StudyNotFoundError, SweeperError
-from sweeper.protocol import SPEC_ATTR
-from sweeper.proxy import service as wire
-from sweeper.proxy.client import SCHEME, is_proxy_url
-from sweeper.proxy.metrics import ProxyMetrics
-from sweeper.study import index as protocol_steps
 from sweeper._optuna_compat import (
     add_optuna_storage_servicer,
     cached_storage,
     is_finishing_request,
 )
+from sweeper.errors import SpecError, StorageError, StudyNotFoundError, SweeperError
+from sweeper.protocol import ENV_PROXY_TOKEN, SPEC_ATTR
+from sweeper.proxy import service as wire
+from sweeper.proxy.auth import Authenticator, SharedSecret, server_interceptors
+from sweeper.proxy.client import SCHEME, is_proxy_url
+from sweeper.proxy.credentials import new_local_secret
+from sweeper.proxy.limits import Limits, message_options
+from sweeper.proxy.metrics import ProxyMetrics
+from sweeper.proxy.tls import ServerTLS, add_port
+from sweeper.study import index as protocol_steps
 from sweeper.study.retry import StorageFailure, is_transient
 from sweeper.study.storage import RetryingRDBStorage, open_storage
 
@@ -264,7 +269,9 @@ class ProxyServer:
     def __init__(self, url: str, *, host: str = "127.0.0.1", port: int = 13000,
                  metrics: ProxyMetrics | None = None, pool_size: int = DEFAULT_POOL_SIZE,
                  max_overflow: int = DEFAULT_MAX_OVERFLOW, threads: int = DEFAULT_THREADS,
-                 connect_deadline_s: float = 0.0, reuse_port: bool = False) -> None:
+                 connect_deadline_s: float = 0.0, reuse_port: bool = False,
+                 auth: Authenticator | None = None, limits: Limits | None = None,
+                 tls: ServerTLS | None = None) -> None:
         from sweeper.study.urls import redact
 
         if is_proxy_url(url):
@@ -279,8 +286,10 @@ class ProxyServer:
         self.shown_url = redact(url)
         self._server = grpc.server(ThreadPoolExecutor(max_workers=threads,
                                                       thread_name_prefix="sweeper-proxy"),
-                                   interceptors=[_Observe(metrics)],
-                                   options=[("grpc.so_reuseport", int(reuse_port))])
+                                   interceptors=[*server_interceptors(auth, storage, limits),
+                                                 _Observe(metrics)],
+                                   options=[("grpc.so_reuseport", int(reuse_port)),
+                                            *message_options(limits)])
         add_optuna_storage_servicer(self._server, cached_storage(storage))
         protocol = _IndexProtocol(storage, self.shown_url)
         self._server.add_generic_rpc_handlers([grpc.method_handlers_generic_handler(
@@ -291,7 +300,7 @@ class ProxyServer:
             "grpc.health.v1.Health", {"Check": grpc.unary_unary_rpc_method_handler(
                 health.check)})])
         try:
-            self.port = self._server.add_insecure_port(f"{host}:{port}")
+            self.port = add_port(self._server, host, port, tls)
         except RuntimeError:
             self.port = 0
         if not self.port:
@@ -329,18 +338,25 @@ def start_local_proxy(storage_url: str, registry: Any = None,
                       reserved: socket.socket | None = None) -> ProxyServer:
     """A proxy in this process for local workers: loopback only, any free port (or the one
     ``reserved`` holds, see :func:`reserve_local_port`), its metrics in ``registry`` (a
-    prometheus_client CollectorRegistry) when given."""
+    prometheus_client CollectorRegistry) when given. Every call must carry a random secret of
+    this run, put in this process's environment (``$SWEEPER_PROXY_TOKEN``) for the workers it
+    starts to inherit: never an argument, never logged."""
     metrics = ProxyMetrics(registry) if registry is not None else None
     port = reserved.getsockname()[1] if reserved is not None else 0
+    secret = os.environ.get(ENV_PROXY_TOKEN) if reserved is not None else None
+    if not secret:
+        secret = os.environ[ENV_PROXY_TOKEN] = new_local_secret()
     return ProxyServer(storage_url, host="127.0.0.1", port=port, metrics=metrics,
-                       reuse_port=reserved is not None).start()
+                       reuse_port=reserved is not None, auth=SharedSecret(secret)).start()
 
 
 def reserve_local_port() -> socket.socket:
     """A loopback port for a local proxy started later: the local backend forks its workers
     (whose environment names the port) before the proxy's gRPC threads exist. The socket is
     bound with SO_REUSEPORT and never listens, so the proxy binds the same port beside it;
-    close it once the proxy serves."""
+    close it once the proxy serves. The run's secret is made here too: the workers forked
+    before the proxy starts find it in their environment, as ``$SWEEPER_PROXY_TOKEN``."""
+    os.environ[ENV_PROXY_TOKEN] = new_local_secret()
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
     sock.bind(("127.0.0.1", 0))

@@ -33,12 +33,13 @@ K8S_KEYS = ("image", "image_pull_policy", "namespace", "storage_secret", "storag
             "indexes_per_pod", "active_deadline", "ttl_after_finished", "labels", "annotations",
             "priority_class", "runtime_class", "affinity", "termination_grace_period",
             "shm_size", "scratch_size", "volumes", "gpu_resource", "cpu_limit",
-            "checkpoint_volume", "pod_template", "storage_proxy")
+            "checkpoint_volume", "pod_template", "storage_proxy", "storage_proxy_ca")
 _TOLERATION_KEYS = ("key", "operator", "value", "effect", "tolerationSeconds")
 _VOLUME_KEYS = ("name", "mount_path", "read_only", *VOLUME_KINDS)
 #: Volumes and mount paths the rendered pod uses itself.
-RESERVED_VOLUMES = ("scratch", "dshm", "sweeper-spec")
-RESERVED_MOUNTS = ("/scratch", "/dev/shm", "/etc/sweeper")
+RESERVED_VOLUMES = ("scratch", "dshm", "sweeper-spec", "sweeper-proxy-token", "sweeper-proxy-ca")
+RESERVED_MOUNTS = ("/scratch", "/dev/shm", "/etc/sweeper", "/var/run/secrets/sweeper-proxy",
+                   "/etc/sweeper-proxy-ca")
 #: Label and annotation keys sweeper sets (or the Job controller does) on every Job and pod.
 _RESERVED_KEY_PREFIXES = ("sweeper.dev/", "batch.kubernetes.io/")
 _RESERVED_LABELS = ("controller-uid", "job-name", "app.kubernetes.io/name",
@@ -78,6 +79,9 @@ def kubernetes(v: Checks, value: Any, path: Path_, *, deep: bool) -> KubernetesS
                 v.string(m["storage_proxy"], (*path, "storage_proxy")))
         except ValueError as e:
             raise v.err((*path, "storage_proxy"), str(e)) from None
+    if kw.get("storage_proxy_ca") and not kw.get("storage_proxy"):
+        raise v.err((*path, "storage_proxy_ca"), "names the CA of a storage proxy: set "
+                    "storage_proxy too")
     return replace(KubernetesSpec(), **kw)
 
 
@@ -85,7 +89,8 @@ def _names(v: Checks, m: Mapping[str, Any], path: Path_) -> dict[str, Any]:
     """The string settings: image, pull policy and the names of Kubernetes objects."""
     kw: dict[str, Any] = {}
     for key in ("image", "image_pull_policy", "namespace", "storage_secret",
-                "storage_secret_key", "service_account", "priority_class", "runtime_class"):
+                "storage_secret_key", "service_account", "priority_class", "runtime_class",
+                "storage_proxy_ca"):
         if m.get(key) is not None:
             kw[key] = v.string(m[key], (*path, key))
     if "image_pull_policy" in kw:

@@ -80,6 +80,9 @@ class KubernetesSpec:
     pod_template: Mapping[str, Any] | None = None
     #: host:port of a `sweeper proxy` the pods use instead of the database (no Secret then).
     storage_proxy: str | None = None
+    #: A ConfigMap whose ``ca.crt`` signed the storage proxy's TLS certificate: the pods
+    #: verify the proxy with it (None: the proxy serves plaintext).
+    storage_proxy_ca: str | None = None
 
     def volume(self, name: str) -> Volume | None:
         return next((v for v in self.volumes if v.name == name), None)
@@ -102,7 +105,7 @@ class KubernetesSpec:
             "shm_size": self.shm_size, "scratch_size": self.scratch_size,
             "volumes": [v.to_dict() for v in self.volumes], "gpu_resource": self.gpu_resource,
             "cpu_limit": self.cpu_limit, "checkpoint_volume": self.checkpoint_volume,
-            "storage_proxy": self.storage_proxy}
+            "storage_proxy": self.storage_proxy, "storage_proxy_ca": self.storage_proxy_ca}
         if self.affinity is not None:
             d["affinity"] = self.affinity
         if self.pod_template is not None:

@@ -81,17 +81,42 @@ def _image(image: str) -> Obj:
     return entry
 
 
+#: The process node runs the proxy as a process: its ServiceAccount's credentials (for
+#: TokenReview and SubjectAccessReview) cannot be at the fixed in-cluster path, so on the
+#: local cluster they come as a kubeconfig in this Secret (a token of the same
+#: ServiceAccount, so the component's RBAC is what is tested).
+PROXY_KUBECONFIG = "sweeper-storage-proxy-kubeconfig"
+_KUBECONFIG_PATCH = {
+    "apiVersion": "apps/v1", "kind": "Deployment",
+    "metadata": {"name": PROXY, "namespace": NS},
+    "spec": {"template": {"spec": {
+        "containers": [{"name": "proxy", "env": [
+            {"name": "KUBECONFIG", "value": "/etc/sweeper-proxy-kube/config"}],
+            "volumeMounts": [{"name": "kubeconfig", "mountPath": "/etc/sweeper-proxy-kube",
+                              "readOnly": True}]}],
+        "volumes": [{"name": "kubeconfig", "secret": {"secretName": PROXY_KUBECONFIG}}]}}}}
+
+
 def _overlay(cluster: Cluster) -> Path:
     """An overlay of the component alone, as a user's cluster directory would add it (the
     namespace and RBAC of the base are already there)."""
     overlay = cluster.tmp / "storage-proxy-overlay"
     overlay.mkdir()
-    (overlay / "kustomization.yaml").write_text(yaml.safe_dump({
+    kustomization: Obj = {
         "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
         # kustomize takes a component only by a relative path
         "components": [os.path.relpath(COMPONENT, overlay)],
-        "images": [_image(cluster.image)]}))
+        "images": [_image(cluster.image)]}
+    if cluster.local is not None:
+        (overlay / "kubeconfig-patch.yaml").write_text(yaml.safe_dump(_KUBECONFIG_PATCH))
+        kustomization["patches"] = [{"path": "kubeconfig-patch.yaml"}]
+    (overlay / "kustomization.yaml").write_text(yaml.safe_dump(kustomization))
     return overlay
+
+
+def _put_proxy_kubeconfig(cluster: Cluster) -> None:
+    path, _ = cluster.service_account_kubeconfig(PROXY)
+    cluster.put_secret(PROXY_KUBECONFIG, {"config": path.read_text()})
 
 
 def _put_db_secret(cluster: Cluster) -> None:
@@ -150,6 +175,8 @@ def storage_proxy(cluster: Cluster) -> Iterator[Obj]:
         for made in (f"service/{PROXY}", f"deployment.apps/{PROXY}",
                      f"poddisruptionbudget.policy/{PROXY}"):
             assert f"{made} created" in applied or f"{made} configured" in applied, applied
+        if cluster.local is not None:
+            _put_proxy_kubeconfig(cluster)
         # Two replicas would each bind 13000 (and 9090) on the process node's one network,
         # which every pod shares: the second would crash-loop on "address in use". On a real
         # cluster each replica has its own pod IP, and both serve.
@@ -164,7 +191,8 @@ def storage_proxy(cluster: Cluster) -> Iterator[Obj]:
         # ports are free again when the test ends.
         _kubectl(cluster, "delete", "-k", str(overlay), "--ignore-not-found",
                  "--cascade=foreground", "--wait", "--timeout=120s")
-        _kubectl(cluster, "delete", "secret", "-n", NS, DB_SECRET, "--ignore-not-found")
+        _kubectl(cluster, "delete", "secret", "-n", NS, DB_SECRET, PROXY_KUBECONFIG,
+                 "--ignore-not-found")
 
 
 def _metrics(pod: Obj) -> dict[str, float]:

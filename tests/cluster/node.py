@@ -141,6 +141,17 @@ class ApiSources:
         return out
 
 
+    def service_account_token(self, namespace: str, account: str, audience: str | None,
+                              seconds: int, pod: Obj) -> str:
+        spec: Obj = {"expirationSeconds": seconds, "boundObjectRef": {
+            "apiVersion": "v1", "kind": "Pod", "name": pod["metadata"]["name"],
+            "uid": pod["metadata"]["uid"]}}
+        if audience:
+            spec["audiences"] = [audience]
+        got = json.loads(self.core.create_namespaced_service_account_token(
+            account, namespace, {"spec": spec}, _preload_content=False).data)
+        return str(got["status"]["token"])
+
     def headless_services(self, namespace: str) -> frozenset[str]:
         """The names of the namespace's headless Services (``clusterIP: None``): the
         subdomains its pods' DNS names can live under."""

@@ -59,6 +59,11 @@ class Sources(Protocol):
 
     def headless_services(self, namespace: str) -> frozenset[str]: ...
 
+    def service_account_token(self, namespace: str, account: str, audience: str | None,
+                              seconds: int, pod: Obj) -> str:
+        """A token from the TokenRequest API, bound to ``pod`` (as the kubelet asks it)."""
+        ...
+
 
 class ContainerConfigError(Exception):
     """The container cannot be created yet (a missing Secret, ConfigMap or key): the pod
@@ -294,26 +299,45 @@ class PodEnv:
         return d
 
     def _fill(self, vol: Obj, d: Path) -> None:
-        for kind, key, ref_name in (("Secret", "secret", "secretName"),
-                                    ("ConfigMap", "configMap", "name")):
-            src = vol.get(key)
-            if src is None:
-                continue
-            data = self.sources.data(kind, self.ns, src.get(ref_name, ""))
-            if data is None:
-                if src.get("optional"):
-                    continue
-                shutil.rmtree(d, ignore_errors=True)
-                raise ContainerConfigError(
-                    f'MountVolume.SetUp failed for volume "{vol["name"]}" : '
-                    f'{kind.lower()} "{src.get(ref_name)}" not found', "ContainerCreating")
-            for item in src.get("items") or [{"key": k, "path": k} for k in data]:
-                if item["key"] in data:
-                    p = d / item["path"]
-                    p.parent.mkdir(parents=True, exist_ok=True)
-                    p.write_text(data[item["key"]], errors="surrogateescape")
-        for item in (vol.get("downwardAPI") or {}).get("items") or []:
-            if item.get("fieldRef"):
-                p = d / item["path"]
-                p.parent.mkdir(parents=True, exist_ok=True)
-                p.write_text(self.field_ref(item["fieldRef"]["fieldPath"]))
+        # A projected volume's sources are the same sources as a volume's (secretName is
+        # ``name`` there), plus serviceAccountToken.
+        projected = (vol.get("projected") or {}).get("sources") or []
+        for source in [vol, *projected]:
+            for kind, key, ref_name in (("Secret", "secret", "secretName"),
+                                        ("ConfigMap", "configMap", "name")):
+                if source.get(key) is not None:
+                    ref = ref_name if source is vol else "name"
+                    self._fill_items(kind, source[key], ref, vol["name"], d)
+            for item in (source.get("downwardAPI") or {}).get("items") or []:
+                if item.get("fieldRef"):
+                    _write(d / item["path"], self.field_ref(item["fieldRef"]["fieldPath"]))
+            if source.get("serviceAccountToken") is not None:
+                self._project_token(source["serviceAccountToken"], d)
+
+    def _fill_items(self, kind: str, src: Obj, ref_name: str, vol_name: str, d: Path) -> None:
+        data = self.sources.data(kind, self.ns, src.get(ref_name, ""))
+        if data is None:
+            if src.get("optional"):
+                return
+            shutil.rmtree(d, ignore_errors=True)
+            raise ContainerConfigError(
+                f'MountVolume.SetUp failed for volume "{vol_name}" : '
+                f'{kind.lower()} "{src.get(ref_name)}" not found', "ContainerCreating")
+        for item in src.get("items") or [{"key": k, "path": k} for k in data]:
+            if item["key"] in data:
+                _write(d / item["path"], data[item["key"]])
+
+    def _project_token(self, src: Obj, d: Path) -> None:
+        """What the kubelet does for a ``serviceAccountToken`` projection: a TokenRequest for
+        the pod's ServiceAccount with the audience and lifetime asked for, bound to the pod
+        (the API server's TokenReview refuses it once the pod is gone), written to the path."""
+        account = self.pod["spec"].get("serviceAccountName") or "default"
+        token = self.sources.service_account_token(
+            self.ns, account, src.get("audience"), int(src.get("expirationSeconds") or 3600),
+            self.pod)
+        _write(d / src.get("path", "token"), token)
+
+
+def _write(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, errors="surrogateescape")

@@ -21,7 +21,7 @@ from tests.support.k8s_schema import validate_k8s_objects
 
 MANIFESTS = Path(__file__).resolve().parents[2] / "manifests"
 COMPONENT = MANIFESTS / "components" / "storage-proxy"
-FILES = ("storage-proxy.yaml", "network-policy.yaml")
+FILES = ("storage-proxy.yaml", "rbac.yaml", "network-policy.yaml")
 
 
 def _docs(name: str) -> list[dict[str, Any]]:
@@ -83,7 +83,7 @@ def test_the_component_builds_on_the_base_with_kubectl_kustomize(tmp_path: Path)
             ("ConfigMap", "sweeper-grafana-dashboard"),
             ("StatefulSet", "sweeper-postgres")} <= kinds
     for d in built:
-        if d["kind"] != "Namespace":
+        if d["kind"] not in ("Namespace", "ClusterRole", "ClusterRoleBinding"):
             assert d["metadata"]["namespace"] == "sweeper", d["metadata"]["name"]
         assert d["metadata"]["labels"]["app.kubernetes.io/part-of"] == "sweeper"
     dashboard = _one(built, "ConfigMap", "sweeper-grafana-dashboard")
@@ -99,7 +99,7 @@ def test_the_proxy_runs_two_restricted_replicas_with_grpc_probes(
     assert _one(objects, "PodDisruptionBudget", "sweeper-storage-proxy")["spec"][
         "minAvailable"] == 1
     spec = proxy_pod["spec"]
-    assert spec["automountServiceAccountToken"] is False
+    assert spec["automountServiceAccountToken"] is True  # TokenReview (issue 28)
     assert spec["securityContext"]["runAsNonRoot"] is True
     (container,) = spec["containers"]
     sc = container["securityContext"]
@@ -146,11 +146,13 @@ def test_network_policies_match_the_pods_they_name(objects: list[dict[str, Any]]
     assert _selects(source["podSelector"]["matchLabels"], trial_pod)
     assert not _selects(source["podSelector"]["matchLabels"], dashboard_pod["metadata"]["labels"])
     assert metrics_rule["ports"] == [{"port": "metrics", "protocol": "TCP"}]
-    to_db, dns = proxy_np["egress"]
+    to_db, dns, api_server = proxy_np["egress"]
     assert _selects(to_db["to"][0]["podSelector"]["matchLabels"],
                     postgres_pod["metadata"]["labels"])
     assert to_db["ports"] == [{"port": 5432, "protocol": "TCP"}]
     assert {p["port"] for p in dns["ports"]} == {53}
+    # TokenReview and SubjectAccessReview (issue 28): the API server, by its ports only.
+    assert "to" not in api_server and {p["port"] for p in api_server["ports"]} == {443, 6443}
 
     db_np = _one(objects, "NetworkPolicy", "sweeper-postgres")["spec"]
     assert _selects(db_np["podSelector"]["matchLabels"], postgres_pod["metadata"]["labels"])
@@ -187,3 +189,23 @@ def test_the_grafana_dashboard_queries_only_exported_metrics(sqlite_url: str) ->
     assert "sweeper_index_claim_seconds_bucket" in titles["Index claim latency"]
     variable = dashboard["templating"]["list"][1]
     assert variable["query"]["query"] == "label_values(sweeper_trials, study)"
+
+
+def test_the_proxy_may_review_tokens_and_read_pods_and_nothing_else(
+        objects: list[dict[str, Any]], proxy_pod: dict[str, Any]) -> None:
+    """Issue 28: TokenReview and SubjectAccessReview (system:auth-delegator), get pods in its
+    namespace; the admin role is a ClusterRole of its own; the trial pods' gRPC port needs
+    the pods' tokens (--auth kubernetes)."""
+    spec = proxy_pod["spec"]
+    assert spec["serviceAccountName"] == "sweeper-storage-proxy"
+    assert spec["automountServiceAccountToken"] is True
+    args = spec["containers"][0]["args"]
+    assert args[args.index("--auth") + 1] == "kubernetes"
+    binding = _one(objects, "ClusterRoleBinding", "sweeper-storage-proxy-auth-delegator")
+    assert binding["roleRef"]["name"] == "system:auth-delegator"
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "sweeper-storage-proxy",
+                                    "namespace": "sweeper"}]
+    assert _one(objects, "Role", "sweeper-storage-proxy")["rules"] == [
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]}]
+    assert _one(objects, "ClusterRole", "sweeper-proxy-admin")["rules"] == [
+        {"apiGroups": ["sweeper.dev"], "resources": ["studies"], "verbs": ["admin"]}]
