@@ -120,7 +120,7 @@ class ProxyStorage(GrpcStorageProxyOnChannel):
     def _retry(self, what: str, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         import grpc
 
-        from sweeper.proxy.credentials import refusal
+        from sweeper.proxy.credentials import is_throttled, refusal
 
         start = time.monotonic()
         delay = 0.2
@@ -132,7 +132,7 @@ class ProxyStorage(GrpcStorageProxyOnChannel):
                 if refused is not None:
                     raise refused from None
                 code = e.code() if isinstance(e, grpc.Call) else None
-                if code != grpc.StatusCode.UNAVAILABLE:
+                if code != grpc.StatusCode.UNAVAILABLE and not is_throttled(e):
                     raise
                 if time.monotonic() - start > self.retry_deadline_s:
                     raise StorageError(f"storage proxy {self.proxy_url} unavailable for "

@@ -182,3 +182,13 @@ def _speaks_tls(host: str, port: int) -> bool:
             return True
     except (OSError, ssl.SSLError):
         return False
+
+
+def is_throttled(error: Exception) -> bool:
+    """The proxy's rate limit (``sweeper.proxy.limits``): wait and call again, as for a proxy
+    that is unavailable (a message over the size limit is RESOURCE_EXHAUSTED too, and final)."""
+    import grpc
+
+    return isinstance(error, grpc.Call) and \
+        error.code() == grpc.StatusCode.RESOURCE_EXHAUSTED and \
+        "calls/s" in str(error.details() or "")

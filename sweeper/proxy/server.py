@@ -346,8 +346,10 @@ def start_local_proxy(storage_url: str, registry: Any = None,
     secret = os.environ.get(ENV_PROXY_TOKEN) if reserved is not None else None
     if not secret:
         secret = os.environ[ENV_PROXY_TOKEN] = new_local_secret()
+    # One caller (the run's secret) for every worker: no per-caller rate limit.
     return ProxyServer(storage_url, host="127.0.0.1", port=port, metrics=metrics,
-                       reuse_port=reserved is not None, auth=SharedSecret(secret)).start()
+                       reuse_port=reserved is not None, auth=SharedSecret(secret),
+                       limits=Limits(rate=0)).start()
 
 
 def reserve_local_port() -> socket.socket:

@@ -7,6 +7,8 @@ real API server in tests/backends/test_proxy_auth_k8s.py)."""
 from __future__ import annotations
 
 import logging
+import os
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -190,3 +192,44 @@ def test_auth_errors_are_sweeper_errors() -> None:
     from sweeper.errors import SweeperError
 
     assert issubclass(AuthError, SweeperError)
+
+
+def test_a_throttled_runner_waits_and_goes_on(sqlite_url: str,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """Over its rate a caller is told RESOURCE_EXHAUSTED; the client backs off and calls
+    again (as for a proxy that is unavailable) instead of failing its trial."""
+    from sweeper.proxy.limits import Limits
+
+    server = ProxyServer(sqlite_url, port=0, auth=Tokens(CALLERS),
+                         limits=Limits(rate=5.0, burst=2)).start()
+    try:
+        admin = client(server.url, monkeypatch, "admin-token")
+        start = time.monotonic()
+        for _ in range(5):
+            assert admin.get_all_studies() == []
+        assert time.monotonic() - start > 0.3  # three calls waited for the bucket
+        admin.close()
+    finally:
+        server.stop(0)
+
+
+def test_the_local_proxy_has_a_secret_per_run_and_no_rate_limit(
+        sqlite_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    from sweeper.proxy.server import reserve_local_port, start_local_proxy
+
+    monkeypatch.delenv(ENV_PROXY_TOKEN, raising=False)
+    first = start_local_proxy(sqlite_url)
+    secret = os.environ[ENV_PROXY_TOKEN]
+    first.stop(0)
+    reserved = reserve_local_port()
+    second_secret = os.environ[ENV_PROXY_TOKEN]
+    second = start_local_proxy(sqlite_url, reserved=reserved)
+    reserved.close()
+    try:
+        assert len(secret) >= 40 and second_secret != secret
+        storage = client(second.url, monkeypatch, second_secret)
+        for _ in range(50):
+            storage.get_all_studies()
+        storage.close()
+    finally:
+        second.stop(0)
