@@ -73,16 +73,17 @@ def _sweep(spec: dict[str, Any], what: str) -> list[Any]:
     from optuna.trial import TrialState
 
     from benchmarks.sweeps import run_sweep
-    from sweeper.study import load_sweep, open_storage
+    from sweeper.study import load_sweep
+    from sweeper.study.sql import open_sql_store
 
     with fresh_database("methods") as (_, url):
         run = run_sweep(url, spec)
         if run.counts.get("COMPLETE") != spec["trials"]:
             raise Disturbed(f"{what}: {run.counts}")
-        storage = open_storage(url)
+        storage = open_sql_store(url)
         trials = [t for t in load_sweep(storage, spec["name"]).study().get_trials()
                   if t.state == TrialState.COMPLETE]
-        storage.engine.dispose()
+        storage.close()
     return trials
 
 

@@ -221,7 +221,7 @@ def _heartbeat_rate(url: str, trial_id: int, clients: int, seconds: float) -> fl
 
 def capacity(w: int, n: int, t: float, log: Any) -> dict[str, Any]:
     from sweeper.spec import parse_spec_dict
-    from sweeper.study import attempts, claim, create_or_resume, open_storage
+    from sweeper.study import create_or_resume, open_storage
 
     name = "bench-capacity"
     with fresh_database("pcap") as (db, url), ConnectionSampler(db) as sampler:
@@ -237,8 +237,8 @@ def capacity(w: int, n: int, t: float, log: Any) -> dict[str, Any]:
             storage = open_storage(proxy.url)
             spec = parse_spec_dict(sleep_spec("bench-calls", 1, 0.0, 1), source="<bench>")
             sweep, _ = create_or_resume(storage, spec)
-            [a] = attempts(storage, sweep.study_id, 0)
-            claim(storage, a.trial_id)
+            [a] = storage.attempts(sweep.study_id, 0)
+            storage.claim(a.trial_id)
             log("proxy capacity: per-call CPU (heartbeats, reports) and heartbeat rate")
             hb_cpu = _loop_cpu(proxy, storage, a.trial_id, 500, "heartbeat")
             report_cpu = _loop_cpu(proxy, storage, a.trial_id, 300, "report")

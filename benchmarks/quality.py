@@ -80,7 +80,7 @@ def sequential(name: str, dims: int, trials: int, sampler: Any) -> float:
 def sweeper_parallel(name: str, dims: int, trials: int, workers: int, seed: int,
                      delay: float) -> float:
     from benchmarks.sweeps import run_sweep, spec_dict
-    from sweeper.study import open_storage
+    from sweeper.study.sql import open_sql_store
 
     spec = spec_dict(f"bench-quality-{name.replace('_', '-')}", method="tpe", trials=trials,
                      parallelism=workers, seed=seed,
@@ -90,10 +90,10 @@ def sweeper_parallel(name: str, dims: int, trials: int, workers: int, seed: int,
         run = run_sweep(url, spec)
         if run.counts.get("COMPLETE") != trials:
             raise Disturbed(f"quality sweep {name} seed {seed}: {run.counts}")
-        storage = open_storage(url)
+        storage = open_sql_store(url)
         study_id = storage.get_study_id_from_name(spec["name"])
         best = float(storage.get_best_trial(study_id).values[0])
-        storage.engine.dispose()
+        storage.close()
     return best
 
 
@@ -115,7 +115,7 @@ def plain_parallel(name: str, dims: int, trials: int, workers: int, seed: int,
                  for k, share in enumerate(shares) if share]
         wait_all(procs, "plain parallel tpe", log)
         best = float(optuna.load_study(study_name="bench-tpe", storage=storage).best_value)
-        storage.engine.dispose()
+        storage.close()
     return best
 
 

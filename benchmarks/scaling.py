@@ -49,16 +49,17 @@ def grid_spec(name: str, n: int) -> dict[str, Any]:
 
 def enqueue_sweeper(n: int) -> dict[str, Any]:
     from sweeper.spec import parse_spec_dict
-    from sweeper.study import create_or_resume, open_storage, state_counts
+    from sweeper.study import create_or_resume
+    from sweeper.study.sql import open_sql_store
 
     spec = parse_spec_dict(grid_spec("bench-enqueue", n), source="<benchmark>")
     with fresh_database("enqueue") as (_, url):
-        storage = open_storage(url)
+        storage = open_sql_store(url)
         t0 = time.perf_counter()
         sweep, _ = create_or_resume(storage, spec)
         wall = time.perf_counter() - t0
-        waiting = state_counts(storage, sweep.study_id).get("WAITING", 0)
-        storage.engine.dispose()
+        waiting = storage.state_counts(sweep.study_id).get("WAITING", 0)
+        storage.close()
     if waiting != n:
         raise RuntimeError(f"bulk enqueue: expected {n} WAITING trials, got {waiting}")
     return {"n": n, "wall_s": wall}
@@ -81,7 +82,7 @@ def enqueue_loop(n_plan: int, n_loop: int) -> dict[str, Any]:
             i, params = next(sets)
             study.enqueue_trial(params, user_attrs={INDEX_ATTR: i})
         wall = time.perf_counter() - t0
-        storage.engine.dispose()
+        storage.close()
     return {"n": n_loop, "wall_s": wall, "per_trial_ms": wall / n_loop * 1000.0,
             "extrapolated_to": n_plan, "extrapolated_wall_s": wall / n_loop * n_plan,
             "extrapolated": n_loop < n_plan}
@@ -117,12 +118,13 @@ class _Study:
         import optuna
 
         from sweeper.spec import parse_spec_dict
-        from sweeper.study import create_or_resume, open_storage
+        from sweeper.study import create_or_resume
+        from sweeper.study.sql import open_sql_store
 
         self.n = n
         pool = min(self.POOL, n)
         self.indexes = sorted({int((k + 0.5) * n / pool) for k in range(pool)})
-        self.storage = open_storage(url)
+        self.storage = open_sql_store(url)
         spec = parse_spec_dict(grid_spec("bench-claim", n), source="<benchmark>")
         self.sweep, _ = create_or_resume(self.storage, spec)
         plain_spec = parse_spec_dict(grid_spec("bench-plain", n), source="<benchmark>")
@@ -198,7 +200,7 @@ class _Study:
                              {"t": trial_id_of(trial)})
 
     def close(self) -> None:
-        self.storage.engine.dispose()
+        self.storage.close()
         self.plain_storage.engine.dispose()
 
 

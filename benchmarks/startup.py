@@ -33,13 +33,14 @@ def runner_startup(repeats: int) -> dict[str, Any]:
     """Wall time of ``python -m trial_runner`` running one 0 s trial, and of its imports."""
     from benchmarks.sweeps import sleep_spec
     from sweeper.spec import parse_spec_dict
-    from sweeper.study import create_or_resume, open_storage
+    from sweeper.study import create_or_resume
+    from sweeper.study.sql import open_sql_store
 
     with fresh_database("startup") as (_, url):
-        storage = open_storage(url)
+        storage = open_sql_store(url)
         create_or_resume(storage, parse_spec_dict(sleep_spec("bench-startup", repeats + 1, 0.0,
                                                              1), source="<benchmark>"))
-        storage.engine.dispose()
+        storage.close()
         env = dict(plain_env(), SWEEPER_STORAGE=url, SWEEPER_STUDY="bench-startup",
                    SWEEPER_LOG_LEVEL="WARNING")
         imports = [_python(["-c", "import trial_runner.main"], env) for _ in range(repeats)]
@@ -61,13 +62,14 @@ def per_trial(n: int) -> dict[str, Any]:
     from benchmarks.sweeps import sleep_spec
     from sweeper.entrypoint import load_entrypoint
     from sweeper.spec import parse_spec_dict
-    from sweeper.study import create_or_resume, open_storage
+    from sweeper.study import create_or_resume
+    from sweeper.study.sql import open_sql_store
     from trial_runner.runner import RunnerSettings, run_index
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     with fresh_database("per_trial") as (_, url):
         spec = parse_spec_dict(sleep_spec("bench-per-trial", n, 0.0, 1), source="<benchmark>")
-        storage = open_storage(url)
+        storage = open_sql_store(url)
         sweep, _ = create_or_resume(storage, spec)
         objective = load_entrypoint("trial_runner.examples.synthetic:sleep")
         settings = RunnerSettings(checkpoint_root=REPO / ".sweeper" / "bench-checkpoints")
@@ -76,7 +78,7 @@ def per_trial(n: int) -> dict[str, Any]:
         for i in range(1, n):
             run_index(sweep, i, objective, settings)
         sweeper_ms = (time.perf_counter() - t0) / (n - 1) * 1000.0
-        storage.engine.dispose()
+        storage.close()
 
         plain_storage = optuna_storage(url)
         study = optuna.create_study(study_name="bench-plain-per-trial", storage=plain_storage,

@@ -58,44 +58,45 @@ def run_sweep(url: str, spec: dict[str, Any], log_root: Path | None = None,
     setting (default: one worker starting per core). ``proxy``: the backend's (default: off,
     the direct path; True: the workers go through an in-process storage proxy)."""
     from sweeper.backends.local import LocalBackend
-    from sweeper.proxy.client import close_storage
+    from sweeper.backends.local_run import LocalRun
     from sweeper.report import Progress
     from sweeper.spec import parse_spec_dict
-    from sweeper.study import create_or_resume, indexes_to_run, open_storage, state_counts
+    from sweeper.study import create_or_resume, indexes_to_run, open_storage
 
     parsed = parse_spec_dict(spec, source="<benchmark>")
     with tempfile.TemporaryDirectory(prefix="sweeper-bench-", dir=log_root) as tmp:
         t0 = time.perf_counter()
         storage = open_storage(url)
         sweep, created = create_or_resume(storage, parsed)
-        todo = indexes_to_run(storage, parsed, sweep.study_id, created=created)
+        todo = indexes_to_run(sweep, created=created)
         progress = Progress(sweep, stream=io.StringIO())
         phases: dict[str, Any] = {"backend_s": time.perf_counter() - t0, "ready_s": []}
 
-        class Timed(LocalBackend):
-            """The local backend, noting when workers become ready and when stopping starts
-            (for the figures only; it runs exactly the same code)."""
+        class Timed(LocalRun):
+            """The local backend's run, noting when workers become ready and when stopping
+            starts (for the figures only; it runs exactly the same code)."""
 
-            def _read(self, w: Any, *args: Any, **kwargs: Any) -> Any:
+            def read(self, w: Any, *, reaping: bool = False) -> None:
                 was = w.ready
                 try:
-                    return super()._read(w, *args, **kwargs)
+                    super().read(w, reaping=reaping)
                 finally:
                     if w.ready and not was:
                         phases["ready_s"].append(time.perf_counter() - t0)
 
-            def _stop_all(self, *args: Any, **kwargs: Any) -> Any:
+            def stop_all(self) -> None:
                 phases.setdefault("stop_s", time.perf_counter() - t0)
-                return super()._stop_all(*args, **kwargs)
+                super().stop_all()
 
-        backend = Timed(Path(tmp) / parsed.name, max_starting=max_starting, proxy=proxy)
+        backend = LocalBackend(Path(tmp) / parsed.name, max_starting=max_starting, proxy=proxy)
+        backend.run_type = Timed
         result = backend.run(sweep, todo, storage_url=url, tick=progress.tick)
         phases["workers"] = "forked" if backend.forked else "exec"
         progress.close()
         wall = time.perf_counter() - t0
         phases["end_s"] = wall
-        counts = state_counts(storage, sweep.study_id)
-        close_storage(storage)
+        counts = storage.state_counts(sweep.study_id)
+        storage.close()
         started = len(list((Path(tmp) / parsed.name).glob("worker-*.log")))
     if result.failed or result.interrupted or counts.get("FAIL"):
         raise Disturbed(f"sweep {parsed.name} did not finish cleanly: {len(result.failed)} "

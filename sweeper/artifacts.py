@@ -30,10 +30,11 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 
 from sweeper.errors import ArtifactError
 from sweeper.spec import ArtifactsSpec
+from sweeper.study.sql.artifacts import ARTIFACT_ATTR_PREFIX
 
 if TYPE_CHECKING:
     import optuna
-    from optuna.storages import BaseStorage, RDBStorage
+    from optuna.storages import BaseStorage
     from optuna.trial import FrozenTrial
 
     from sweeper._optuna_compat import ArtifactStore
@@ -41,7 +42,6 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 DEFAULT_DIR = "sweeper-artifacts"
-ARTIFACT_ATTR_PREFIX = "artifacts:"  # optuna.artifacts' system-attr key prefix
 
 
 # --------------------------------------------------------------------------- where
@@ -112,19 +112,6 @@ class PrefixedStore:
 
     def remove(self, artifact_id: str) -> None:
         self.inner.remove(self._key(artifact_id))
-
-
-def sweep_artifact_ids(storage: RDBStorage, study_id: int) -> list[str]:
-    """The ids of every artifact the trials of a study recorded (one query, no trial loaded):
-    what ``sweeper delete`` removes from the store."""
-    import sqlalchemy as sa
-
-    with storage.engine.connect() as conn:
-        keys = conn.execute(sa.text(
-            "SELECT a.key FROM trial_system_attributes a JOIN trials t ON t.trial_id = a.trial_id "
-            "WHERE t.study_id = :s AND a.key LIKE :p ORDER BY a.key"),
-            {"s": study_id, "p": ARTIFACT_ATTR_PREFIX + "%"}).all()
-    return [key[len(ARTIFACT_ATTR_PREFIX):] for (key,) in keys]
 
 
 def remove_artifacts(spec: ArtifactsSpec, storage_url: str, artifact_ids: Iterable[str]) -> str:
@@ -314,5 +301,5 @@ def read_artifact(store: ArtifactStore, artifact_id: str) -> bytes:
 
 __all__ = ["ArtifactInfo", "PrefixedStore", "cached_artifact_store", "default_artifact_dir",
            "describe", "download_trial", "open_artifact_store", "read_artifact",
-           "remove_artifacts", "s3_client", "sweep_artifact_ids",
+           "remove_artifacts", "s3_client",
            "trial_artifacts", "upload"]

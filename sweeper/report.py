@@ -15,7 +15,7 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from sweeper.protocol import ATTEMPT_ATTR, ATTR_PREFIX, FAIL_REASON_ATTR, INDEX_ATTR
-from sweeper.study import Sweep, best_so_far, state_counts
+from sweeper.study import Sweep
 
 # --------------------------------------------------------------------------- tables
 
@@ -103,11 +103,11 @@ class Progress:
         self._last_emit = 0.0
 
     def snapshot(self) -> Snapshot:
-        counts = state_counts(self.sweep.storage, self.sweep.study_id)
+        counts = self.sweep.storage.state_counts(self.sweep.study_id)
         best_value = best_number = None
         spec = self.sweep.spec
         if not spec.is_multi_objective and counts.get("COMPLETE"):
-            best = best_so_far(self.sweep.storage, self.sweep.study_id,
+            best = self.sweep.storage.best_so_far(self.sweep.study_id,
                                spec.objectives[0].direction)
             if best is not None:
                 best_number, best_value = best

@@ -15,11 +15,11 @@ from optuna.distributions import (
     IntDistribution,
 )
 
+from sweeper._optuna_compat import distribution_contains
 from sweeper.spec.conditions import dependency_order, drop_inactive, is_active
 from sweeper.spec.grid import clean_point, grid_size_of, grid_values
 from sweeper.spec.model import Parameter, SweepSpec
 from sweeper.spec.seeds import index_seed
-from sweeper.study._optuna_compat import distribution_contains
 
 
 def distribution(p: Parameter) -> BaseDistribution:

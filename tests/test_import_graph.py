@@ -5,13 +5,13 @@ name in a string (``importlib``, ``python -m``) is not an import.
 
 Rules about the graph (issue 26, "no cycles, no upward imports"):
 
+- no import cycle at all;
+- no upward import: each module imports only from its own layer of :data:`LAYERS` or the
+  ones below;
 - the trial runner never reaches the orchestrator's side (``sweeper.backends``, ``sweeper.cli``):
   no path from a ``trial_runner`` module to one of theirs, direct or through other modules;
 - ``sweeper`` never imports ``trial_runner``: the orchestrator names the runner only as a
   module to run (``python -m trial_runner``, the forked worker's ``trial_runner.main:main``);
-- every import cycle (a strongly connected component of more than one module) is part of one
-  in :data:`KNOWN_CYCLES`, the ones there when this test was written: a cycle may shrink or
-  be broken, never grow or appear. The goal is none.
 
 ``python -m tests.test_import_graph`` prints the graph's cycles.
 """
@@ -29,20 +29,41 @@ PACKAGES = ("sweeper", "trial_runner")
 #: The orchestrator's side, which the trial runner (a pod's or a worker's process) never loads.
 ORCHESTRATOR_ONLY = ("sweeper.backends", "sweeper.cli")
 
-#: The import cycles left to break (issue 26), each the modules of one strongly connected
-#: component. Remove an entry, or modules of one, as the cycle is broken or shrinks; never add.
-KNOWN_CYCLES: tuple[frozenset[str], ...] = (
-    # The study's index-protocol functions call the proxy client for a proxied storage, and
-    # the client imports them back (the storage seam is a type switch).
-    frozenset({"sweeper.proxy.client", "sweeper.study.index", "sweeper.study.stats",
-               "sweeper.study.storage", "sweeper.study.summaries"}),
-    # Broken: spec -> space -> study._optuna_compat -> spec. The grid and the index seed the
-    # spec needs moved down into sweeper.spec.grid and sweeper.spec.seeds, and the Optuna
-    # compatibility module is a bottom-layer package (sweeper._optuna_compat) that imports
-    # nothing of sweeper's but its errors.
-    # Broken: trial_runner.command <-> trial_runner.launcher (their process helpers moved
-    # to trial_runner.processes).
+#: The layers of ``sweeper``, bottom first: a module imports only from its own layer and the
+#: ones below (the DESIGN.md picture). A module belongs to the last layer naming it or a
+#: package above it; ``trial_runner`` sits on top beside the orchestrator's side.
+LAYERS: tuple[tuple[str, ...], ...] = (
+    # what everything may import: errors, the protocol's names, Optuna's private API
+    ("sweeper.errors", "sweeper.protocol", "sweeper._optuna_compat", "sweeper.gang",
+     "sweeper"),
+    # the spec and the search space it defines
+    ("sweeper.spec", "sweeper.qmc", "sweeper.space"),
+    # the study: the index store's interface and values, its SQL implementation, policies
+    ("sweeper.study.store", "sweeper.study.values", "sweeper.study.sql", "sweeper.study.urls",
+     "sweeper.study.retry", "sweeper.study.stop", "sweeper.study.growth",
+     "sweeper.study.trials"),
+    # the storage proxy: the store's other implementation, and the server of the first
+    ("sweeper.proxy",),
+    # the one factory that picks an implementation, the sweep a process holds, and the
+    # study package's front
+    ("sweeper.study.open", "sweeper.study.record", "sweeper.study"),
+    # everything that uses a sweep: reports, artifacts, importers, backends, the CLI
+    ("sweeper.artifacts", "sweeper.report", "sweeper.export", "sweeper.purge",
+     "sweeper.runlogs", "sweeper.entrypoint", "sweeper.importers", "sweeper.backends",
+     "sweeper.cli"),
+    ("trial_runner",),
 )
+
+
+def layer_of(module: str) -> int:
+    """The index in :data:`LAYERS` of the most specific prefix naming ``module``."""
+    best, depth = -1, -1
+    for k, names in enumerate(LAYERS):
+        for name in names:
+            if (module == name or module.startswith(name + ".")) and name.count(".") > depth:
+                best, depth = k, name.count(".")
+    assert best >= 0, f"{module} is in no layer of LAYERS"
+    return best
 
 
 Graph = dict[str, set[str]]
@@ -191,18 +212,26 @@ def test_sweeper_never_imports_the_trial_runner(graph: Graph) -> None:
     assert not {m: t for m, t in bad.items() if t}
 
 
-def test_no_import_cycle_but_the_known_ones_and_those_only_shrink(graph: Graph) -> None:
+def test_no_import_cycle(graph: Graph) -> None:
     cycles = strongly_connected(graph)
-    print(f"import cycles of {', '.join(PACKAGES)}:\n{_describe(cycles)}")
-    new = [c for c in cycles if not any(c <= known for known in KNOWN_CYCLES)]
-    assert not new, f"a new or grown import cycle:\n{_describe(new)}\nall:\n{_describe(cycles)}"
-    gone = [known for known in KNOWN_CYCLES if not any(c <= known for c in cycles)]
-    assert not gone, f"broken: remove from KNOWN_CYCLES (or the modules no longer in it):\n" \
-                     f"{_describe(gone)}\nall:\n{_describe(cycles)}"
-    shrunk = [known - frozenset().union(*(c for c in cycles if c <= known))
-              for known in KNOWN_CYCLES]
-    assert not any(shrunk), f"no longer in their cycle: remove from KNOWN_CYCLES:\n" \
-                            f"{_describe(s for s in shrunk if s)}"
+    assert not cycles, f"import cycles:\n{_describe(cycles)}"
+
+
+def test_no_upward_import(graph: Graph) -> None:
+    """Every import goes to the importer's own layer or one below (deferred imports and
+    ``TYPE_CHECKING`` ones included)."""
+    upward = sorted(f"{m} ({layer_of(m)}) -> {t} ({layer_of(t)})"
+                    for m, targets in graph.items() for t in targets
+                    if layer_of(t) > layer_of(m))
+    assert upward == []
+
+
+def test_every_module_has_a_layer_and_the_layers_order_the_packages() -> None:
+    assert layer_of("sweeper.study.sql.index") == layer_of("sweeper.study.store") \
+        < layer_of("sweeper.proxy.client") < layer_of("sweeper.study.open") \
+        < layer_of("sweeper.backends.local") < layer_of("trial_runner.runner")
+    assert layer_of("sweeper._optuna_compat._grpc") == 0 < layer_of("sweeper.spec.model")
+    assert layer_of("sweeper.study") == layer_of("sweeper.study.open")
 
 
 def test_strongly_connected_finds_cycles_and_only_them() -> None:

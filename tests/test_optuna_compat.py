@@ -19,8 +19,8 @@ from optuna.trial import FrozenTrial, TrialState
 from sweeper import _optuna_compat as compat
 from sweeper.errors import SweeperError
 from sweeper.study import open_storage
-from sweeper.study._bulk import TrialRow, exclusive, insert_trials
-from sweeper.study.storage import RetryingRDBStorage
+from sweeper.study.sql._bulk import TrialRow, exclusive, insert_trials
+from sweeper.study.sql.storage import RetryingRDBStorage
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -201,13 +201,14 @@ def test_distribution_contains() -> None:
 # --------------------------------------------------------------------------- storages
 
 
-def test_rdb_backend_unwraps_the_trial_cache(storage: RetryingRDBStorage,
+def test_backend_of_unwraps_the_trial_cache(storage: RetryingRDBStorage,
                                              study: optuna.Study) -> None:
     """_CachedStorage._backend: the RDBStorage it wraps."""
-    assert compat.rdb_backend(storage) is storage
-    assert compat.rdb_backend(compat.storage_of(study)) is storage
+    assert compat.backend_of(storage) is storage
+    assert compat.backend_of(compat.storage_of(study)) is storage
     assert compat.cached_rdb_backend(study) is storage
-    assert compat.rdb_backend(InMemoryStorage()) is None
+    memory = InMemoryStorage()
+    assert compat.backend_of(memory) is memory
     assert compat.cached_rdb_backend(optuna.create_study()) is None
 
 

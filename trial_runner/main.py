@@ -30,7 +30,6 @@ from sweeper import protocol
 from sweeper.entrypoint import load_entrypoint
 from sweeper.errors import SpecError, StorageError
 from sweeper.gang import Gang, gang_from_env
-from sweeper.proxy.client import close_storage
 from sweeper.spec import SweepSpec
 from sweeper.study import InheritedSweep, Sweep, open_storage
 from trial_runner.context import TrialContext
@@ -145,7 +144,7 @@ def main(argv: list[str] | None = None, *, inherited: InheritedSweep | None = No
         try:
             return serve(sweep, objective, settings)
         finally:
-            close_storage(storage)  # close connections cleanly: __main__ skips the final GC
+            storage.close()  # close connections cleanly: __main__ skips the final GC
     if gang is not None and not gang.local and args.index is None:
         try:
             return run_slot(sweep, gang, objective, settings, _log_outcome, _header_hook)
@@ -153,7 +152,7 @@ def main(argv: list[str] | None = None, *, inherited: InheritedSweep | None = No
             logger.error("interrupted by %s; the trial is marked FAIL and will be retried", e)
             return protocol.EXIT_SIGNAL_BASE + e.signum
         finally:
-            close_storage(storage)
+            storage.close()
     return _run_indexes(sweep, storage, args.index, objective, settings)
 
 
@@ -166,7 +165,7 @@ def _run_indexes(sweep: Sweep, storage: Any, only: int | None,
             protocol.job_indexes_from_env(os.environ, sweep.spec.trials)
     except ValueError as e:
         logger.error("%s", e)
-        close_storage(storage)
+        storage.close()
         return protocol.EXIT_CONFIG
     codes = []
     try:
@@ -180,7 +179,7 @@ def _run_indexes(sweep: Sweep, storage: Any, only: int | None,
         logger.error("interrupted by %s; the trial is marked FAIL and will be retried", e)
         return protocol.EXIT_SIGNAL_BASE + e.signum
     finally:
-        close_storage(storage)
+        storage.close()
     return protocol.combine_exit_codes(codes)
 
 

@@ -26,13 +26,7 @@ from typing import Any
 import optuna
 
 from sweeper._optuna_compat import update_cached_trial
-from sweeper.study.trials import (
-    new_report,
-    rider_backend,
-    riding_with_finish,
-    store,
-    write_trial,
-)
+from sweeper.study.trials import new_report, riding_with_finish, store, store_of, write_trial
 from trial_runner.background import WRITES, Job
 
 logger = logging.getLogger(__name__)
@@ -44,8 +38,8 @@ class ReportWriter:
 
     def __init__(self, trial: optuna.Trial, delay_s: float) -> None:
         self.trial = trial
-        self._rider = rider_backend(trial) if delay_s > 0 else None
-        self.delay_s = delay_s if self._rider is not None else 0.0
+        self._rides = delay_s > 0 and store_of(trial).rides()
+        self.delay_s = delay_s if self._rides else 0.0
         self._lock = threading.RLock()
         self._attrs: dict[str, Any] = {}
         self._reports: list[tuple[int, float]] = []
@@ -56,7 +50,7 @@ class ReportWriter:
         """Record ``user_attrs`` and an intermediate value ``report`` (step, finite value). The
         trial's own copy shows them at once (a second report of a step is ignored, with
         Optuna's warning); a value that is not JSON raises here, not when it is written."""
-        if self._rider is None:
+        if not self._rides:
             write_trial(self.trial, user_attrs=user_attrs, report=report)
             return
         for value in (user_attrs or {}).values():
@@ -80,8 +74,7 @@ class ReportWriter:
             if not attrs and not reports:
                 return
             try:
-                assert self._rider is not None
-                store(self._rider, self.trial, user_attrs=attrs, reports=reports)
+                store(self.trial, user_attrs=attrs, reports=reports)
             except BaseException:
                 self._attrs, self._reports = {**attrs, **self._attrs}, reports + self._reports
                 raise
@@ -101,14 +94,14 @@ class ReportWriter:
         :meth:`flush` before the FAIL."""
         with self._lock:
             self._cancel_timer()
-            if self._rider is None:
+            if not self._rides:
                 yield
                 return
             attrs, reports = self._take()
             try:
-                with riding_with_finish(self._rider, self.trial, attrs, reports) as rides:
+                with riding_with_finish(self.trial, attrs, reports) as rides:
                     if not rides and (attrs or reports):
-                        store(self._rider, self.trial, user_attrs=attrs, reports=reports)
+                        store(self.trial, user_attrs=attrs, reports=reports)
                     yield
             except BaseException:  # not finished here: they are written before the FAIL
                 self._attrs, self._reports = {**attrs, **self._attrs}, reports + self._reports

@@ -34,6 +34,7 @@ from optuna.distributions import (
 from optuna.trial import TrialState
 
 from sweeper import protocol
+from sweeper._optuna_compat import storage_of, tell, tell_trial, trial_id_of
 from sweeper.artifacts import cached_artifact_store
 from sweeper.errors import ArtifactError, SpecError, StorageError
 from sweeper.protocol import (
@@ -51,19 +52,13 @@ from sweeper.study import (
     Attempt,
     Sweep,
     Taken,
-    attempts,
-    claim,
     fixed_params_of,
-    mark_failed,
-    new_attempt,
     open_claimed,
     open_trial,
     stop,
-    take,
     unwritten,
     write_trial,
 )
-from sweeper._optuna_compat import storage_of, tell, tell_trial, trial_id_of
 from trial_runner.checkpoints import CheckpointMirror
 from trial_runner.context import (
     InvalidResult,
@@ -185,7 +180,7 @@ def _recorded_stop(sweep: Sweep, taken: Taken) -> stop.StopState | None:
     elif sweep.spec.stop.any or stop.brake_limit(sweep.spec) <= 0:
         return None
     else:
-        state = stop.stop_state(sweep.storage, sweep.study_id)
+        state = sweep.storage.stop_state(sweep.study_id)
     return state if state is not None and state.stopped else None
 
 
@@ -196,7 +191,7 @@ def acquire(sweep: Sweep, index: int, settings: RunnerSettings,
     storage = sweep.storage
     # The first look claims the index's WAITING trial in the same round trip where it can,
     # and stamps it with the runner's provenance there.
-    taken = take(storage, sweep.study_id, index, user_attrs=provenance(sweep.spec))
+    taken = storage.take(sweep.study_id, index, user_attrs=provenance(sweep.spec))
     stopped = _recorded_stop(sweep, taken)
     if stopped is not None:
         return _not_started(index, stopped)
@@ -212,14 +207,14 @@ def acquire(sweep: Sweep, index: int, settings: RunnerSettings,
             got = _first_attempt(sweep, index)
         elif latest.state == TrialState.WAITING:               # claim it, or look again
             got = Claimed(latest.trial_id, latest.attempt) \
-                if claim(storage, latest.trial_id) else None
+                if storage.claim(latest.trial_id) else None
         elif latest.state == TrialState.RUNNING:               # wait, or fail a stale one
             _running(storage, index, latest, settings, sleep)
         elif latest.state == TrialState.FAIL:                  # the next attempt
             got = _next_attempt(sweep, index, latest)
         if got is not None:
             return got
-        atts = attempts(storage, sweep.study_id, index)
+        atts = storage.attempts(sweep.study_id, index)
 
 
 def _already_done(index: int, last: Attempt) -> Outcome:
@@ -233,7 +228,7 @@ def _first_attempt(sweep: Sweep, index: int) -> Claimed | Outcome | None:
         return Outcome(index, protocol.EXIT_CONFIG, "FAIL", None,
                        f"index {index} is not part of sweep {sweep.name!r} "
                        f"(indexes 0..{sweep.spec.trials - 1})")
-    tid = new_attempt(sweep.storage, sweep.study_id, index, after=None, params=None)
+    tid = sweep.storage.new_attempt(sweep.study_id, index, after=None, params=None)
     return Claimed(tid, 0) if tid is not None else None
 
 
@@ -242,7 +237,7 @@ def _running(storage: Any, index: int, latest: Attempt, settings: RunnerSettings
     """A RUNNING attempt: FAIL it if its heartbeat is stale, else wait a while."""
     age = latest.heartbeat_age_s
     if age is not None and age > settings.grace_period_s:
-        mark_failed(storage, latest.trial_id, f"heartbeat {age:.0f}s old: the runner died or froze")
+        storage.mark_failed(latest.trial_id, f"heartbeat {age:.0f}s old: the runner died or froze")
     else:
         logger.info("index %d: trial #%d is running elsewhere; waiting", index, latest.number)
         sleep(min(settings.heartbeat_interval_s, 2.0))
@@ -252,7 +247,7 @@ def _next_attempt(sweep: Sweep, index: int, latest: Attempt) -> Claimed | None:
     """The attempt after a FAIL, with its params (None: another runner created it first)."""
     frozen = sweep.storage.get_trial(latest.trial_id)
     params = frozen.system_attrs.get(FIXED_PARAMS_ATTR) or frozen.params or None
-    tid = new_attempt(sweep.storage, sweep.study_id, index, after=latest, params=params)
+    tid = sweep.storage.new_attempt(sweep.study_id, index, after=latest, params=params)
     return Claimed(tid, latest.attempt + 1) if tid is not None else None
 
 
@@ -286,20 +281,25 @@ def run_index(sweep: Sweep, index: int, objective: Callable[[TrialContext], Any]
             trial_hook(trial_id, number, attempt)
         with Heartbeat(sweep, trial_id, settings.heartbeat_interval_s):
             outcome = _run_trial(sweep, study, trial, index, attempt, objective, settings)
+    except StorageError as e:  # down past its retries: the launcher starts the index again
+        _fail_claimed(sweep, trial_id, e)
+        return Outcome(index, protocol.EXIT_RETRY, "FAIL", None, f"index {index}: {e}")
     except BaseException as e:
-        # Whatever escapes after the claim (a broken pipe to a dead orchestrator, a signal
-        # during set-up) must not leave the trial RUNNING until its heartbeat goes stale.
-        try:
-            reason = (f"interrupted by {e}; resumable" if isinstance(e, Interrupted)
-                      else f"runner stopped: {type(e).__name__}: {e}")
-            mark_failed(sweep.storage, trial_id, reason)
-        except Exception:  # noqa: BLE001 - the original error matters more; re-raised below
-            logger.warning("could not mark trial %d FAIL", trial_id)
-        if isinstance(e, StorageError):
-            return Outcome(index, protocol.EXIT_RETRY, "FAIL", None, f"index {index}: {e}")
+        _fail_claimed(sweep, trial_id, e)
         raise
     after_trial(sweep, failed=outcome.state == "FAIL")
     return outcome
+
+
+def _fail_claimed(sweep: Sweep, trial_id: int, e: BaseException) -> None:
+    """Whatever escapes after the claim (a broken pipe to a dead orchestrator, a signal
+    during set-up) must not leave the trial RUNNING until its heartbeat goes stale."""
+    try:
+        reason = (f"interrupted by {e}; resumable" if isinstance(e, Interrupted)
+                  else f"runner stopped: {type(e).__name__}: {e}")
+        sweep.storage.mark_failed(trial_id, reason)
+    except Exception:  # noqa: BLE001 - the original error matters more; re-raised by the caller
+        logger.warning("could not mark trial %d FAIL", trial_id)
 
 
 def _open(study: optuna.Study, trial_id: int, taken: Taken | None) -> optuna.Trial:
@@ -477,7 +477,7 @@ def _superseded(index: int, number: int) -> Outcome:
 
 def _fail(storage: Any, index: int, trial_id: int, number: int, reason: str,
           code: int) -> Outcome:
-    mark_failed(storage, trial_id, reason)  # the caller logs the outcome (trial_runner.main)
+    storage.mark_failed(trial_id, reason)  # the caller logs the outcome (trial_runner.main)
     return Outcome(index, code, "FAIL", number, f"index {index}: trial #{number} failed: {reason}")
 
 

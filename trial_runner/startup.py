@@ -16,10 +16,10 @@ from collections.abc import Mapping
 
 from sweeper import protocol
 from sweeper.errors import SpecError, StudyNotFoundError
-from sweeper.proxy.client import StudyStorage
 from sweeper.spec import SweepSpec, load_stored
 from sweeper.study import Sweep, create_or_resume, load_sweep
-from sweeper.study.record import changed_spec_error
+from sweeper.study.growth import changed_spec_error
+from sweeper.study.open import StudyStorage
 
 logger = logging.getLogger(__name__)
 

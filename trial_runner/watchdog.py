@@ -11,7 +11,7 @@ import threading
 
 from sweeper import protocol
 from sweeper.protocol import FAILED_FOR_GOOD_ATTR
-from sweeper.study import Sweep, mark_failed, stop
+from sweeper.study import Sweep, stop
 from trial_runner.background import HEARTBEATS, Job
 
 logger = logging.getLogger(__name__)
@@ -67,7 +67,7 @@ def start_timeout(sweep: Sweep, trial_id: int, index: int, number: int,
         try:
             if sweep.spec.stop.max_failed_trials is not None:  # no retry follows a timeout
                 sweep.storage.set_trial_user_attr(trial_id, FAILED_FOR_GOOD_ATTR, True)
-            mark_failed(sweep.storage, trial_id, reason)
+            sweep.storage.mark_failed(trial_id, reason)
             after_trial(sweep, failed=True)
         finally:
             logger.error("index %d: trial #%d %s", index, number, reason)

@@ -43,31 +43,28 @@ def share_alembic_script() -> None:
 share_alembic_script()
 
 
-def rdb_backend(storage: BaseStorage) -> RDBStorage | None:
-    """The RDBStorage under ``storage`` (itself, or the one Optuna's cache wraps), else None."""
-    from optuna.storages._cached_storage import _CachedStorage
-
-    if isinstance(storage, _CachedStorage):
-        storage = storage._backend
-    return storage if isinstance(storage, RDBStorage) else None
+def backend_of(storage: BaseStorage) -> BaseStorage:
+    """The storage under Optuna's trial cache (``optuna.load_study`` wraps an RDBStorage in
+    ``_CachedStorage``), or ``storage`` itself where nothing wraps it."""
+    backend: BaseStorage = getattr(storage, "_backend", storage)
+    return backend
 
 
 def cached_rdb_backend(study: optuna.Study) -> RDBStorage | None:
-    """The RDBStorage behind the study's trial cache; None when the study has no such cache."""
-    from optuna.storages._cached_storage import _CachedStorage
-
-    cache = study._storage
-    return cache._backend if isinstance(cache, _CachedStorage) else None
+    """The RDBStorage behind the study's trial cache; None when the study has no such cache
+    (Optuna caches only RDB storages)."""
+    backend: RDBStorage | None = getattr(study._storage, "_backend", None)
+    return backend
 
 
 def add_to_cache(study: optuna.Study, trial: FrozenTrial) -> None:
     """Register a trial created outside Optuna's API in the study's trial cache (else filled
     by reading every trial). Unfinished trials are re-read on each access: id, number and
     state are enough."""
-    from optuna.storages._cached_storage import _CachedStorage, _StudyInfo
+    from optuna.storages._cached_storage import _StudyInfo
 
-    cache = study._storage
-    if not isinstance(cache, _CachedStorage):
+    cache: Any = study._storage
+    if not hasattr(cache, "_add_trials_to_cache"):  # not Optuna's trial cache
         return
     with cache._lock:
         info = cache._studies.setdefault(study._study_id, _StudyInfo())

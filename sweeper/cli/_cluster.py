@@ -151,9 +151,8 @@ def _ended(sweep: Any, index: int) -> Any | None:
     """The latest attempt of ``index`` if it has ended (COMPLETE, PRUNED or FAIL)."""
     from optuna.trial import TrialState
 
-    from sweeper.study import attempts
 
-    found = attempts(sweep.storage, sweep.study_id, index)
+    found = sweep.storage.attempts(sweep.study_id, index)
     ended = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
     return found[-1] if found and found[-1].state in ended else None
 
@@ -196,7 +195,7 @@ def cancel(name: str, storage: str | None, namespace: str | None, wait_s: float,
     what is missing. NAME may be the sweep's spec file."""
     from sweeper.backends.kubernetes import cancel as cancel_jobs
     from sweeper.spec import KubernetesSpec
-    from sweeper.study import index_table, unfinished_indexes
+    from sweeper.study import unfinished_indexes
 
     name, sweep = _stored_sweep(name, storage)
     ns = namespace or (sweep.spec.kubernetes.namespace if sweep else KubernetesSpec().namespace)
@@ -216,7 +215,7 @@ def cancel(name: str, storage: str | None, namespace: str | None, wait_s: float,
     if result.failed_trials:
         click.echo(f"marked {len(result.failed_trials)} running trial(s) FAIL (cancelled): "
                    + ", ".join(f"#{n}" for n in result.failed_trials))
-    missing = unfinished_indexes(index_table(sweep.storage, sweep.spec, sweep.study_id))
+    missing = unfinished_indexes(sweep.storage.index_table(sweep.study_id, sweep.spec.trials))
     if missing:
         click.echo(f"the study stays; `sweeper resume {name}` runs the {len(missing)} "
                    f"unfinished index(es): {_ranges_of(missing)}", err=True)

@@ -145,9 +145,9 @@ def _not_found(store: Any, target: _Target) -> str | None:
     (the caller's own message then says what is wrong with it)."""
     import difflib
 
-    from sweeper.study import redact, study_names
+    from sweeper.study import redact
 
-    sweeps, others = study_names(store)
+    sweeps, others = store.study_names()
     if target.name in sweeps or target.name in others:
         return None
     where = f"no sweep named {target.name!r} in {redact(target.url)}"

@@ -42,17 +42,15 @@ def status(name: str, storage: str | None, fmt: str, kube: bool | None, namespac
 
     NAME is the sweep's name or its spec file (name and storage: are read from it)."""
     from sweeper.report import format_table
-    from sweeper.study import index_table, state_counts
 
     sweep, _ = _open_sweep(name, storage)
-    counts = state_counts(sweep.storage, sweep.study_id)
-    table = index_table(sweep.storage, sweep.spec, sweep.study_id)
+    counts = sweep.storage.state_counts(sweep.study_id)
+    table = sweep.storage.index_table(sweep.study_id, sweep.spec.trials)
     metrics = [o.metric for o in sweep.spec.objectives]
     finished = sum(1 for s in table if s.state in ("COMPLETE", "PRUNED"))
     jobs = _status_jobs(sweep, kube, namespace, kubeconfig, context)
-    from sweeper.study.stop import stop_state
 
-    stopped = stop_state(sweep.storage, sweep.study_id)
+    stopped = sweep.storage.stop_state(sweep.study_id)
     if fmt == "json":
         click.echo(json.dumps({
             "name": sweep.name, "method": sweep.spec.method, "indexes": sweep.spec.trials,

@@ -44,12 +44,11 @@ def list_sweeps(storage: str | None, fmt: str) -> None:
     last activity. Optuna studies that sweeper did not create are listed with method
     "(optuna)". Reads a few grouped queries, never every trial; creates nothing."""
     from sweeper.report import format_table
-    from sweeper.study import list_sweeps as query
     from sweeper.study import redact, resolve_storage_url
 
     url = resolve_storage_url(storage)
     _database_only(url, "list")
-    sweeps = query(_open_existing(url))
+    sweeps = _open_existing(url).list_sweeps()
     if fmt == "json":
         click.echo(json.dumps([_record(s) for s in sweeps], indent=2, allow_nan=False))
         return
@@ -124,17 +123,17 @@ def delete(name: str, storage: str | None, yes: bool, purge_artifacts: bool,
     Says what it removed and what it kept. Asks first unless --yes.
 
     NAME is the sweep's name or its spec file (name and storage: are read from it)."""
-    from sweeper.artifacts import describe, remove_artifacts, sweep_artifact_ids
+    from sweeper.artifacts import describe, remove_artifacts
     from sweeper.purge import kept, purge, purge_summary
-    from sweeper.study import redact, state_counts
+    from sweeper.study import redact
 
     if volume_dir is not None and not purge_artifacts:
         raise click.UsageError("--volume-dir goes with --purge-artifacts")
     target = _target(name, storage)
     _database_only(target.url, "delete")
     sweep = _load_target(target)
-    counts = state_counts(sweep.storage, sweep.study_id)
-    artifact_ids = sweep_artifact_ids(sweep.storage, sweep.study_id)
+    counts = sweep.storage.state_counts(sweep.study_id)
+    artifact_ids = sweep.storage.artifact_ids(sweep.study_id)
     remote = _remote_state(sweep, artifact_ids, volume_dir)
     ns = namespace or sweep.spec.kubernetes.namespace
     clients, jobs = _sweep_jobs_to_delete(sweep, kube, ns, kubeconfig, context)

@@ -3,8 +3,9 @@ protocol service on one port, Prometheus metrics on another)."""
 
 from __future__ import annotations
 
+import logging
 import signal
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -12,6 +13,11 @@ from sweeper.cli._common import _errors
 from sweeper.cli._group import cli
 from sweeper.cli._proxy_security import build_security, security_options
 from sweeper.errors import SweeperError
+
+if TYPE_CHECKING:
+    from sweeper.study import StudyStorage
+
+logger = logging.getLogger("sweeper.proxy.metrics")
 
 
 @cli.command()
@@ -95,8 +101,6 @@ def run_extras(backend: str, proxy: bool | None, metrics_port: int | None, url: 
                                "pods at a `sweeper proxy` with --storage-proxy")
     registry = None
     if metrics_port:
-        from sweeper.proxy.metrics import serve_run_metrics
-
         try:
             registry = serve_run_metrics(metrics_port, url, name)
         except OSError as e:
@@ -104,3 +108,48 @@ def run_extras(backend: str, proxy: bool | None, metrics_port: int | None, url: 
                                f"{e.strerror}") from None
         click.echo(f"metrics on http://0.0.0.0:{metrics_port}/metrics", err=True)
     return {"proxy": proxy, "metrics": registry}
+
+
+class _LazyStudy:
+    """The storage and study id a ``sweeper run`` scrape reads: opened on the first scrape
+    (a connection or two, none while nobody scrapes), the study found once it exists."""
+
+    def __init__(self, url: str, name: str) -> None:
+        self.url = url
+        self.name = name
+        self.storage: StudyStorage | None = None
+        self.study_id: int | None = None
+
+    def get_storage(self) -> StudyStorage | None:
+        if self.storage is None:
+            from sweeper.study import open_storage
+
+            try:
+                # prepared: the run creates the schema; Optuna's own check would hold a
+                # second connection at once
+                self.storage = open_storage(self.url, prepared=True)
+            except Exception as e:  # noqa: BLE001 - a scrape must answer; the next one retries
+                logger.warning("metrics: cannot open the storage (%s)", type(e).__name__)
+        return self.storage
+
+    def get_study_id(self) -> int | None:
+        if self.study_id is None and self.storage is not None:
+            try:
+                self.study_id = self.storage.get_study_id_from_name(self.name)
+            except KeyError:
+                return None
+        return self.study_id
+
+
+def serve_run_metrics(port: int, url: str, name: str, host: str = "0.0.0.0") -> Any:
+    """``sweeper run --metrics-port``: the sweep's study metrics on http://host:port/metrics.
+    Returns the registry, for the local backend's in-process proxy to add its own to."""
+    from prometheus_client import CollectorRegistry
+
+    from sweeper.proxy.metrics import StudyCollector, serve_metrics
+
+    registry = CollectorRegistry()
+    study = _LazyStudy(url, name)
+    registry.register(StudyCollector(study.get_storage, study.get_study_id))
+    serve_metrics(registry, port, host)
+    return registry

@@ -169,7 +169,6 @@ def _launch(spec: Any, url: str, backend: Backend, fmt: str = "text",
     from sweeper.report import Progress
     from sweeper.study import (
         create_or_resume,
-        index_table,
         indexes_to_run,
         open_storage,
         redact,
@@ -180,7 +179,7 @@ def _launch(spec: Any, url: str, backend: Backend, fmt: str = "text",
     sweep, created = create_or_resume(storage, spec)
     if not may_launch(sweep, ignore_stop):
         return
-    todo = indexes_to_run(storage, spec, sweep.study_id, created=created)
+    todo = indexes_to_run(sweep, created=created)
     # SIGTERM (a CI job cancelled, `kill`) stops the sweep the same orderly way as Ctrl-C.
     signal.signal(signal.SIGTERM, _terminate_as_interrupt)
     done = spec.trials - len(todo)
@@ -198,7 +197,7 @@ def _launch(spec: Any, url: str, backend: Backend, fmt: str = "text",
             result = backend.run(sweep, todo, storage_url=url, tick=progress.tick)
         finally:
             progress.close()
-    table = index_table(storage, spec, sweep.study_id)
+    table = storage.index_table(sweep.study_id, spec.trials)
     if fmt == "json":
         click.echo(json.dumps(_summary_record(sweep, url, backend.name, table, result),
                               indent=2))
@@ -283,7 +282,7 @@ def _summary_record(sweep: Any, url: str, backend: str, table: list[IndexStatus]
     """``run --format json``: the state of the whole sweep after this launch."""
     from sweeper.export import trial_export_record
     from sweeper.report import best_trials
-    from sweeper.study import redact, state_counts
+    from sweeper.study import redact
 
     metrics = [o.metric for o in sweep.spec.objectives]
     best = [trial_export_record(t, metrics) for t in best_trials(sweep.study())]
@@ -291,7 +290,7 @@ def _summary_record(sweep: Any, url: str, backend: str, table: list[IndexStatus]
     record: dict[str, Any] = {
         "sweep": sweep.name, "method": sweep.spec.method, "storage": redact(url),
         "backend": backend, "indexes": sweep.spec.trials, "finished_indexes": len(finished),
-        "trials_by_state": state_counts(sweep.storage, sweep.study_id),
+        "trials_by_state": sweep.storage.state_counts(sweep.study_id),
         "unfinished_indexes": [s.index for s in table if s.index not in set(finished)],
         "failed_indexes": [{"index": s.index, "attempts": s.attempts,
                             "trial_number": s.trial_number, "fail_reason": s.fail_reason}

@@ -17,16 +17,15 @@ ignore_stop_option = click.option(
 def may_launch(sweep: Any, ignore: bool) -> bool:
     """False (after saying so) when a stop rule has stopped the sweep and ``ignore`` is not
     set; with it, records that the rules are off for this sweep and says so."""
-    from sweeper.study.stop import ignore_stop, stop_state
 
-    state = stop_state(sweep.storage, sweep.study_id)
+    state = sweep.storage.stop_state(sweep.study_id)
     if state is None or not state.stopped:
         return True
     if not ignore:
         click.echo(f"sweep {sweep.name} is stopped: {state.describe()}; nothing started "
                    f"(`sweeper resume {sweep.name} --ignore-stop` continues it)", err=True)
         return False
-    ignore_stop(sweep.storage, sweep.study_id)
+    sweep.storage.ignore_stop(sweep.study_id)
     click.echo(f"ignoring the stop ({state.describe()}): the stop rules are off for this "
                "sweep from now on", err=True)
     return True
@@ -35,9 +34,9 @@ def may_launch(sweep: Any, ignore: bool) -> bool:
 def report_stop(sweep: Any, missing: list[int], failed_for_good: bool) -> bool:
     """After a launch: if a stop rule fired, say which and when as the last line and return
     True (exit 1 when indexes failed for good or the rule was max_failed_trials, else 0)."""
-    from sweeper.study.stop import BRAKE_RULE, stop_state
+    from sweeper.study.stop import BRAKE_RULE
 
-    state = stop_state(sweep.storage, sweep.study_id)
+    state = sweep.storage.stop_state(sweep.study_id)
     if state is None or not state.stopped:
         return False
     line = f"stopped: {state.describe()}; " + (

@@ -3,19 +3,23 @@ sweeper's own service (:mod:`.service`) on the same channel, both retried while 
 unavailable (a restart, a rolling update), so a sweep survives the proxy the way it survives a
 database restart.
 
-The study functions (``sweeper.study.index``, ``record``, ``summaries``, ``trials``,
-``stats``) check ``isinstance(storage, ProxyStorage)`` first and call the method of the same
-name here; the proxy runs the very same function on its database (:mod:`.server`).
+:class:`ProxyStorage` is one of the two implementations of the index store
+(:class:`sweeper.study.store.IndexStore`): each operation is sent as it is and the proxy runs
+the database's implementation of it (:mod:`.server`). Callers never ask which one they hold.
 """
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import logging
 import os
 import random
 import time
-from collections.abc import Callable, Container, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
+import uuid
+from collections.abc import Callable, Container, Mapping, Sequence
+from contextlib import AbstractContextManager
+from typing import Any, TypeVar, cast
 from urllib.parse import urlsplit
 
 import optuna
@@ -27,18 +31,12 @@ from sweeper._optuna_compat import FrozenStudy, GrpcStorageProxyOnChannel
 from sweeper.errors import SpecError, StorageError, StudyNotFoundError, SweeperError
 from sweeper.protocol import ENV_PARENT_PID
 from sweeper.proxy import service as wire
-from sweeper.study.storage import RetryingRDBStorage
-
-if TYPE_CHECKING:
-    from sweeper.spec import SweepSpec
-    from sweeper.study.index import Attempt
-    from sweeper.study.stats import StudyStats
-    from sweeper.study.summaries import IndexStatus
+from sweeper.study.store import IndexStore
 
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
-W = TypeVar("W", bound=wire.Wire)
+F = TypeVar("F", bound=Callable[..., Any])
 
 #: URL scheme of the storage proxy.
 SCHEME = "grpc://"
@@ -85,6 +83,18 @@ def parse_proxy_url(url: str) -> tuple[str, int]:
     if not parts.hostname or parts.path not in ("", "/") or parts.username or parts.query:
         raise StorageError(f"bad storage proxy URL {url!r}: use grpc://host:port")
     return parts.hostname, port
+
+
+def _remote(method: F) -> F:
+    """The client side of an operation of the index store: ``method``'s signature, its
+    arguments sent to the proxy (:mod:`.service`), the reply decoded."""
+    op = wire.OPERATIONS[method.__name__]
+
+    @functools.wraps(method)
+    def call(self: ProxyStorage, *args: Any, **kwargs: Any) -> Any:
+        return self._operate(op, args, kwargs)
+
+    return cast(F, call)
 
 
 class ProxyStorage(GrpcStorageProxyOnChannel):
@@ -146,20 +156,19 @@ class ProxyStorage(GrpcStorageProxyOnChannel):
                 time.sleep(delay * (0.5 + random.random()))
                 delay = min(delay * 2, 5.0)
 
-    def _call(self, name: str, request: wire.Wire, reply: type[W]) -> W:
+    def _call(self, name: str, path: str, request: bytes) -> bytes:
         """One call of sweeper's service; errors become what the direct path raises."""
-        method = self._methods.get(name)
+        method = self._methods.get(path)
         if method is None:
-            m = wire.METHODS[name]
-            method = self._methods[name] = self.channel.unary_unary(
-                m.path, request_serializer=wire.Wire.encode, response_deserializer=bytes)
+            method = self._methods[path] = self.channel.unary_unary(
+                path, request_serializer=None, response_deserializer=None)
         try:
-            raw = self._retry(name, method, request, timeout=self.call_timeout_s)
+            raw: bytes = self._retry(name, method, request, timeout=self.call_timeout_s)
         except StorageError:
             raise
         except Exception as e:  # noqa: BLE001 - a grpc.RpcError; grpc is imported lazily
             raise self._translate(name, e) from None
-        return reply.decode(raw)
+        return raw
 
     def _translate(self, name: str, e: Exception) -> Exception:
         import grpc
@@ -185,7 +194,7 @@ class ProxyStorage(GrpcStorageProxyOnChannel):
         """The storage the proxy serves, password hidden: what a runner derives default
         artifact locations from (a direct runner uses its storage URL the same way)."""
         if self._info is None:
-            self._info = self._call("Info", wire.Empty(), wire.Info)
+            self._info = wire.Info.decode(self._call("Info", wire.INFO, b"{}"))
         return self._info.storage
 
     def wait_ready(self, timeout_s: float) -> None:
@@ -210,74 +219,49 @@ class ProxyStorage(GrpcStorageProxyOnChannel):
                                        f"(waited {timeout_s:g}s): is `sweeper proxy` running "
                                        "there?") from None
 
-    # ---------------------------------------------------------------- the index protocol
+    # ---------------------------------------------------------------- the index store
+    # Each operation of sweeper.study.store.IndexStore, sent as it is (sweeper.proxy.service);
+    # the proxy runs the SqlStore method of the same name.
 
-    def attempts(self, study_id: int, index: int) -> list[Attempt]:
-        from sweeper.study.index import Attempt
+    attempts = _remote(IndexStore.attempts)
+    take = _remote(IndexStore.take)
+    claim = _remote(IndexStore.claim)
+    new_attempt = _remote(IndexStore.new_attempt)
+    mark_failed = _remote(IndexStore.mark_failed)
+    fail_stale_trials = _remote(IndexStore.fail_stale_trials)
+    record_heartbeat = _remote(IndexStore.record_heartbeat)
+    create_or_resume = _remote(IndexStore.create_or_resume)
+    stop_state = _remote(IndexStore.stop_state)
+    stop_check = _remote(IndexStore.stop_check)
+    ignore_stop = _remote(IndexStore.ignore_stop)
+    brake = _remote(IndexStore.brake)
+    set_trial_user_attrs = _remote(IndexStore.set_trial_user_attrs)
+    write_trial = _remote(IndexStore.write_trial)
+    state_counts = _remote(IndexStore.state_counts)
+    best_so_far = _remote(IndexStore.best_so_far)
+    index_table = _remote(IndexStore.index_table)
+    study_stats = _remote(IndexStore.study_stats)
+    list_sweeps = _remote(IndexStore.list_sweeps)
+    study_names = _remote(IndexStore.study_names)
+    artifact_ids = _remote(IndexStore.artifact_ids)
 
-        reply = self._call("Attempts", wire.StudyIndex(study_id, index), wire.AttemptList)
-        return [Attempt(a.trial_id, a.number, TrialState[a.state], a.attempt,
-                        a.heartbeat_age_s) for a in reply.attempts]
+    def _operate(self, op: wire.Operation, args: tuple[Any, ...],
+                 kwargs: dict[str, Any]) -> Any:
+        """One call of an operation; a write's token is made here, so a call this client
+        retries (its reply lost with a proxy restart) is recognised as the same write."""
+        if "token" in op.signature.parameters and kwargs.get("token") is None and \
+                len(args) < list(op.signature.parameters).index("token") + 1:
+            kwargs = {**kwargs, "token": uuid.uuid4().hex}
+        request = op.encode_call(args, kwargs)
+        return op.decode_reply(self._call(op.wire_name, op.path, request))
 
-    def claim(self, trial_id: int, token: str | None = None) -> bool:
-        return self._call("Claim", wire.ClaimMsg(trial_id, token), wire.Flag).value
+    def rides(self) -> bool:
+        return False  # a finish through the proxy is Optuna's call: nothing rides with it
 
-    def new_attempt(self, study_id: int, index: int, *, after: Attempt | None,
-                    params: dict[str, Any] | None, token: str | None = None) -> int | None:
-        msg = None if after is None else wire.AttemptMsg(
-            after.trial_id, after.number, after.state.name, after.attempt, after.heartbeat_age_s)
-        return self._call("NewAttempt", wire.NewAttemptMsg(study_id, index, msg, params, token),
-                          wire.MaybeTrialId).trial_id
-
-    def mark_failed(self, trial_id: int, reason: str, token: str | None = None) -> bool:
-        return self._call("MarkFailed", wire.MarkFailedMsg(trial_id, reason, token),
-                          wire.Flag).value
-
-    def fail_stale_trials(self, study_id: int, grace_s: float) -> list[int]:
-        return self._call("FailStaleTrials", wire.StaleSweepMsg(study_id, grace_s),
-                          wire.TrialIds).trial_ids
-
-    def create_or_resume(self, spec: SweepSpec) -> tuple[int, bool, int | None]:
-        """(study id, created, grown from)."""
-        try:
-            got = self._call("CreateOrResume", wire.SpecRecord(spec.to_dict(), spec.base_dir),
-                             wire.Created)
-        except SpecError as e:
-            raise SpecError(e.message, source=spec.source, field=e.field) from None
-        return got.study_id, got.created, got.grown_from
-
-    def state_counts(self, study_id: int) -> dict[str, int]:
-        return self._call("StateCounts", wire.StudyRef(study_id), wire.Counts).counts
-
-    def index_table(self, study_id: int, trials: int) -> list[IndexStatus]:
-        from sweeper.study.summaries import IndexStatus
-
-        rows = self._call("IndexTable", wire.IndexTableMsg(study_id, trials), wire.IndexRows)
-        return [IndexStatus(i, state, n, number, tuple(values) if values is not None else None,
-                            reason) for i, state, n, number, values, reason in rows.rows]
-
-    def stop_check(self, study_id: int, spec: SweepSpec, *, after_trial: bool
-                   ) -> dict[str, Any] | None:
-        """The stop rules evaluated on the proxy's database (``sweeper.study.stop``): the
-        stop state's JSON, or None."""
-        return self._call("StopCheck", wire.StopCheckMsg(study_id, spec.to_dict(), after_trial),
-                          wire.MaybeStop).state
-
-    def ignore_stop(self, study_id: int) -> dict[str, Any] | None:
-        return self._call("IgnoreStop", wire.StudyRef(study_id), wire.MaybeStop).state
-
-    def set_trial_user_attrs(self, trial_id: int, attrs: dict[str, Any]) -> None:
-        self._call("SetTrialUserAttrs", wire.UserAttrsMsg(trial_id, attrs), wire.Empty)
-
-    def record_heartbeat(self, trial_id: int) -> None:
-        self._call("Heartbeat", wire.TrialRef(trial_id), wire.Empty)
-
-    def study_stats(self, study_id: int | None, buckets: Sequence[float]) -> list[StudyStats]:
-        from sweeper.study.stats import StudyStats
-
-        got = self._call("Stats", wire.StatsMsg(study_id, list(buckets)), wire.StatsList)
-        return [StudyStats(s.study, s.states, s.duration_buckets, s.duration_sum_s, s.best)
-                for s in got.studies]
+    def riding_with_finish(self, trial_id: int, user_attrs: Mapping[str, Any],
+                           reports: Sequence[tuple[int, float]]
+                           ) -> AbstractContextManager[bool]:
+        return contextlib.nullcontext(False)
 
     # ---------------------------------------------------------------- Optuna's storage API,
     # retried while the proxy is unavailable (same signatures as GrpcStorageProxy's)
@@ -365,21 +349,9 @@ def _orphaned() -> bool:
     return parent is not None and parent.isdigit() and os.getppid() != int(parent)
 
 
-#: What ``open_storage`` returns: the database directly, or the proxy in front of it.
-StudyStorage = RetryingRDBStorage | ProxyStorage
-
-
 def open_proxy_storage(url: str, *, connect_deadline_s: float = 0.0) -> ProxyStorage:
     """Connect to ``sweeper proxy`` at ``grpc://host:port``. ``connect_deadline_s`` > 0 waits
     that long for it to come up (runners); 0 waits a few seconds and fails with one line."""
     storage = ProxyStorage(url)
     storage.wait_ready(connect_deadline_s if connect_deadline_s > 0 else 5.0)
     return storage
-
-
-def close_storage(storage: StudyStorage) -> None:
-    """Close the database connections or the channel (``__main__`` skips the final GC)."""
-    if isinstance(storage, ProxyStorage):
-        storage.close()
-    else:
-        storage.engine.dispose()

@@ -3,7 +3,7 @@
 
 Two kinds, named by Prometheus' conventions (base units, ``_seconds``, ``_total``):
 
-- read from the study at scrape time (:func:`sweeper.study.stats.study_stats`), so they are
+- read from the study at scrape time (``IndexStore.study_stats``), so they are
   right after any restart and the same on every proxy replica (aggregate with ``max``):
   ``sweeper_trials{study,state}``, ``sweeper_trial_duration_seconds{study}`` (finished trials),
   ``sweeper_best_value{study,objective}``;
@@ -26,7 +26,7 @@ from prometheus_client.registry import Collector
 from sweeper.proxy import service as wire
 
 if TYPE_CHECKING:
-    from sweeper.proxy.client import StudyStorage
+    from sweeper.study.store import IndexStore
 
 logger = logging.getLogger(__name__)
 
@@ -74,7 +74,7 @@ class StudyCollector(Collector):
     """Trials by state, duration histogram and best value, read from the storage when
     Prometheus scrapes. ``study_id`` None: every study in the storage (the proxy)."""
 
-    def __init__(self, storage: Callable[[], StudyStorage | None],
+    def __init__(self, storage: Callable[[], IndexStore | None],
                  study_id: Callable[[], int | None] | None = None,
                  buckets: Sequence[float] = DURATION_BUCKETS) -> None:
         self._get_storage = storage
@@ -82,14 +82,13 @@ class StudyCollector(Collector):
         self._buckets = list(buckets)
 
     def collect(self) -> Iterator[Metric]:
-        from sweeper.study.stats import study_stats
 
         storage = self._get_storage()
         study_id = self._get_study_id() if self._get_study_id is not None else None
         if storage is None or (self._get_study_id is not None and study_id is None):
             return
         try:
-            stats = study_stats(storage, study_id, self._buckets)
+            stats = storage.study_stats(study_id, self._buckets)
         except Exception as e:  # noqa: BLE001 - a scrape must answer; the next one retries
             logger.warning("metrics: cannot read the study (%s)", type(e).__name__)
             return
@@ -127,44 +126,3 @@ def serve_metrics(registry: CollectorRegistry, port: int, host: str = "0.0.0.0")
 
     server, _thread = start_http_server(port, addr=host, registry=registry)
     return server
-
-
-class _LazyStudy:
-    """The storage and study id a ``sweeper run`` scrape reads: opened on the first scrape
-    (a connection or two, none while nobody scrapes), the study found once it exists."""
-
-    def __init__(self, url: str, name: str) -> None:
-        self.url = url
-        self.name = name
-        self.storage: StudyStorage | None = None
-        self.study_id: int | None = None
-
-    def get_storage(self) -> StudyStorage | None:
-        if self.storage is None:
-            from sweeper.study import open_storage
-
-            try:
-                # prepared: the run creates the schema; Optuna's own check would hold a
-                # second connection at once
-                self.storage = open_storage(self.url, prepared=True)
-            except Exception as e:  # noqa: BLE001 - a scrape must answer; the next one retries
-                logger.warning("metrics: cannot open the storage (%s)", type(e).__name__)
-        return self.storage
-
-    def get_study_id(self) -> int | None:
-        if self.study_id is None and self.storage is not None:
-            try:
-                self.study_id = self.storage.get_study_id_from_name(self.name)
-            except KeyError:
-                return None
-        return self.study_id
-
-
-def serve_run_metrics(port: int, url: str, name: str, host: str = "0.0.0.0") -> CollectorRegistry:
-    """``sweeper run --metrics-port``: the sweep's study metrics on http://host:port/metrics.
-    Returns the registry, for the local backend's in-process proxy to add its own to."""
-    registry = CollectorRegistry()
-    study = _LazyStudy(url, name)
-    registry.register(StudyCollector(study.get_storage, study.get_study_id))
-    serve_metrics(registry, port, host)
-    return registry

@@ -2,8 +2,8 @@
 
 - Optuna's StorageService (what ``optuna.storages.run_grpc_proxy_server`` serves) over Optuna's
   in-process trial cache, as Optuna's docs advise for the proxy;
-- sweeper's IndexProtocol (:mod:`.service`): each call runs the same function of
-  ``sweeper.study`` the direct path runs, on the proxy's database connection, so every
+- sweeper's IndexProtocol (:mod:`.service`): each call runs the same method of the index
+  store the direct path runs (``SqlStore``), on the proxy's database connection, so every
   guarantee of the index protocol is the database's, whichever path a runner takes (and any
   number of proxy replicas may serve one database: each step is one transaction);
 - ``grpc.health.v1.Health/Check`` (kubelet's gRPC probes): service ``""`` (readiness) answers
@@ -22,7 +22,6 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import replace
 from typing import Any
 
 import grpc
@@ -35,17 +34,17 @@ from sweeper._optuna_compat import (
     is_finishing_request,
 )
 from sweeper.errors import SpecError, StorageError, StudyNotFoundError, SweeperError
-from sweeper.protocol import ENV_PROXY_TOKEN, SPEC_ATTR
+from sweeper.protocol import ENV_PROXY_TOKEN
 from sweeper.proxy import service as wire
 from sweeper.proxy.auth import Authenticator, SharedSecret, server_interceptors
 from sweeper.proxy.client import SCHEME, is_proxy_url
+from sweeper.proxy.codec import WireError
 from sweeper.proxy.credentials import new_local_secret
 from sweeper.proxy.limits import Limits, message_options
 from sweeper.proxy.metrics import ProxyMetrics
 from sweeper.proxy.tls import ServerTLS, add_port
-from sweeper.study import index as protocol_steps
 from sweeper.study.retry import StorageFailure, is_transient
-from sweeper.study.storage import RetryingRDBStorage, open_storage
+from sweeper.study.sql import SqlStore, open_sql_store
 
 logger = logging.getLogger(__name__)
 
@@ -61,104 +60,22 @@ _HEALTH_CHECK = "/grpc.health.v1.Health/Check"
 _SERVING, _NOT_SERVING = b"\x08\x01", b"\x08\x02"  # HealthCheckResponse{status: 1 | 2}
 
 
-class _IndexProtocol:
-    """The server side of :mod:`.service`: each method runs the ``sweeper.study`` function of
-    the same name on the proxy's database."""
+def _operation(store: SqlStore, op: wire.Operation) -> Callable[[bytes], bytes]:
+    """The server side of one operation of :mod:`.service`: the store's method of its name,
+    run on the proxy's database."""
+    method = getattr(store, op.name)
 
-    def __init__(self, storage: RetryingRDBStorage, shown_url: str) -> None:
-        self.storage = storage
-        self.shown_url = shown_url
+    def serve(raw: bytes) -> bytes:
+        return op.encode_reply(method(**op.decode_call(raw)))
 
-    def Attempts(self, req: wire.StudyIndex) -> wire.AttemptList:
-        return wire.AttemptList([
-            wire.AttemptMsg(a.trial_id, a.number, a.state.name, a.attempt, a.heartbeat_age_s)
-            for a in protocol_steps.attempts(self.storage, req.study_id, req.index)])
+    return serve
 
-    def Claim(self, req: wire.ClaimMsg) -> wire.Flag:
-        return wire.Flag(protocol_steps.claim(self.storage, req.trial_id, token=req.token))
 
-    def NewAttempt(self, req: wire.NewAttemptMsg) -> wire.MaybeTrialId:
-        from optuna.trial import TrialState
+def _info(shown_url: str) -> Callable[[bytes], bytes]:
+    import sweeper
 
-        a = req.after
-        after = None if a is None else protocol_steps.Attempt(
-            a.trial_id, a.number, TrialState[a.state], a.attempt, a.heartbeat_age_s)
-        return wire.MaybeTrialId(protocol_steps.new_attempt(
-            self.storage, req.study_id, req.index, after=after, params=req.params,
-            token=req.token))
-
-    def MarkFailed(self, req: wire.MarkFailedMsg) -> wire.Flag:
-        return wire.Flag(protocol_steps.mark_failed(self.storage, req.trial_id, req.reason,
-                                                    token=req.token))
-
-    def FailStaleTrials(self, req: wire.StaleSweepMsg) -> wire.TrialIds:
-        return wire.TrialIds(protocol_steps.fail_stale_trials(self.storage, req.study_id,
-                                                              req.grace_s))
-
-    def CreateOrResume(self, req: wire.SpecRecord) -> wire.Created:
-        from sweeper.spec import parse_spec_dict
-        from sweeper.study.record import create_or_resume
-
-        spec = parse_spec_dict(req.record, source="<spec sent to the proxy>")
-        if req.base_dir is not None:
-            spec = replace(spec, base_dir=req.base_dir)
-        sweep, created = create_or_resume(self.storage, spec)
-        return wire.Created(sweep.study_id, created, sweep.grown_from)
-
-    def StateCounts(self, req: wire.StudyRef) -> wire.Counts:
-        from sweeper.study.summaries import state_counts
-
-        return wire.Counts(state_counts(self.storage, req.study_id))
-
-    def IndexTable(self, req: wire.IndexTableMsg) -> wire.IndexRows:
-        from sweeper.spec import load_stored
-        from sweeper.study.summaries import index_table
-
-        record = self.storage.get_study_user_attrs(req.study_id).get(SPEC_ATTR)
-        if record is None:
-            raise StudyNotFoundError(f"study id {req.study_id} was not created by sweeper")
-        spec = load_stored(record, source=f"<study {req.study_id}>")
-        return wire.IndexRows([[s.index, s.state, s.attempts, s.trial_number,
-                                list(s.values) if s.values is not None else None,
-                                s.fail_reason]
-                               for s in index_table(self.storage, spec, req.study_id)])
-
-    def StopCheck(self, req: wire.StopCheckMsg) -> wire.MaybeStop:
-        from sweeper.spec import parse_spec_dict
-        from sweeper.study import stop
-
-        spec = parse_spec_dict(req.record, source="<spec sent to the proxy>")
-        check = stop.after_trial if req.after_trial else stop.before_start
-        state = check(self.storage, req.study_id, spec)
-        return wire.MaybeStop(state.to_json() if state is not None else None)
-
-    def IgnoreStop(self, req: wire.StudyRef) -> wire.MaybeStop:
-        from sweeper.study import stop
-
-        state = stop.ignore_stop(self.storage, req.study_id)
-        return wire.MaybeStop(state.to_json() if state is not None else None)
-
-    def SetTrialUserAttrs(self, req: wire.UserAttrsMsg) -> wire.Empty:
-        from sweeper.study.trials import write_user_attrs
-
-        write_user_attrs(self.storage, req.trial_id, req.attrs)
-        return wire.Empty()
-
-    def Heartbeat(self, req: wire.TrialRef) -> wire.Empty:
-        self.storage.record_heartbeat(req.trial_id)
-        return wire.Empty()
-
-    def Stats(self, req: wire.StatsMsg) -> wire.StatsList:
-        from sweeper.study.stats import study_stats
-
-        return wire.StatsList([
-            wire.StudyStatsMsg(s.study, s.states, s.duration_buckets, s.duration_sum_s, s.best)
-            for s in study_stats(self.storage, req.study_id, req.buckets)])
-
-    def Info(self, req: wire.Empty) -> wire.Info:
-        import sweeper
-
-        return wire.Info(self.shown_url, getattr(sweeper, "__version__", "0"))
+    reply = wire.Info(shown_url, getattr(sweeper, "__version__", "0")).encode()
+    return lambda raw: reply
 
 
 def _abort(context: grpc.ServicerContext, code: grpc.StatusCode, kind: str, message: str,
@@ -166,10 +83,13 @@ def _abort(context: grpc.ServicerContext, code: grpc.StatusCode, kind: str, mess
     context.abort(code, wire.RemoteError(kind, message, field).details())
 
 
-def _handler(fn: Callable[[Any], wire.Wire], request: type[wire.Wire]) -> grpc.RpcMethodHandler:
+def _handler(fn: Callable[[bytes], bytes]) -> grpc.RpcMethodHandler:
     def behavior(raw: bytes, context: grpc.ServicerContext) -> bytes:
         try:
-            return fn(request.decode(raw)).encode()
+            return fn(raw)
+        except WireError as e:
+            _abort(context, grpc.StatusCode.INVALID_ARGUMENT, "SweeperError",
+                   f"malformed request: {e}")
         except KeyError as e:
             _abort(context, grpc.StatusCode.NOT_FOUND, "KeyError", str(e.args[0] if e.args
                                                                         else e))
@@ -195,7 +115,7 @@ class _Health:
     """``grpc.health.v1.Health/Check`` by hand (two tiny protobuf messages, no extra
     package): readiness pings the database at most once a second."""
 
-    def __init__(self, storage: RetryingRDBStorage) -> None:
+    def __init__(self, storage: SqlStore) -> None:
         self.storage = storage
         self._checked_at = 0.0
         self._ok = False
@@ -277,9 +197,8 @@ class ProxyServer:
         if is_proxy_url(url):
             raise StorageError(f"the proxy's storage must be a database, not {url}: use "
                                "postgresql://... or sqlite:///...")
-        storage = open_storage(url, pool_size=pool_size, max_overflow=max_overflow,
-                               connect_deadline_s=connect_deadline_s)
-        assert isinstance(storage, RetryingRDBStorage)
+        storage = open_sql_store(url, pool_size=pool_size, max_overflow=max_overflow,
+                                 connect_deadline_s=connect_deadline_s)
         self.storage = storage
         self.metrics = metrics
         self.host = host
@@ -291,10 +210,11 @@ class ProxyServer:
                                    options=[("grpc.so_reuseport", int(reuse_port)),
                                             *message_options(limits)])
         add_optuna_storage_servicer(self._server, cached_storage(storage))
-        protocol = _IndexProtocol(storage, self.shown_url)
+        served = {op.wire_name: _handler(_operation(storage, op))
+                  for op in wire.OPERATIONS.values()}
+        served["Info"] = _handler(_info(self.shown_url))
         self._server.add_generic_rpc_handlers([grpc.method_handlers_generic_handler(
-            wire.SERVICE, {m.name: _handler(getattr(protocol, m.name), m.request)
-                           for m in wire.METHODS.values()})])
+            wire.SERVICE, served)])
         health = _Health(storage)
         self._server.add_generic_rpc_handlers([grpc.method_handlers_generic_handler(
             "grpc.health.v1.Health", {"Check": grpc.unary_unary_rpc_method_handler(

@@ -1,22 +1,25 @@
-"""Storage URLs, opening the storage, the sweep record, the index protocol's queries and claims,
-and read-side summaries. Shared by the orchestrator and the trial runner, so it imports
-neither click nor kubernetes.
+"""The study side of sweeper: opening the storage, the index store's interface and its values,
+the sweep record, the stop rules, and a running trial's writes. Shared by the orchestrator and
+the trial runner, so it imports neither click nor kubernetes.
 
+- :mod:`.store`: :class:`IndexStore`, every operation of the index protocol and the sweep
+  record, the interface callers hold; :mod:`.values`, what its operations take and return;
+- :mod:`.open`: ``open_storage``, the one place that picks an implementation: the database
+  (:mod:`.sql`, which holds all SQL against Optuna's tables) or the storage proxy
+  (:mod:`sweeper.proxy.client`);
 - :mod:`.urls`: which storage, its driver, printing it without the password;
 - :mod:`.retry`: transient vs permanent database errors, the backoff, the one-line failure;
-- :mod:`.storage`: the retrying RDBStorage sweeper hands to Optuna, and ``open_storage``;
-- :mod:`.writes`: what "already done" looks like for writes a retry must recognise (tokens);
-- :mod:`.record`: the sweep record (create, resume, load), and an open one handed to a
-  forked worker;
-- :mod:`._bulk`: the locked bulk insert that enqueues plans and creates attempts;
-- :mod:`.index`: an index's attempts, claiming one, the next attempt, failing stale ones;
-- :mod:`.trials`: batched user attrs, and registering a trial in Optuna's cache;
-- :mod:`.summaries`: counts and the per-index table for status and resume, every sweep of
-  a storage for list;
-- :mod:`._optuna_compat`: the only module that touches Optuna's private API.
+- :mod:`.record`: the :class:`Sweep` a process holds, creating, resuming and loading one;
+  :mod:`.growth`, what may change when a sweep is launched again;
+- :mod:`.stop`: the stop rules' decisions;
+- :mod:`.trials`: a running trial's batched writes, and its own copy kept in step.
+
+Optuna's private API is used only in :mod:`sweeper._optuna_compat`.
 """
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
 
 from sweeper._optuna_compat import UnsupportedOptunaError, fixed_params_of, trial_id_of
 
@@ -34,40 +37,41 @@ from sweeper.protocol import (
     RETRY_OF_ATTR,
     SPEC_ATTR,
 )
-from sweeper.study.index import (
-    FINISHED,
-    Attempt,
-    Taken,
-    attempts,
-    claim,
-    fail_stale_trials,
-    mark_failed,
-    new_attempt,
-    take,
-)
-from sweeper.study.record import InheritedSweep, Sweep, create_or_resume, load_sweep
-from sweeper.study.retry import with_retry
-from sweeper.study.storage import RetryingRDBStorage, open_storage
-from sweeper.study.summaries import (
-    IndexStatus,
-    SweepSummary,
-    best_so_far,
-    index_table,
+from sweeper.study.record import (
+    InheritedSweep,
+    Sweep,
+    create_or_resume,
     indexes_to_run,
-    list_sweeps,
-    state_counts,
-    study_names,
+    load_sweep,
     unfinished_indexes,
 )
-from sweeper.study.trials import (
-    attach_trial,
-    open_claimed,
-    open_trial,
-    set_trial_user_attrs,
-    unwritten,
-    write_trial,
-)
+from sweeper.study.retry import with_retry
+from sweeper.study.sql.trials import attach_trial, open_claimed, open_trial
+from sweeper.study.store import IndexStore
+from sweeper.study.trials import set_trial_user_attrs, unwritten, write_trial
 from sweeper.study.urls import driver_url, redact, resolve_storage_url, scrub
+from sweeper.study.values import (
+    FINISHED,
+    Attempt,
+    IndexStatus,
+    StopState,
+    SweepSummary,
+    Taken,
+)
+
+if TYPE_CHECKING:
+    from sweeper.study.open import StudyStorage, open_storage
+
+
+def __getattr__(name: str) -> Any:
+    # The factory imports the proxy client, which imports this package's interface: loaded on
+    # first use, so that importing sweeper.proxy.client first works.
+    if name in ("open_storage", "StudyStorage"):
+        from sweeper.study import open as opening
+
+        return getattr(opening, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "ATTEMPT_ATTR",
@@ -84,26 +88,20 @@ __all__ = [
     "SPEC_ATTR",
     "Attempt",
     "IndexStatus",
+    "IndexStore",
     "InheritedSweep",
-    "RetryingRDBStorage",
+    "StopState",
+    "StudyStorage",
     "Sweep",
     "SweepSummary",
     "Taken",
     "UnsupportedOptunaError",
     "attach_trial",
-    "attempts",
-    "best_so_far",
-    "claim",
     "create_or_resume",
     "driver_url",
-    "fail_stale_trials",
     "fixed_params_of",
-    "index_table",
     "indexes_to_run",
-    "list_sweeps",
     "load_sweep",
-    "mark_failed",
-    "new_attempt",
     "open_claimed",
     "open_storage",
     "open_trial",
@@ -111,9 +109,6 @@ __all__ = [
     "resolve_storage_url",
     "scrub",
     "set_trial_user_attrs",
-    "state_counts",
-    "study_names",
-    "take",
     "trial_id_of",
     "unfinished_indexes",
     "unwritten",

@@ -15,7 +15,7 @@ an unknown id, Optuna's UpdateFinishedTrialError, ...) pass through untouched.
 
 A retried write may have landed before its acknowledgement was lost. Writes that cannot simply
 run twice say what "already done" looks like: ``landed`` (checked before each retry) or a token
-the write stores with itself (:mod:`sweeper.study.writes`).
+the write stores with itself (:mod:`sweeper.study.sql.writes`).
 """
 
 from __future__ import annotations
@@ -67,6 +67,10 @@ class StorageFailure(StorageError, optuna.exceptions.StorageInternalError):
     callers (what RDBStorage raises for database errors)."""
 
 
+
+#: What wraps a driver's error on its way up: SQLAlchemy's errors and Optuna's storage error.
+_WRAPPERS = (optuna.exceptions.StorageInternalError, sa.exc.SQLAlchemyError)
+
 def _driver_error(e: BaseException) -> tuple[BaseException, sa.exc.DBAPIError | None] | None:
     """The driver's exception behind ``e`` (directly, or through Optuna's StorageInternalError
     and SQLAlchemy's wrapper, which chain it as ``__cause__``), with the SQLAlchemy wrapper if
@@ -80,8 +84,7 @@ def _driver_error(e: BaseException) -> tuple[BaseException, sa.exc.DBAPIError | 
             return (err.orig if err.orig is not None else err), err
         if type(err).__module__.startswith(("psycopg2", "sqlite3", "_sqlite3", "psycopg")):
             return err, None
-        if not isinstance(err, (optuna.exceptions.StorageInternalError,
-                                sa.exc.SQLAlchemyError)):
+        if not isinstance(err, _WRAPPERS):
             return None
         err = err.__cause__
     return None

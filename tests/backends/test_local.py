@@ -15,7 +15,7 @@ from sweeper import protocol
 from sweeper.backends.base import RunResult, Tick
 from sweeper.backends.local import LocalBackend
 from sweeper.backends.local_worker import describe_exit
-from sweeper.study import Sweep, attempts, create_or_resume, open_storage
+from sweeper.study import Sweep, create_or_resume, open_storage
 from tests.support.helpers import make_spec
 
 
@@ -115,7 +115,7 @@ def _sweep(url: str, entrypoint: str, n: int, retries: int) -> Sweep:
 
 
 def _states(sweep: Sweep, index: int) -> list[TrialState]:
-    return [a.state for a in attempts(sweep.storage, sweep.study_id, index)]
+    return [a.state for a in sweep.storage.attempts(sweep.study_id, index)]
 
 
 def test_every_index_finishes_exactly_once_and_a_killed_worker_is_retried(
@@ -137,7 +137,7 @@ def test_every_index_finishes_exactly_once_and_a_killed_worker_is_retried(
     # index 1: the killed attempt is FAIL with the reason, the retry completed it
     assert _states(sweep, 1) == [TrialState.FAIL, TrialState.COMPLETE]
     killed, retry = (sweep.storage.get_trial(a.trial_id)
-                     for a in attempts(sweep.storage, sweep.study_id, 1))
+                     for a in sweep.storage.attempts(sweep.study_id, 1))
     assert killed.user_attrs[protocol.FAIL_REASON_ATTR] == "runner process was killed by SIGKILL"
     assert retry.user_attrs[protocol.ATTEMPT_ATTR] == 1
     assert retry.user_attrs[protocol.RETRY_OF_ATTR] == killed.number
@@ -162,7 +162,7 @@ def test_no_retry_failures_land_in_failed_and_are_not_retried(workdir: Path,
     assert _states(sweep, 0) == [TrialState.FAIL]
     assert _states(sweep, 1) == [TrialState.FAIL]
     assert _states(sweep, 2) == [TrialState.COMPLETE]
-    nan_trial, exited = (sweep.storage.get_trial(attempts(sweep.storage, sweep.study_id, i)[0]
+    nan_trial, exited = (sweep.storage.get_trial(sweep.storage.attempts(sweep.study_id, i)[0]
                                                  .trial_id) for i in (0, 1))
     assert "not finite" in nan_trial.user_attrs[protocol.FAIL_REASON_ATTR]
     assert exited.user_attrs[protocol.FAIL_REASON_ATTR] == \
@@ -174,7 +174,7 @@ def test_idle_workers_exit_once_nothing_is_left_to_hand_out(workdir: Path,
     sweep = _sweep(sqlite_url, "objectives:last_alone", n=3, retries=0)
     result = _run(LocalBackend(workdir / "logs"), sweep, range(3), sqlite_url, lambda: None)
     assert result.finished == (0, 1, 2)
-    last = sweep.storage.get_trial(attempts(sweep.storage, sweep.study_id, 2)[0].trial_id)
+    last = sweep.storage.get_trial(sweep.storage.attempts(sweep.study_id, 2)[0].trial_id)
     assert last.value == 1.0  # only its own worker: the idle one exited (and was not replaced)
 
 

@@ -22,7 +22,7 @@ from click.testing import CliRunner, Result
 from sweeper.cli import cli
 from sweeper.protocol import LAUNCHES_ATTR
 from sweeper.spec import load_spec
-from sweeper.study import create_or_resume, list_sweeps, open_storage
+from sweeper.study import create_or_resume, open_storage
 from tests.support.compare import isolate, quadratic_spec, run_sweep
 from tests.support.helpers import make_spec
 
@@ -98,7 +98,7 @@ def test_list_costs_the_same_few_queries_for_any_number_of_sweeps(sqlite_url: st
         seen: list[str] = []
         fresh = open_storage(sqlite_url, create=False)
         sa.event.listen(fresh.engine, "before_cursor_execute", lambda *a: seen.append(a[2]))
-        list_sweeps(fresh)
+        fresh.list_sweeps()
         return len(seen)
 
     create_or_resume(storage, make_spec(name="s-0", method="random", trials=50))

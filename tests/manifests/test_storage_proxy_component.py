@@ -165,13 +165,13 @@ def test_the_grafana_dashboard_queries_only_exported_metrics(sqlite_url: str) ->
     from prometheus_client import CollectorRegistry
 
     from sweeper.proxy.metrics import ProxyMetrics, StudyCollector
-    from sweeper.study import attempts, claim, create_or_resume, open_storage
+    from sweeper.study import create_or_resume, open_storage
     from tests.support.helpers import make_spec
 
     storage = open_storage(sqlite_url)
     sweep, _ = create_or_resume(storage, make_spec())
-    [a] = attempts(storage, sweep.study_id, 0)
-    claim(storage, a.trial_id)
+    [a] = storage.attempts(sweep.study_id, 0)
+    storage.claim(a.trial_id)
     sweep.study().tell(a.number, 1.0)
     registry = CollectorRegistry()
     ProxyMetrics(registry).observe("/sweeper.v1.IndexProtocol/Claim", 0.001)

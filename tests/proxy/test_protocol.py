@@ -16,19 +16,7 @@ from sweeper.errors import SpecError, StorageError, StudyNotFoundError
 from sweeper.proxy.client import ProxyStorage, parse_proxy_url
 from sweeper.proxy.server import ProxyServer
 from sweeper.space import grid_point
-from sweeper.study import (
-    INDEX_ATTR,
-    attempts,
-    claim,
-    create_or_resume,
-    fail_stale_trials,
-    index_table,
-    load_sweep,
-    mark_failed,
-    new_attempt,
-    open_storage,
-    state_counts,
-)
+from sweeper.study import INDEX_ATTR, create_or_resume, load_sweep, open_storage
 from tests.support.helpers import make_spec, race_new_attempts
 from tests.support.proxy import free_port
 
@@ -88,7 +76,7 @@ def test_a_sweep_is_created_resumed_and_refused_through_the_proxy(proxy_url: str
         create_or_resume(storage, changed)
     # the client's spec is named, not the proxy's copy of it; the field says what differs
     assert e.value.source == changed.source and e.value.field == "parameters"
-    assert state_counts(storage, sweep.study_id) == {"WAITING": 10}
+    assert storage.state_counts(sweep.study_id) == {"WAITING": 10}
     with pytest.raises(StudyNotFoundError):
         load_sweep(storage, "nope")
 
@@ -118,7 +106,7 @@ def test_concurrent_launches_through_the_proxy_enqueue_once(proxy_url: str) -> N
 def test_claim_through_the_proxy_has_one_winner(proxy_url: str) -> None:
     storage = open_storage(proxy_url)
     sweep, _ = create_or_resume(storage, make_spec())
-    waiting = attempts(storage, sweep.study_id, 3)[0]
+    waiting = storage.attempts(sweep.study_id, 3)[0]
     assert waiting.state == TrialState.WAITING
     results: list[bool] = []
     barrier = threading.Barrier(6)
@@ -126,7 +114,7 @@ def test_claim_through_the_proxy_has_one_winner(proxy_url: str) -> None:
     def race() -> None:
         own = open_storage(proxy_url)
         barrier.wait()
-        results.append(claim(own, waiting.trial_id))
+        results.append(own.claim(waiting.trial_id))
 
     threads = [threading.Thread(target=race) for _ in range(6)]
     for t in threads:
@@ -134,22 +122,22 @@ def test_claim_through_the_proxy_has_one_winner(proxy_url: str) -> None:
     for t in threads:
         t.join()
     assert sorted(results) == [False] * 5 + [True]
-    [running] = attempts(storage, sweep.study_id, 3)
+    [running] = storage.attempts(sweep.study_id, 3)
     assert running.state == TrialState.RUNNING and running.heartbeat_age_s is not None
 
 
 def test_new_attempt_through_the_proxy_is_exclusive_and_linked(proxy_url: str) -> None:
     storage = open_storage(proxy_url)
     sweep, _ = create_or_resume(storage, make_spec())
-    first = attempts(storage, sweep.study_id, 4)[0]
-    assert claim(storage, first.trial_id)
-    assert mark_failed(storage, first.trial_id, "boom")
-    assert not mark_failed(storage, first.trial_id, "again")  # finished already
-    failed = attempts(storage, sweep.study_id, 4)[0]
+    first = storage.attempts(sweep.study_id, 4)[0]
+    assert storage.claim(first.trial_id)
+    assert storage.mark_failed(first.trial_id, "boom")
+    assert not storage.mark_failed(first.trial_id, "again")  # finished already
+    failed = storage.attempts(sweep.study_id, 4)[0]
     created = race_new_attempts(proxy_url, sweep, 4, after=failed)
     winners = [c for c in created if c is not None]
     assert len(winners) == 1
-    atts = attempts(storage, sweep.study_id, 4)
+    atts = storage.attempts(sweep.study_id, 4)
     assert [a.state for a in atts] == [TrialState.FAIL, TrialState.RUNNING]
     new = storage.get_trial(winners[0])
     assert new.user_attrs["sweeper:retry_of"] == failed.number
@@ -161,17 +149,17 @@ def test_heartbeats_and_stale_trials_through_the_proxy(proxy_url: str,
                                                        storage_url: str) -> None:
     storage = open_storage(proxy_url)
     sweep, _ = create_or_resume(storage, make_spec())
-    fresh, stale = (attempts(storage, sweep.study_id, i)[0] for i in (0, 1))
-    assert claim(storage, fresh.trial_id) and claim(storage, stale.trial_id)
+    fresh, stale = (storage.attempts(sweep.study_id, i)[0] for i in (0, 1))
+    assert storage.claim(fresh.trial_id) and storage.claim(stale.trial_id)
     direct = open_storage(storage_url)
     with direct.engine.begin() as conn:  # index 1's runner went quiet a minute ago
         conn.execute(sa.text("UPDATE trial_heartbeats SET heartbeat = :t WHERE trial_id = :i"),
                      {"t": "2000-01-01 00:00:00", "i": stale.trial_id})
     storage.record_heartbeat(fresh.trial_id)
-    assert attempts(storage, sweep.study_id, 1)[0].heartbeat_age_s > 60  # type: ignore[operator]
-    assert fail_stale_trials(storage, sweep.study_id, grace_s=30) == [stale.trial_id]
-    assert [a.state for a in attempts(storage, sweep.study_id, 1)] == [TrialState.FAIL]
-    assert attempts(storage, sweep.study_id, 0)[0].state == TrialState.RUNNING
+    assert storage.attempts(sweep.study_id, 1)[0].heartbeat_age_s > 60  # type: ignore[operator]
+    assert storage.fail_stale_trials(sweep.study_id, grace_s=30) == [stale.trial_id]
+    assert [a.state for a in storage.attempts(sweep.study_id, 1)] == [TrialState.FAIL]
+    assert storage.attempts(sweep.study_id, 0)[0].state == TrialState.RUNNING
     assert "heartbeat" in direct.get_trial(stale.trial_id).user_attrs["sweeper:fail_reason"]
 
 
@@ -181,13 +169,13 @@ def test_summaries_through_the_proxy_equal_the_direct_ones(proxy_url: str,
     sweep, _ = create_or_resume(storage, make_spec())
     study = sweep.study()
     for i, value in ((0, 1.5), (1, float("inf"))):
-        [a] = attempts(storage, sweep.study_id, i)
-        assert claim(storage, a.trial_id)
+        [a] = storage.attempts(sweep.study_id, i)
+        assert storage.claim(a.trial_id)
         study.tell(a.number, value)
     direct = open_storage(storage_url)
-    assert index_table(storage, sweep.spec, sweep.study_id) == \
-        index_table(direct, sweep.spec, sweep.study_id)
-    assert state_counts(storage, sweep.study_id) == state_counts(direct, sweep.study_id) == \
+    assert storage.index_table(sweep.study_id, sweep.spec.trials) == \
+        direct.index_table(sweep.study_id, sweep.spec.trials)
+    assert storage.state_counts(sweep.study_id) == direct.state_counts(sweep.study_id) == \
         {"COMPLETE": 2, "WAITING": 8}
 
 
@@ -195,7 +183,7 @@ def test_finding_an_index_is_one_query_on_the_proxy(server: ProxyServer) -> None
     storage = open_storage(server.url)
     sweep, _ = create_or_resume(storage, make_spec(method="random", trials=500))
     seen = _statements(server)
-    assert len(attempts(storage, sweep.study_id, 321)) == 1
+    assert len(storage.attempts(sweep.study_id, 321)) == 1
     assert len(seen) == 1 and "sweeper:index" in seen[0]
 
 
@@ -205,8 +193,8 @@ def test_a_trial_claimed_elsewhere_takes_params_through_the_proxy(proxy_url: str
     directly on the database, as another proxy replica would) when a runner suggests."""
     direct = open_storage(storage_url)
     sweep, _ = create_or_resume(direct, make_spec())
-    [a] = attempts(direct, sweep.study_id, 2)
-    assert claim(direct, a.trial_id)
+    [a] = direct.attempts(sweep.study_id, 2)
+    assert direct.claim(a.trial_id)
     storage = open_storage(proxy_url)
     study = optuna.load_study(study_name=sweep.name, storage=storage)
     trial = optuna.Trial(study, a.trial_id)
@@ -225,29 +213,29 @@ def test_fail_reasons_growth_and_stop_rules_through_the_proxy(proxy_url: str,
     storage = open_storage(proxy_url)
     spec = make_spec(method="random", stop={"value": 0.5})
     sweep, _ = create_or_resume(storage, spec)
-    [a] = attempts(storage, sweep.study_id, 0)
-    assert claim(storage, a.trial_id)
-    assert mark_failed(storage, a.trial_id, "objective raised ValueError: nope")
+    [a] = storage.attempts(sweep.study_id, 0)
+    assert storage.claim(a.trial_id)
+    assert storage.mark_failed(a.trial_id, "objective raised ValueError: nope")
     direct = open_storage(storage_url)
-    table = index_table(storage, sweep.spec, sweep.study_id)
+    table = storage.index_table(sweep.study_id, sweep.spec.trials)
     assert table[0].fail_reason == "objective raised ValueError: nope"
-    assert table == index_table(direct, sweep.spec, sweep.study_id)
+    assert table == direct.index_table(sweep.study_id, sweep.spec.trials)
 
     grown, created = create_or_resume(storage, make_spec(method="random", stop={"value": 0.5},
                                                          trials=9))
     assert (created, grown.grown_from) == (False, 6)
-    assert len(index_table(direct, grown.spec, grown.study_id)) == 9
+    assert len(direct.index_table(grown.study_id, grown.spec.trials)) == 9
 
     assert stop.before_start(storage, sweep.study_id, spec) is None
-    [b] = attempts(storage, sweep.study_id, 1)
-    assert claim(storage, b.trial_id)
+    [b] = storage.attempts(sweep.study_id, 1)
+    assert storage.claim(b.trial_id)
     sweep.study().tell(b.number, 0.25)  # reaches stop.value
     fired = stop.after_trial(storage, sweep.study_id, spec)
     assert fired is not None and fired.rule == "value" and fired.stopped
     assert stop.before_start(storage, sweep.study_id, spec) == fired
-    assert stop.stop_state(direct, sweep.study_id) == fired == \
-        stop.stop_state(storage, sweep.study_id)
-    ignored = stop.ignore_stop(storage, sweep.study_id)
+    assert direct.stop_state(sweep.study_id) == fired == \
+        storage.stop_state(sweep.study_id)
+    ignored = storage.ignore_stop(sweep.study_id)
     assert ignored is not None and not ignored.stopped and ignored.rule == "value"
     assert stop.before_start(storage, sweep.study_id, spec) is None
 
@@ -272,18 +260,18 @@ def test_a_write_the_client_retries_through_the_proxy_is_recognised(proxy_url: s
     (the claim won, the attempt it created, the FAIL it wrote) instead of losing the trial."""
     storage = open_storage(proxy_url)
     sweep, _ = create_or_resume(storage, make_spec())
-    [a] = attempts(storage, sweep.study_id, 0)
-    assert claim(storage, a.trial_id, token="claim-1")
-    assert claim(storage, a.trial_id, token="claim-1")       # the same call, retried
-    assert not claim(storage, a.trial_id, token="claim-2")   # another runner
-    assert mark_failed(storage, a.trial_id, "lost", token="fail-1")
-    assert mark_failed(storage, a.trial_id, "lost", token="fail-1")
-    assert not mark_failed(storage, a.trial_id, "lost", token="fail-2")
-    [failed] = attempts(storage, sweep.study_id, 0)
-    tid = new_attempt(storage, sweep.study_id, 0, after=failed, params=None, token="new-1")
+    [a] = storage.attempts(sweep.study_id, 0)
+    assert storage.claim(a.trial_id, token="claim-1")
+    assert storage.claim(a.trial_id, token="claim-1")       # the same call, retried
+    assert not storage.claim(a.trial_id, token="claim-2")   # another runner
+    assert storage.mark_failed(a.trial_id, "lost", token="fail-1")
+    assert storage.mark_failed(a.trial_id, "lost", token="fail-1")
+    assert not storage.mark_failed(a.trial_id, "lost", token="fail-2")
+    [failed] = storage.attempts(sweep.study_id, 0)
+    tid = storage.new_attempt(sweep.study_id, 0, after=failed, params=None, token="new-1")
     assert tid is not None
-    assert new_attempt(storage, sweep.study_id, 0, after=failed, params=None,
+    assert storage.new_attempt(sweep.study_id, 0, after=failed, params=None,
                        token="new-1") == tid
-    assert new_attempt(storage, sweep.study_id, 0, after=failed, params=None,
+    assert storage.new_attempt(sweep.study_id, 0, after=failed, params=None,
                        token="new-2") is None
-    assert [x.trial_id for x in attempts(storage, sweep.study_id, 0)] == [a.trial_id, tid]
+    assert [x.trial_id for x in storage.attempts(sweep.study_id, 0)] == [a.trial_id, tid]

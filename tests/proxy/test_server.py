@@ -1,5 +1,6 @@
 """The proxy server itself: kubelet's gRPC health checks, a retryable database error seen by the
-client as UNAVAILABLE (and retried), errors that are one line, the wire's messages."""
+client as UNAVAILABLE (and retried), errors that are one line, a malformed request refused
+(the wire itself: tests/proxy/test_wire.py)."""
 
 from __future__ import annotations
 
@@ -46,7 +47,7 @@ def test_health_checks_answer_as_kubelet_expects(server: ProxyServer) -> None:
 def test_a_retryable_database_error_is_unavailable_and_the_client_retries(
         server: ProxyServer, monkeypatch: pytest.MonkeyPatch,
         caplog: pytest.LogCaptureFixture) -> None:
-    import sweeper.study.index as index
+    import sweeper.study.sql.index as index
 
     storage = open_storage(server.url)
     sweep, _ = create_or_resume(storage, make_spec())
@@ -77,15 +78,18 @@ def test_a_busy_port_and_a_proxy_of_a_proxy_are_one_line(server: ProxyServer,
         ProxyServer(server.url)
 
 
-def test_the_wire_round_trips_its_messages() -> None:
-    after = wire.AttemptMsg(7, 3, "FAIL", 1, None)
-    msg = wire.NewAttemptMsg(1, 4, after, {"lr": 0.1, "opt": "sgd"})
-    assert wire.NewAttemptMsg.decode(msg.encode()) == msg
-    assert wire.NewAttemptMsg.decode(wire.NewAttemptMsg(1, 4, None, None).encode()).after is None
-    rows = wire.IndexRows([[0, "COMPLETE", 1, 0, [float("inf")]], [1, "PENDING", 0, None, None]])
-    assert wire.IndexRows.decode(rows.encode()) == rows
-    err = wire.RemoteError("SpecError", "parameters differ", "parameters")
-    assert wire.RemoteError.parse(err.details()) == err
-    assert wire.RemoteError.parse("not json") is None
-    assert wire.RemoteError.parse('{"kind": "SystemExit", "message": "x"}') is None
-    assert set(wire.METHODS) >= {"Attempts", "Claim", "NewAttempt", "CreateOrResume"}
+@pytest.mark.parametrize("request_bytes", [b"not json", b"[1, 2]", b'{"study_id": "7"}',
+                                           b'{"study_id": 1, "index": 0, "bogus": 1}',
+                                           b'{"index": 0}'])
+def test_a_malformed_request_is_invalid_argument_and_the_proxy_serves_on(
+        server: ProxyServer, request_bytes: bytes) -> None:
+    """A request that does not decode to the operation's arguments writes nothing and is
+    INVALID_ARGUMENT naming what is wrong; the next well-formed call is served."""
+    op = wire.OPERATIONS["attempts"]
+    with grpc.insecure_channel(f"127.0.0.1:{server.port}") as channel:
+        call = channel.unary_unary(op.path)
+        with pytest.raises(grpc.RpcError) as raised:
+            call(request_bytes, timeout=10)
+        assert raised.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert "malformed request" in (raised.value.details() or "")
+        assert op.decode_reply(call(op.encode_call((1, 0), {}), timeout=10)) == []

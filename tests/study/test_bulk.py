@@ -1,4 +1,4 @@
-"""The locked bulk insert (sweeper.study._bulk): on PostgreSQL one statement from arrays, on
+"""The locked bulk insert (sweeper.study.sql._bulk): on PostgreSQL one statement from arrays, on
 SQLite a statement per table; both must leave exactly the rows Optuna and the index protocol
 read."""
 
@@ -10,7 +10,7 @@ from optuna.trial import TrialState
 
 from sweeper.protocol import ATTEMPT_ATTR, INDEX_ATTR, RETRY_OF_ATTR
 from sweeper.study import open_storage
-from sweeper.study._bulk import TrialRow, exclusive, insert_trials
+from sweeper.study.sql._bulk import TrialRow, exclusive, insert_trials
 
 
 def test_inserted_trials_read_back_as_optuna_and_the_index_protocol_see_them(

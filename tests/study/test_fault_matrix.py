@@ -29,15 +29,8 @@ from optuna.trial import TrialState
 
 from sweeper import protocol
 from sweeper.spec import parse_spec_dict
-from sweeper.study import (
-    RetryingRDBStorage,
-    attempts,
-    claim,
-    create_or_resume,
-    fail_stale_trials,
-    load_sweep,
-    open_storage,
-)
+from sweeper.study import create_or_resume, load_sweep, open_storage
+from sweeper.study.sql.storage import RetryingRDBStorage
 from tests.conftest import PG_ADMIN_URL
 from tests.support.faultproxy import KINDS, FaultProxy
 from tests.support.helpers import drop_database
@@ -131,14 +124,14 @@ def _run(case: Case) -> tuple[str, int, list[int]]:
     stale_failed: list[int] = []
     if case.step == "stale sweep":
         # index 0 was claimed by a runner that froze: its heartbeat is an hour old
-        frozen = attempts(orchestrator, sweep.study_id, 0)[0]
-        assert claim(orchestrator, frozen.trial_id)
+        frozen = orchestrator.attempts(sweep.study_id, 0)[0]
+        assert orchestrator.claim(frozen.trial_id)
         with case.direct.engine.begin() as conn:
             conn.execute(sa.text("UPDATE trial_heartbeats SET heartbeat = heartbeat - "
                                  "interval '1 hour' WHERE trial_id = :t"),
                          {"t": frozen.trial_id})
         case.arm()
-        stale_failed = fail_stale_trials(orchestrator, sweep.study_id, grace_s=60)
+        stale_failed = orchestrator.fail_stale_trials(sweep.study_id, grace_s=60)
     runner = load_sweep(open_storage(case.url, prepared=True), name)
     settings = RunnerSettings(heartbeat_interval_s=0.05, grace_period_s=60,
                               checkpoint_root=case.tmp / "ckpt")
@@ -192,7 +185,7 @@ def test_fault_at_each_protocol_step(step: str, kind: str, database: str,
     assert _problems(case, name) == []
     if step == "stale sweep":
         # the stale sweep knows it failed the frozen trial (so the backend kills its worker)
-        [frozen] = [a for a in attempts(case.direct, study_id, 0) if a.state == TrialState.FAIL]
+        [frozen] = [a for a in case.direct.attempts(study_id, 0) if a.state == TrialState.FAIL]
         assert stale_failed == [frozen.trial_id]
     if step == "mark failed":
         [failed] = [t for t in optuna.load_study(study_name=name, storage=case.direct)

@@ -11,7 +11,7 @@ from optuna.trial import TrialState
 from sweeper.errors import SpecError
 from sweeper.protocol import HASH_ATTR, INDEX_ATTR, SPEC_ATTR
 from sweeper.space import grid_point, grid_size, random_point
-from sweeper.study import attempts, claim, create_or_resume, load_sweep, open_storage
+from sweeper.study import create_or_resume, load_sweep, open_storage
 from tests.support.helpers import make_spec
 
 
@@ -27,8 +27,8 @@ def test_raising_trials_of_a_random_sweep_extends_the_same_study(storage_url: st
     storage = open_storage(storage_url)
     small = make_spec(name="grow-r", method="random", trials=4)
     sweep, _ = create_or_resume(storage, small)
-    first = attempts(storage, sweep.study_id, 0)[0]
-    assert claim(storage, first.trial_id)
+    first = storage.attempts(sweep.study_id, 0)[0]
+    assert storage.claim(first.trial_id)
     storage.set_trial_state_values(first.trial_id, TrialState.COMPLETE, [0.5])
 
     big = make_spec(name="grow-r", method="random", trials=9)

@@ -13,18 +13,9 @@ from optuna.study import StudyDirection
 from optuna.trial import TrialState
 
 from sweeper.protocol import FAIL_REASON_ATTR, RETRY_OF_ATTR
-from sweeper.study import (
-    RetryingRDBStorage,
-    attempts,
-    claim,
-    create_or_resume,
-    mark_failed,
-    new_attempt,
-    open_storage,
-    take,
-    trial_id_of,
-)
+from sweeper.study import create_or_resume, open_storage, trial_id_of
 from sweeper.study.record import Sweep
+from sweeper.study.sql.storage import RetryingRDBStorage
 from tests.support.faultproxy import FaultProxy
 from tests.support.helpers import make_spec
 
@@ -62,14 +53,14 @@ def _count(engine: sa.Engine, sql: str, **params: object) -> int:
 
 def test_claim_finds_its_own_token(sweep: Sweep, proxy: FaultProxy,
                                    direct: RetryingRDBStorage) -> None:
-    waiting = attempts(sweep.storage, sweep.study_id, 3)[0]
+    waiting = sweep.storage.attempts(sweep.study_id, 3)[0]
     _lose_the_ack(proxy, r"UPDATE trials SET state = 'RUNNING'")
-    assert claim(sweep.storage, waiting.trial_id) is True
+    assert sweep.storage.claim(waiting.trial_id) is True
     _fired(proxy)
     assert direct.get_trial(waiting.trial_id).state == TrialState.RUNNING
     assert _count(direct.engine, "SELECT COUNT(*) FROM trial_heartbeats WHERE trial_id = :t",
                   t=waiting.trial_id) == 1
-    assert claim(sweep.storage, waiting.trial_id) is False  # anyone else still loses
+    assert sweep.storage.claim(waiting.trial_id) is False  # anyone else still loses
 
 
 def test_the_first_look_at_an_index_finds_its_own_claim(sweep: Sweep, proxy: FaultProxy,
@@ -77,7 +68,7 @@ def test_the_first_look_at_an_index_finds_its_own_claim(sweep: Sweep, proxy: Fau
     """``take``: the index's attempts and the claim of its WAITING trial in one statement;
     the statement landed, its reply was lost, and the retry returns that claim."""
     _lose_the_ack(proxy, r"UPDATE trials SET state = 'RUNNING'")
-    got = take(sweep.storage, sweep.study_id, 3)
+    got = sweep.storage.take(sweep.study_id, 3)
     _fired(proxy)
     taken = got.claimed
     assert taken is not None and [a.trial_id for a in got.attempts] == [taken.trial_id]
@@ -85,7 +76,7 @@ def test_the_first_look_at_an_index_finds_its_own_claim(sweep: Sweep, proxy: Fau
     assert direct.get_trial(taken.trial_id).state == TrialState.RUNNING
     assert _count(direct.engine, "SELECT COUNT(*) FROM trial_heartbeats WHERE trial_id = :t",
                   t=taken.trial_id) == 1
-    again = take(sweep.storage, sweep.study_id, 3)  # anyone else: running, not theirs
+    again = sweep.storage.take(sweep.study_id, 3)  # anyone else: running, not theirs
     assert again.claimed is None and [a.state for a in again.attempts] == [TrialState.RUNNING]
 
 
@@ -116,44 +107,44 @@ def test_asks_trial_creation_finds_its_own_token(storage: RetryingRDBStorage,
 
 def test_new_attempt_returns_the_attempt_it_created(sweep: Sweep, proxy: FaultProxy,
                                                     direct: RetryingRDBStorage) -> None:
-    first = attempts(sweep.storage, sweep.study_id, 2)[0]
-    assert claim(sweep.storage, first.trial_id)
-    assert mark_failed(sweep.storage, first.trial_id, "boom")
-    failed = attempts(sweep.storage, sweep.study_id, 2)[0]
+    first = sweep.storage.attempts(sweep.study_id, 2)[0]
+    assert sweep.storage.claim(first.trial_id)
+    assert sweep.storage.mark_failed(first.trial_id, "boom")
+    failed = sweep.storage.attempts(sweep.study_id, 2)[0]
     _lose_the_ack(proxy, r"INSERT INTO trials \(")
-    tid = new_attempt(sweep.storage, sweep.study_id, 2, after=failed, params={"a": 0.5})
+    tid = sweep.storage.new_attempt(sweep.study_id, 2, after=failed, params={"a": 0.5})
     _fired(proxy)
     assert tid is not None
-    after = attempts(direct, sweep.study_id, 2)
+    after = direct.attempts(sweep.study_id, 2)
     assert [(a.trial_id, a.state) for a in after] == [(first.trial_id, TrialState.FAIL),
                                                       (tid, TrialState.RUNNING)]
     assert direct.get_trial(tid).user_attrs[RETRY_OF_ATTR] == failed.number
     # another runner that saw the same FAIL does not get a third attempt
-    assert new_attempt(sweep.storage, sweep.study_id, 2, after=failed, params={"a": 0.5}) is None
+    assert sweep.storage.new_attempt(sweep.study_id, 2, after=failed, params={"a": 0.5}) is None
 
 
 def test_adaptive_first_attempt_returns_the_attempt_it_created(
         storage: RetryingRDBStorage, proxy: FaultProxy, direct: RetryingRDBStorage) -> None:
     sweep, _ = create_or_resume(storage, make_spec(method="tpe"))
     _lose_the_ack(proxy, r"INSERT INTO trials \(")
-    tid = new_attempt(storage, sweep.study_id, 0, after=None, params=None)
+    tid = storage.new_attempt(sweep.study_id, 0, after=None, params=None)
     _fired(proxy)
     assert tid is not None
-    assert [a.trial_id for a in attempts(direct, sweep.study_id, 0)] == [tid]
+    assert [a.trial_id for a in direct.attempts(sweep.study_id, 0)] == [tid]
 
 
 def test_mark_failed_knows_the_fail_is_its_own(sweep: Sweep, proxy: FaultProxy,
                                                direct: RetryingRDBStorage) -> None:
-    running = attempts(sweep.storage, sweep.study_id, 1)[0]
-    assert claim(sweep.storage, running.trial_id)
+    running = sweep.storage.attempts(sweep.study_id, 1)[0]
+    assert sweep.storage.claim(running.trial_id)
     _lose_the_ack(proxy, r"^UPDATE trials SET state = 'FAIL'")
-    assert mark_failed(sweep.storage, running.trial_id, "heartbeat stale") is True
+    assert sweep.storage.mark_failed(running.trial_id, "heartbeat stale") is True
     _fired(proxy)
     stored = direct.get_trial(running.trial_id)
     assert stored.state == TrialState.FAIL
     assert stored.user_attrs[FAIL_REASON_ATTR] == "heartbeat stale"
     # someone else's FAIL is not ours: a second caller learns it did not fail the trial
-    assert mark_failed(sweep.storage, running.trial_id, "again") is False
+    assert sweep.storage.mark_failed(running.trial_id, "again") is False
     assert direct.get_trial(running.trial_id).user_attrs[FAIL_REASON_ATTR] == "heartbeat stale"
 
 
@@ -183,7 +174,7 @@ def test_a_tell_that_finds_another_outcome_is_refused(storage: RetryingRDBStorag
     study = optuna.create_study(study_name="tell", storage=storage)
     trial = study.ask()
     proxy.arm("cut_request", r"UPDATE trials SET state='COMPLETE'", step="race",
-              on_fire=lambda: mark_failed(direct, trial_id_of(trial), "heartbeat stale"))
+              on_fire=lambda: direct.mark_failed(trial_id_of(trial), "heartbeat stale"))
     with pytest.raises(optuna.exceptions.UpdateFinishedTrialError):
         storage.set_trial_state_values(trial_id_of(trial), TrialState.COMPLETE, [1.5])
     assert proxy.kinds_fired() == ["cut_request"]

@@ -1,5 +1,5 @@
 """The runner's hot path on PostgreSQL: each step one statement, sent with autocommit on
-(sweeper.study.oneshot). The protocol tests (test_study, test_idempotent_writes, the fault
+(sweeper.study.sql.oneshot). The protocol tests (test_study, test_idempotent_writes, the fault
 matrix) run those steps end to end; these pin down the executor and the claim statement."""
 
 from __future__ import annotations
@@ -9,8 +9,9 @@ from datetime import datetime
 import sqlalchemy as sa
 from optuna.trial import TrialState
 
-from sweeper.study import oneshot, open_storage, writes
-from sweeper.study._bulk import TrialRow, insert_trials
+from sweeper.study import open_storage
+from sweeper.study.sql import oneshot, writes
+from sweeper.study.sql._bulk import TrialRow, insert_trials
 from tests.support.helpers import make_spec
 
 
@@ -73,17 +74,17 @@ def test_the_claim_statement_wins_once_and_a_retry_finds_its_token(pg_url: str) 
 def test_the_first_look_claims_only_what_the_runner_would_claim(pg_url: str) -> None:
     """``take`` claims an index's WAITING trial only when it is the latest attempt and none
     finished; otherwise it only reports the attempts (the runner then decides as before)."""
-    from sweeper.study import create_or_resume, open_trial, take
+    from sweeper.study import create_or_resume, open_trial
 
     storage = open_storage(pg_url)
     sweep, _ = create_or_resume(storage, make_spec(name="take"))
-    got = take(storage, sweep.study_id, 0)
+    got = storage.take(sweep.study_id, 0)
     assert got.claimed is not None and got.claimed.state == TrialState.WAITING  # as it was
     assert [a.trial_id for a in got.attempts] == [got.claimed.trial_id]
     tid = got.claimed.trial_id
     assert storage.get_trial(tid).state == TrialState.RUNNING
     assert open_trial(sweep.study(), tid).number == got.claimed.number
-    again = take(storage, sweep.study_id, 0)
+    again = storage.take(sweep.study_id, 0)
     assert again.claimed is None
     assert [a.state for a in again.attempts] == [TrialState.RUNNING]
     # A WAITING trial after a finished attempt is not claimed: the index is done.
@@ -91,7 +92,7 @@ def test_the_first_look_claims_only_what_the_runner_would_claim(pg_url: str) -> 
     with storage.engine.begin() as conn:
         (late,) = insert_trials(conn, sweep.study_id, [TrialRow(index=0, params=None,
                                                                 state=TrialState.WAITING)])
-    done = take(storage, sweep.study_id, 0)
+    done = storage.take(sweep.study_id, 0)
     assert done.claimed is None
     assert [a.state for a in done.attempts] == [TrialState.COMPLETE, TrialState.WAITING]
     assert storage.get_trial(late).state == TrialState.WAITING
@@ -99,13 +100,13 @@ def test_the_first_look_claims_only_what_the_runner_would_claim(pg_url: str) -> 
     with storage.engine.begin() as conn:
         insert_trials(conn, sweep.study_id, [TrialRow(index=1, params=None,
                                                       state=TrialState.FAIL)])
-    older = take(storage, sweep.study_id, 1)
+    older = storage.take(sweep.study_id, 1)
     assert older.claimed is None
     assert [a.state for a in older.attempts] == [TrialState.WAITING, TrialState.FAIL]
     # SQLite: the attempts only; the runner claims in a statement of its own.
     lite = open_storage("sqlite:///:memory:")
     lite_sweep, _ = create_or_resume(lite, make_spec(name="take"))
-    looked = take(lite, lite_sweep.study_id, 0)
+    looked = lite.take(lite_sweep.study_id, 0)
     assert looked.claimed is None and [a.state for a in looked.attempts] == [TrialState.WAITING]
     storage.engine.dispose()
 
@@ -116,13 +117,13 @@ def test_a_trial_the_first_look_claimed_opens_from_its_read_as_from_a_query(
     read (no query) is the one Optuna reads from the database afterwards: number, state,
     start, params with their distributions (a categorical's external value too), user
     attributes with the ones the claim set winning over stored ones, system attributes."""
-    from sweeper.study import attempts, create_or_resume, open_claimed, take
+    from sweeper.study import create_or_resume, open_claimed
 
     storage = open_storage(pg_url)
     sweep, _ = create_or_resume(storage, make_spec(name="opened"))
-    tid = attempts(storage, sweep.study_id, 2)[0].trial_id
+    tid = storage.attempts(sweep.study_id, 2)[0].trial_id
     storage.set_trial_user_attr(tid, "stamp", "before the claim")
-    got = take(storage, sweep.study_id, 2, user_attrs={"stamp": "the claim's", "n": [1, 2]})
+    got = storage.take(sweep.study_id, 2, user_attrs={"stamp": "the claim's", "n": [1, 2]})
     assert got.claimed is not None and got.stored is not None and got.started is not None
     trial = open_claimed(sweep.study(), tid, got.claimed.number, got.started, got.stored)
     mine, stored = trial._cached_frozen_trial, storage.get_trial(tid)  # noqa: SLF001
@@ -135,7 +136,7 @@ def test_a_trial_the_first_look_claimed_opens_from_its_read_as_from_a_query(
     assert mine.system_attrs == stored.system_attrs and mine.system_attrs["fixed_params"]
     assert trial.params == stored.params  # what the objective reads
     # Nothing claimed (the index is running now): nothing read either.
-    again = take(storage, sweep.study_id, 2)
+    again = storage.take(sweep.study_id, 2)
     assert again.claimed is None and again.stored is None
     storage.engine.dispose()
 

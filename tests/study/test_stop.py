@@ -19,7 +19,8 @@ from optuna.trial import TrialState
 from sweeper import protocol
 from sweeper.cli import cli
 from sweeper.study import create_or_resume, load_sweep, open_storage
-from sweeper.study.stop import after_trial, before_start, ignore_stop, record_stop, stop_state
+from sweeper.study.sql.stop import record_stop
+from sweeper.study.stop import after_trial, before_start
 from tests.support.helpers import make_spec, write_spec
 from trial_runner.context import TrialContext
 from trial_runner.runner import RunnerSettings, run_index
@@ -51,9 +52,9 @@ def test_value_fires_on_the_first_trial_that_reaches_it(storage_url: str,
     objective = by_index([0.9, 0.8, 0.4, 0.1])
     for i in range(2):
         assert run_index(sweep, i, objective, settings(tmp_path)).state == "COMPLETE"
-    assert stop_state(sweep.storage, sweep.study_id) is None
+    assert sweep.storage.stop_state(sweep.study_id) is None
     run_index(sweep, 2, objective, settings(tmp_path))
-    state = stop_state(sweep.storage, sweep.study_id)
+    state = sweep.storage.stop_state(sweep.study_id)
     assert state is not None and state.stopped and state.rule == "value" and state.trial == 2
     assert "trial #2 reached loss=0.4 (stop.value 0.5)" in state.reason
     out = run_index(sweep, 3, objective, settings(tmp_path))
@@ -70,9 +71,9 @@ def test_patience_counts_trials_finished_since_the_best(sqlite_url: str,
     objective = by_index([5.0, 1.0, 2.0, 1.0, 3.0, 0.5, 9.0])  # a tie is no improvement
     for i in range(4):
         run_index(sweep, i, objective, settings(tmp_path))
-    assert stop_state(sweep.storage, sweep.study_id) is None  # 2 since #1
+    assert sweep.storage.stop_state(sweep.study_id) is None  # 2 since #1
     run_index(sweep, 4, objective, settings(tmp_path))
-    state = stop_state(sweep.storage, sweep.study_id)
+    state = sweep.storage.stop_state(sweep.study_id)
     assert state is not None and state.rule == "patience" and state.trial == 1
     assert state.reason.startswith("3 trials finished since the best, trial #1 (loss=1)")
 
@@ -89,9 +90,9 @@ def test_max_failed_trials_counts_indexes_that_failed_for_good(storage_url: str,
     run_index(sweep, 5, lambda ctx: 1.0, settings(tmp_path))  # one done: the brake is off
     run_index(sweep, 0, broken, settings(tmp_path))  # attempt 0 of 2: may be retried
     run_index(sweep, 0, broken, settings(tmp_path))  # attempt 1: failed for good
-    assert stop_state(sweep.storage, sweep.study_id) is None
+    assert sweep.storage.stop_state(sweep.study_id) is None
     run_index(sweep, 1, lambda ctx: float("nan"), settings(tmp_path))  # no retry fixes NaN
-    state = stop_state(sweep.storage, sweep.study_id)
+    state = sweep.storage.stop_state(sweep.study_id)
     assert state is not None and state.rule == "max_failed_trials"
     assert state.reason == "2 indexes failed for good (max_failed_trials 2)"
     trials = sweep.study().get_trials()
@@ -110,9 +111,9 @@ def test_a_runner_records_the_brake_and_the_next_one_does_not_start(storage_url:
         raise RuntimeError("no GPU")
 
     run_index(sweep, 0, broken, settings(tmp_path))
-    assert stop_state(sweep.storage, sweep.study_id) is None
+    assert sweep.storage.stop_state(sweep.study_id) is None
     run_index(sweep, 1, broken, settings(tmp_path))
-    state = stop_state(sweep.storage, sweep.study_id)
+    state = sweep.storage.stop_state(sweep.study_id)
     assert state is not None and state.rule == "failing_start", state
     out = run_index(sweep, 2, lambda ctx: 1.0, settings(tmp_path))
     assert out.state == protocol.STOPPED and "failing_start" in out.message
@@ -141,7 +142,7 @@ def test_the_first_rule_recorded_wins_and_ignore_turns_the_rules_off(sqlite_url:
     first = record_stop(sweep.storage, sweep.study_id, "value", "first")
     second = record_stop(sweep.storage, sweep.study_id, "patience", "second")
     assert second == first and first.stopped
-    ignored = ignore_stop(sweep.storage, sweep.study_id)
+    ignored = sweep.storage.ignore_stop(sweep.study_id)
     assert ignored is not None and ignored.state == "ignored" and ignored.rule == "value"
     assert before_start(sweep.storage, sweep.study_id, sweep.spec) is None
     assert after_trial(sweep.storage, sweep.study_id, sweep.spec) is None

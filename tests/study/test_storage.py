@@ -11,8 +11,10 @@ import pytest
 import sqlalchemy as sa
 from optuna.storages import RDBStorage
 
-from sweeper.study import RetryingRDBStorage, open_storage
 from sweeper._optuna_compat import RDBStoragePrivateRetries
+from sweeper.study import open_storage
+from sweeper.study.sql import SqlStore
+from sweeper.study.sql.storage import RetryingRDBStorage
 
 #: The RDBStorage methods sweeper's storage overrides to retry (public ones in storage.py,
 #: Optuna's private trial-path ones and the token-carrying creations in _optuna_compat.py).
@@ -113,7 +115,7 @@ def test_the_storage_pickles_as_optuna_expects(sqlite_url: str) -> None:
 
     storage = open_storage(sqlite_url)
     restored = pickle.loads(pickle.dumps(storage))
-    assert type(restored) is RetryingRDBStorage
+    assert type(restored) is SqlStore
     assert restored.get_all_studies() == []
 
 
@@ -136,7 +138,7 @@ def test_an_idle_connection_is_pinged_and_replaced_a_busy_one_is_not(
     it again on a new connection."""
     import time
 
-    from sweeper.study.storage import ping_when_idle
+    from sweeper.study.sql.storage import ping_when_idle
     from sweeper.study.urls import driver_url
 
     idle = sa.create_engine(driver_url(pg_url), pool_size=1, max_overflow=0)

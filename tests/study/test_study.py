@@ -11,16 +11,7 @@ from optuna.trial import TrialState
 
 from sweeper.errors import SpecError
 from sweeper.space import grid_point
-from sweeper.study import (
-    INDEX_ATTR,
-    attempts,
-    claim,
-    create_or_resume,
-    load_sweep,
-    mark_failed,
-    open_storage,
-    state_counts,
-)
+from sweeper.study import INDEX_ATTR, create_or_resume, load_sweep, open_storage
 from tests.support.helpers import make_spec, race_new_attempts
 
 
@@ -48,7 +39,7 @@ def test_enqueue_is_bulk_not_one_round_trip_per_trial(storage_url: str) -> None:
     sa.event.listen(storage.engine, "before_cursor_execute",
                     lambda *a: statements.append(a[2]))
     create_or_resume(storage, spec)
-    assert state_counts(storage, storage.get_study_id_from_name(spec.name)) == {"WAITING": 2000}
+    assert storage.state_counts(storage.get_study_id_from_name(spec.name)) == {"WAITING": 2000}
     inserts = [s for s in statements if s.lstrip().upper().startswith("INSERT")]
     # trials, user attrs, system attrs, study attrs: a handful of statements (executemany
     # batches), never thousands
@@ -97,14 +88,14 @@ def test_concurrent_launches_enqueue_once(storage_url: str) -> None:
 def test_claim_is_atomic(storage_url: str) -> None:
     storage = open_storage(storage_url)
     sweep, _ = create_or_resume(storage, make_spec())
-    waiting = attempts(storage, sweep.study_id, 3)[0]
+    waiting = storage.attempts(sweep.study_id, 3)[0]
     results: list[bool] = []
     barrier = threading.Barrier(6)
 
     def race() -> None:
         own = open_storage(storage_url)
         barrier.wait()
-        results.append(claim(own, waiting.trial_id))
+        results.append(own.claim(waiting.trial_id))
 
     threads = [threading.Thread(target=race) for _ in range(6)]
     for t in threads:
@@ -117,14 +108,14 @@ def test_claim_is_atomic(storage_url: str) -> None:
 def test_new_attempt_is_exclusive_and_linked(storage_url: str) -> None:
     storage = open_storage(storage_url)
     sweep, _ = create_or_resume(storage, make_spec())
-    first = attempts(storage, sweep.study_id, 4)[0]
+    first = storage.attempts(sweep.study_id, 4)[0]
     assert storage.set_trial_state_values(first.trial_id, TrialState.RUNNING)
-    assert mark_failed(storage, first.trial_id, "boom")
-    failed = attempts(storage, sweep.study_id, 4)[0]
+    assert storage.mark_failed(first.trial_id, "boom")
+    failed = storage.attempts(sweep.study_id, 4)[0]
     created = race_new_attempts(storage_url, sweep, 4, after=failed)
     winners = [c for c in created if c is not None]
     assert len(winners) == 1
-    atts = attempts(storage, sweep.study_id, 4)
+    atts = storage.attempts(sweep.study_id, 4)
     assert [a.state for a in atts] == [TrialState.FAIL, TrialState.RUNNING]
     assert atts[1].attempt == 1 and atts[1].heartbeat_age_s is not None
     new = storage.get_trial(winners[0])
@@ -144,7 +135,7 @@ def test_index_lookup_can_use_the_partial_index(pg_url: str) -> None:
             "ON t.trial_id = ua.trial_id WHERE ua.key = 'sweeper:index' "
             "AND ua.value_json = '1234' AND t.study_id = :s"), {"s": sweep.study_id}))
     assert "ix_sweeper_index" in plan
-    assert len(attempts(storage, sweep.study_id, 1234)) == 1
+    assert len(storage.attempts(sweep.study_id, 1234)) == 1
 
 
 def test_open_trial_reads_what_optuna_trial_reads(storage_url: str) -> None:
@@ -154,8 +145,8 @@ def test_open_trial_reads_what_optuna_trial_reads(storage_url: str) -> None:
 
     storage = open_storage(storage_url)
     sweep, _ = create_or_resume(storage, make_spec())
-    [a] = attempts(storage, sweep.study_id, 5)
-    assert claim(storage, a.trial_id)
+    [a] = storage.attempts(sweep.study_id, 5)
+    assert storage.claim(a.trial_id)
     study = sweep.study()
     number = attach_trial(study, a.trial_id)
     mine = open_trial(study, a.trial_id, number)
@@ -180,15 +171,15 @@ def _claimed_trial(storage_url: str, index: int = 5) -> tuple[object, optuna.Tri
     """A planned index's second attempt (a retry: its fixed params, no params stored yet, as
     the enqueue stores them for a first attempt) as the runner opens it: read and attached to
     the cache in one query."""
-    from sweeper.study import new_attempt, open_trial
+    from sweeper.study import open_trial
 
     storage = open_storage(storage_url)
     sweep, _ = create_or_resume(storage, make_spec())
-    [a] = attempts(storage, sweep.study_id, index)
-    assert claim(storage, a.trial_id)
-    mark_failed(storage, a.trial_id, "a test")
+    [a] = storage.attempts(sweep.study_id, index)
+    assert storage.claim(a.trial_id)
+    storage.mark_failed(a.trial_id, "a test")
     fixed = storage.get_trial(a.trial_id).system_attrs["fixed_params"]
-    tid = new_attempt(storage, sweep.study_id, index, after=a, params=fixed)
+    tid = storage.new_attempt(sweep.study_id, index, after=a, params=fixed)
     assert tid is not None
     trial = open_trial(sweep.study(), tid)
     assert trial.number == sweep.spec.trials and trial.params == {}
@@ -247,12 +238,12 @@ def test_write_trial_checks_the_trial_in_its_upserts_not_in_a_select_first(
     dist = FloatDistribution(0.0, 1.0)
     write_trial(trial, user_attrs={"x": 1, "y": 2}, params={"b": (0.5, dist), "c": (0.25, dist)},
                 report=(1, 2.0))
-    # PostgreSQL: the three upserts are one statement, WITH ... (sweeper.study.oneshot).
+    # PostgreSQL: the three upserts are one statement, WITH ... (sweeper.study.sql.oneshot).
     upsert = "WITH" if storage.engine.dialect.name == "postgresql" else "INSERT"
     assert statements == ([upsert] if upsert == "WITH" else [upsert] * 3)
     statements.clear()
     tid = trial._trial_id  # noqa: SLF001
-    from sweeper.study.trials import _param_rows, _write
+    from sweeper.study.sql.trials import _param_rows, _write
 
     backend = storage  # the retried write of the same params: rows exist, trial unfinished
     _write(backend, tid, _param_rows({"b": (0.5, dist)}))
@@ -271,7 +262,7 @@ def test_write_trial_on_a_finished_trial_writes_nothing(storage_url: str) -> Non
 
     storage, trial = _claimed_trial(storage_url)
     tid = trial._trial_id  # noqa: SLF001
-    assert mark_failed(storage, tid, "gone")
+    assert storage.mark_failed(tid, "gone")
     with pytest.raises(optuna.exceptions.UpdateFinishedTrialError):
         write_trial(trial, user_attrs={"x": 1}, params={"b": (0.5, FloatDistribution(0, 1))},
                     report=(1, 2.0))

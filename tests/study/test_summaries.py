@@ -4,26 +4,19 @@ from __future__ import annotations
 
 from optuna.trial import TrialState
 
-from sweeper.study import (
-    attempts,
-    create_or_resume,
-    index_table,
-    new_attempt,
-    open_storage,
-    unfinished_indexes,
-)
+from sweeper.study import create_or_resume, open_storage, unfinished_indexes
 from tests.support.helpers import make_spec
 
 
 def test_index_table_and_unfinished(storage_url: str) -> None:
     storage = open_storage(storage_url)
     sweep, _ = create_or_resume(storage, make_spec(method="tpe"))
-    table = index_table(storage, sweep.spec, sweep.study_id)
+    table = storage.index_table(sweep.study_id, sweep.spec.trials)
     assert [s.state for s in table] == ["PENDING"] * 6  # adaptive: nothing enqueued
-    tid = new_attempt(storage, sweep.study_id, 2, after=None, params=None)
+    tid = storage.new_attempt(sweep.study_id, 2, after=None, params=None)
     assert tid is not None
     storage.set_trial_state_values(tid, TrialState.COMPLETE, [0.5])
-    table = index_table(storage, sweep.spec, sweep.study_id)
+    table = storage.index_table(sweep.study_id, sweep.spec.trials)
     assert table[2].state == "COMPLETE" and table[2].values == (0.5,)
     assert unfinished_indexes(table) == [0, 1, 3, 4, 5]
 
@@ -34,10 +27,10 @@ def test_index_table_shows_infinite_values(storage_url: str) -> None:
     storage = open_storage(storage_url)
     sweep, _ = create_or_resume(storage, make_spec())
     for i, value in enumerate([float("inf"), float("-inf"), 2.5]):
-        tid = attempts(storage, sweep.study_id, i)[0].trial_id
+        tid = storage.attempts(sweep.study_id, i)[0].trial_id
         storage.set_trial_state_values(tid, TrialState.RUNNING)
         storage.set_trial_state_values(tid, TrialState.COMPLETE, [value])
-    table = index_table(storage, sweep.spec, sweep.study_id)
+    table = storage.index_table(sweep.study_id, sweep.spec.trials)
     assert [s.values for s in table[:4]] == [(float("inf"),), (float("-inf"),), (2.5,), None]
 
 
@@ -48,7 +41,6 @@ def test_best_so_far_is_what_optunas_get_best_trial_says(storage_url: str) -> No
 
     import optuna
 
-    from sweeper.study import best_so_far
 
     storage = open_storage(storage_url)
     for direction, values in (("minimize", [3.0, 1.5, math.inf, 2.0]),
@@ -57,12 +49,12 @@ def test_best_so_far_is_what_optunas_get_best_trial_says(storage_url: str) -> No
                               ("maximize", [1.0, math.inf, 9.0])):
         study = optuna.create_study(storage=storage, direction=direction)
         sid = study._study_id  # noqa: SLF001
-        assert best_so_far(storage, sid, direction) is None
+        assert storage.best_so_far(sid, direction) is None
         study.enqueue_trial({})
         study.ask()  # a RUNNING trial is not a candidate
         for v in values:
             study.tell(study.ask(), v)
         study.tell(study.ask(), state=TrialState.FAIL)
         best = study.best_trial
-        assert best_so_far(storage, sid, direction) == (best.number, best.value)
+        assert storage.best_so_far(sid, direction) == (best.number, best.value)
     storage.engine.dispose()

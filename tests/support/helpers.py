@@ -56,7 +56,7 @@ def race_new_attempts(url: str, sweep: Any, index: int, after: Any, racers: int 
     import threading
 
     from sweeper.space import grid_point
-    from sweeper.study import new_attempt, open_storage
+    from sweeper.study import open_storage
 
     created: list[int | None] = []
     barrier = threading.Barrier(racers)
@@ -64,7 +64,7 @@ def race_new_attempts(url: str, sweep: Any, index: int, after: Any, racers: int 
     def retry() -> None:
         own = open_storage(url)
         barrier.wait()
-        created.append(new_attempt(own, sweep.study_id, index, after=after,
+        created.append(own.new_attempt(sweep.study_id, index, after=after,
                                    params=grid_point(sweep.spec, index)))
 
     threads = [threading.Thread(target=retry) for _ in range(racers)]

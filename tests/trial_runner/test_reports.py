@@ -12,9 +12,9 @@ import optuna
 import pytest
 import sqlalchemy as sa
 
-from sweeper.protocol import HISTORY_ATTR
-from sweeper.study import attempts, create_or_resume, mark_failed, open_storage
 from sweeper._optuna_compat import own_copy, trial_id_of
+from sweeper.protocol import HISTORY_ATTR
+from sweeper.study import create_or_resume, open_storage
 from tests.support.helpers import make_spec
 from trial_runner.context import TrialContext
 from trial_runner.reports import ReportWriter
@@ -70,7 +70,7 @@ def test_reports_and_sets_go_with_the_finish_in_one_statement(pg_url: str,
     writes = [s for s in seen if "INSERT" in s or "UPDATE" in s]
     assert len(writes) == 2, writes  # the claim, the finish
     assert writes[-1].count("INSERT INTO trial_intermediate_values") == 3
-    [a] = attempts(storage, sweep.study_id, 1)
+    [a] = storage.attempts(sweep.study_id, 1)
     t = _stored(pg_url, a.trial_id)
     assert t.state == optuna.trial.TrialState.COMPLETE and t.value == 1.0
     assert t.intermediate_values == {0: 10.0, 1: 9.0, 2: 8.0}
@@ -126,7 +126,7 @@ def test_a_failed_trial_keeps_its_reports(pg_url: str, tmp_path: Path) -> None:
         raise RuntimeError("diverged")
 
     assert run_index(sweep, 0, objective, _settings(tmp_path, 60.0)).state == "FAIL"
-    [a] = attempts(storage, sweep.study_id, 0)
+    [a] = storage.attempts(sweep.study_id, 0)
     t = _stored(pg_url, a.trial_id)
     assert t.state == optuna.trial.TrialState.FAIL
     assert t.intermediate_values == {0: 4.0, 1: 3.0}
@@ -138,7 +138,7 @@ def test_a_write_that_fails_stays_pending(pg_url: str) -> None:
     storage, trial = _trial(pg_url)
     writer = ReportWriter(trial, 60.0)
     writer.add(report=(0, 1.0))
-    assert mark_failed(storage, trial_id_of(trial), "stale")
+    assert storage.mark_failed(trial_id_of(trial), "stale")
     for _ in range(2):
         with pytest.raises(optuna.exceptions.UpdateFinishedTrialError):
             writer.flush()

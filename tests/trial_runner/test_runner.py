@@ -13,9 +13,9 @@ import pytest
 from optuna.trial import TrialState
 
 from sweeper import protocol
-from sweeper.space import contains, grid_point
-from sweeper.study import attempts, create_or_resume, mark_failed, open_storage
 from sweeper._optuna_compat import trial_id_of
+from sweeper.space import contains, grid_point
+from sweeper.study import create_or_resume, open_storage
 from tests.support.helpers import make_spec
 from trial_runner.context import TrialContext
 from trial_runner.runner import RunnerSettings, run_index
@@ -104,13 +104,12 @@ def test_pruned_trial(sqlite_url: str, tmp_path: Path) -> None:
 def test_stale_running_attempt_is_failed_and_retried(storage_url: str, tmp_path: Path) -> None:
     storage = open_storage(storage_url)
     sweep, _ = create_or_resume(storage, make_spec())
-    from sweeper.study import claim
 
-    dead = attempts(storage, sweep.study_id, 3)[0]
-    assert claim(storage, dead.trial_id)  # a runner claimed it, then vanished
+    dead = storage.attempts(sweep.study_id, 3)[0]
+    assert storage.claim(dead.trial_id)  # a runner claimed it, then vanished
     out = run_index(sweep, 3, ok, settings(tmp_path, grace=0.5))
     assert out.state == "COMPLETE"
-    atts = attempts(storage, sweep.study_id, 3)
+    atts = storage.attempts(sweep.study_id, 3)
     assert [a.state for a in atts] == [TrialState.FAIL, TrialState.COMPLETE]
     assert "heartbeat" in storage.get_trial(dead.trial_id).user_attrs["sweeper:fail_reason"]
 
@@ -194,12 +193,11 @@ def test_timeout_fails_the_trial_and_exits_no_retry(sqlite_url: str, tmp_path: P
 def test_mark_failed_is_idempotent(sqlite_url: str) -> None:
     storage = open_storage(sqlite_url)
     sweep, _ = create_or_resume(storage, make_spec())
-    a = attempts(storage, sweep.study_id, 0)[0]
-    from sweeper.study import claim
+    a = storage.attempts(sweep.study_id, 0)[0]
 
-    assert claim(storage, a.trial_id)
-    assert mark_failed(storage, a.trial_id, "x")
-    assert not mark_failed(storage, a.trial_id, "y")
+    assert storage.claim(a.trial_id)
+    assert storage.mark_failed(a.trial_id, "x")
+    assert not storage.mark_failed(a.trial_id, "y")
 
 
 def test_work_on_a_trial_the_watcher_failed_does_not_count(storage_url: str,
@@ -210,13 +208,13 @@ def test_work_on_a_trial_the_watcher_failed_does_not_count(storage_url: str,
     sweep, _ = create_or_resume(storage, make_spec())
 
     def stalled(ctx: TrialContext) -> float:
-        mark_failed(storage, trial_id_of(ctx.trial), "heartbeat 40s old: the runner died or froze")
+        storage.mark_failed(trial_id_of(ctx.trial), "heartbeat 40s old: the runner died or froze")
         return 1.0
 
     out = run_index(sweep, 6, stalled, settings(tmp_path))
     assert (out.state, out.exit_code) == ("FAIL", protocol.EXIT_RETRY)
     assert run_index(sweep, 6, ok, settings(tmp_path)).state == "COMPLETE"
-    atts = attempts(storage, sweep.study_id, 6)
+    atts = storage.attempts(sweep.study_id, 6)
     assert [a.state for a in atts] == [TrialState.FAIL, TrialState.COMPLETE]
 
 
@@ -278,7 +276,7 @@ def test_a_planned_trial_is_two_statements_with_its_provenance_and_params(
     else:
         assert not any("trial_params" in s for s in writes), writes
         assert any("trial_user_attributes" in s for s in writes), writes
-    [a] = attempts(storage, sweep.study_id, 2)
+    [a] = storage.attempts(sweep.study_id, 2)
     t = storage.get_trial(a.trial_id)
     assert t.params == grid_point(sweep.spec, 2) and t.value == float(t.params["a"])
     assert t.user_attrs[SPEC_HASH_ATTR] == sweep.spec.spec_hash

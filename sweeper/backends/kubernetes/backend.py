@@ -37,7 +37,7 @@ from sweeper.backends.kubernetes.jobstatus import (
 from sweeper.backends.kubernetes.ops import index_log, sweep_jobs
 from sweeper.errors import BackendError, SpecError
 from sweeper.protocol import BACKEND_ATTR, LAUNCHES_ATTR
-from sweeper.study import Sweep, fail_stale_trials
+from sweeper.study import Sweep
 from sweeper.study.stop import BRAKE_RULE, brake
 
 logger = logging.getLogger(__name__)
@@ -199,7 +199,7 @@ class KubernetesBackend:
             self._report_failed_creates(w)
         if now - w.last_stale >= max(1.0, self.grace_period_s / 4):
             w.last_stale = now
-            fail_stale_trials(sweep.storage, sweep.study_id, self.grace_period_s)
+            sweep.storage.fail_stale_trials(sweep.study_id, self.grace_period_s)
 
     def _pods(self, w: _Watch, info: JobInfo, phase: str) -> list[Obj]:
         """The Job's pods in one phase (never every pod: a big sweep keeps thousands)."""

@@ -15,9 +15,8 @@ from sweeper.backends.base import RunResult, Tick
 from sweeper.backends.kubernetes.client import ClientFactory, KubeClient, Obj
 from sweeper.backends.kubernetes.detach import watch_unless_detached
 from sweeper.errors import BackendError, SpecError
-from sweeper.study import Sweep, fail_stale_trials
+from sweeper.study import Sweep
 from sweeper.study.stop import BRAKE_RULE, brake
-from sweeper.study.summaries import index_table
 
 Echo = Callable[[str], None]
 
@@ -93,7 +92,7 @@ def _watch(api: KubeClient, sweep: Sweep, name: str, settings: GangSettings,
         now = time.monotonic()
         if now - last_stale >= max(1.0, settings.grace_period_s / 4):
             last_stale = now
-            fail_stale_trials(sweep.storage, sweep.study_id, settings.grace_period_s)
+            sweep.storage.fail_stale_trials(sweep.study_id, settings.grace_period_s)
         tick()
         if outcome is not None:
             break
@@ -102,7 +101,7 @@ def _watch(api: KubeClient, sweep: Sweep, name: str, settings: GangSettings,
         raise SpecError(f"{where} failed: a trial runner reported a configuration error "
                         f"(exit code {protocol.EXIT_CONFIG}); see `sweeper logs "
                         f"{sweep.name}`", source=sweep.spec.source)
-    table = index_table(sweep.storage, sweep.spec, sweep.study_id)
+    table = sweep.storage.index_table(sweep.study_id, sweep.spec.trials)
     finished = tuple(s.index for s in table if s.state in ("COMPLETE", "PRUNED"))
     failed = tuple(s.index for s in table if s.state not in ("COMPLETE", "PRUNED"))
     messages = (f"{where} failed: {why}",) if outcome == "Failed" else ()

@@ -25,7 +25,7 @@ from sweeper.backends.kubernetes.jobstatus import (
 from sweeper.errors import BackendError
 from sweeper.protocol import INDEX_ATTR, LogHeader
 from sweeper.runlogs import last_lines, pick, split_attempts
-from sweeper.study import Sweep, mark_failed, trial_id_of
+from sweeper.study import Sweep, trial_id_of
 
 
 def sweep_jobs(clients: ClientFactory, namespace: str, sweep_name: str, trials: int | None
@@ -231,6 +231,6 @@ def _fail_running(sweep: Sweep, indexes: set[int]) -> list[int]:
                                            states=(TrialState.RUNNING,))
     for t in running:
         if t.user_attrs.get(INDEX_ATTR) in indexes and \
-                mark_failed(sweep.storage, trial_id_of(t), "cancelled (sweeper cancel)"):
+                sweep.storage.mark_failed(trial_id_of(t), "cancelled (sweeper cancel)"):
             failed.append(t.number)
     return failed

@@ -13,8 +13,9 @@ from typing import Any
 import optuna
 from optuna.storages import BaseStorage
 
-from sweeper.study import RetryingRDBStorage, open_storage
-from sweeper.study.storage import engine_options
+from sweeper.study import open_storage
+from sweeper.study.sql.opening import engine_options
+from sweeper.study.sql.storage import RetryingRDBStorage
 
 STORAGE_MODES: list[Any] = ["sweeper", "cached_sweeper"]
 STORAGE_MODES_HEARTBEAT = STORAGE_MODES

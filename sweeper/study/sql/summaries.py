@@ -4,8 +4,6 @@ counted and grouped in the database, cheap enough to poll every second."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
-from dataclasses import dataclass
 from datetime import datetime
 
 import sqlalchemy as sa
@@ -14,15 +12,12 @@ from optuna.trial import TrialState
 
 from sweeper._optuna_compat import rdb_tables, trial_value
 from sweeper.protocol import FAIL_REASON_ATTR, INDEX_ATTR, SPEC_ATTR
-from sweeper.proxy import client as proxy
-from sweeper.spec import SweepSpec
 from sweeper.study.retry import with_retry
+from sweeper.study.values import IndexStatus, SweepSummary
 
 
-def state_counts(storage: RDBStorage | proxy.ProxyStorage, study_id: int) -> dict[str, int]:
+def state_counts(storage: RDBStorage, study_id: int) -> dict[str, int]:
     """Trials by state, counted in the database (cheap enough to poll every second)."""
-    if isinstance(storage, proxy.ProxyStorage):
-        return storage.state_counts(study_id)
     def query() -> dict[str, int]:
         with storage.engine.connect() as conn:
             rows = conn.execute(sa.text("SELECT state, COUNT(*) FROM trials WHERE study_id = :s "
@@ -44,18 +39,11 @@ _BEST = {d: sa.text(_BEST_SQL.format(order=o)) for d, o in (("minimize", "ASC"),
                                                               ("maximize", "DESC"))}
 
 
-def best_so_far(storage: RDBStorage | proxy.ProxyStorage, study_id: int,
+def best_so_far(storage: RDBStorage, study_id: int,
                 direction: str) -> tuple[int, float] | None:
     """(number, value) of the best COMPLETE trial of a single-objective study, or None: one
     query, where ``get_best_trial`` takes seven to read the whole trial (the progress line
     asks every second)."""
-    if isinstance(storage, proxy.ProxyStorage):
-        try:
-            best = storage.get_best_trial(study_id)
-        except ValueError:
-            return None
-        return (best.number, best.value) if best.value is not None else None
-
     def query() -> tuple[int, float] | None:
         with storage.engine.connect() as conn:
             row = conn.execute(_BEST[direction], {"s": study_id}).one_or_none()
@@ -65,17 +53,6 @@ def best_so_far(storage: RDBStorage | proxy.ProxyStorage, study_id: int,
         return int(number), trial_value(value, kind if isinstance(kind, str) else kind.name)
 
     return with_retry(query, what="best trial")
-
-
-@dataclass(frozen=True)
-class IndexStatus:
-    index: int
-    state: str  # state of the latest attempt, or "PENDING" when nothing exists yet (adaptive)
-    attempts: int
-    trial_number: int | None
-    values: tuple[float, ...] | None
-    #: Why the latest attempt failed (its ``sweeper:fail_reason``); None unless it is FAIL.
-    fail_reason: str | None = None
 
 
 _INDEXED_TRIALS_SQL = f"""
@@ -93,12 +70,9 @@ JOIN trials t ON t.trial_id = ua.trial_id
 WHERE ua.key = '{FAIL_REASON_ATTR}' AND t.study_id = :s"""
 
 
-def index_table(storage: RDBStorage | proxy.ProxyStorage, sweep_spec: SweepSpec,
-                study_id: int) -> list[IndexStatus]:
+def index_table(storage: RDBStorage, study_id: int, trials: int) -> list[IndexStatus]:
     """Per index: latest attempt's state, number of attempts, its values and (FAIL) its
     reason. Three queries."""
-    if isinstance(storage, proxy.ProxyStorage):
-        return storage.index_table(study_id, sweep_spec.trials)
     def query() -> list[IndexStatus]:
         with storage.engine.connect() as conn:
             rows = conn.execute(sa.text(_INDEXED_TRIALS_SQL), {"s": study_id}).all()
@@ -116,7 +90,7 @@ def index_table(storage: RDBStorage | proxy.ProxyStorage, sweep_spec: SweepSpec,
             latest[idx] = (tid, number, state if isinstance(state, str)
                            else TrialState(state).name)
         out = []
-        for i in range(sweep_spec.trials):
+        for i in range(trials):
             if i not in latest:
                 out.append(IndexStatus(i, "PENDING", 0, None, None))
                 continue
@@ -138,39 +112,7 @@ def _reason(raw: str | None) -> str | None:
     return None if value is None else str(value)
 
 
-def unfinished_indexes(table: Iterable[IndexStatus]) -> list[int]:
-    return [s.index for s in table if s.state not in ("COMPLETE", "PRUNED")]
-
-
-def indexes_to_run(storage: RDBStorage | proxy.ProxyStorage, sweep_spec: SweepSpec,
-                   study_id: int, *, created: bool) -> list[int]:
-    """What a launch runs: every index of a sweep it has just created (nothing of it has run:
-    no query needed), else the indexes without a finished trial."""
-    if created:
-        return list(range(sweep_spec.trials))
-    return unfinished_indexes(index_table(storage, sweep_spec, study_id))
-
-
 # --------------------------------------------------------------------------- every sweep
-
-
-@dataclass(frozen=True)
-class SweepSummary:
-    """One study of a storage for ``sweeper list``. ``is_sweep`` is False for an Optuna study
-    that sweeper did not create (no record: no method, no indexes)."""
-
-    name: str
-    is_sweep: bool
-    method: str | None
-    indexes: int | None
-    finished_indexes: int | None
-    metrics: tuple[str, ...]
-    directions: tuple[str, ...]
-    trials_by_state: dict[str, int]
-    #: The best objective value (single objective, some trial COMPLETE), else None.
-    best: float | None
-    #: The latest trial start or completion time (naive UTC, as Optuna stores it).
-    last_activity: datetime | None
 
 
 _STUDIES_SQL = "SELECT study_id, study_name FROM studies"

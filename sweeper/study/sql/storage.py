@@ -6,12 +6,10 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
-import os
-import random
 import time
 from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 import optuna
 import sqlalchemy as sa
@@ -20,24 +18,11 @@ from optuna.study import StudyDirection
 from optuna.trial import FrozenTrial, TrialState
 
 from sweeper._optuna_compat import FrozenStudy, RDBStoragePrivateRetries, rdb_tables
-from sweeper.errors import StorageError, StorageMissingError
-from sweeper.protocol import INDEX_ATTR
-from sweeper.study import oneshot, writes
 from sweeper.study.retry import NOT_DONE, with_retry
-from sweeper.study.urls import driver_url, redact, scrub
-
-if TYPE_CHECKING:
-    from sweeper.proxy.client import StudyStorage
+from sweeper.study.sql import oneshot, writes
 
 T = TypeVar("T")
 logger = logging.getLogger(__name__)
-
-#: What opening a storage raises, each turned into one line without the password: database
-#: and driver errors (SQLAlchemy wraps the driver's), a driver that is not installed, Optuna's
-#: own errors and its schema-version check (RuntimeError), a malformed URL or file path.
-OPEN_ERRORS = (sa.exc.SQLAlchemyError, optuna.exceptions.OptunaError, ImportError, RuntimeError,
-               ValueError, LookupError, OSError)
-
 
 class RetryingRDBStorage(RDBStoragePrivateRetries):
     """RDBStorage whose every database call survives a database restart (idle connections
@@ -191,7 +176,7 @@ class RetryingRDBStorage(RDBStoragePrivateRetries):
     def _finish_alone(self, trial_id: int, state: TrialState,
                       values: list[float] | None) -> bool:
         """:meth:`_finish` as one statement and round trip (PostgreSQL, see
-        :mod:`sweeper.study.oneshot`): the writes riding with it (:meth:`riding`), the
+        :mod:`sweeper.study.sql.oneshot`): the writes riding with it (:meth:`riding`), the
         conditional UPDATE, the values inserted only when it matched, and the state the trial
         had before."""
         ctes, binds = self._riders.get(trial_id, ("", {}))
@@ -281,51 +266,6 @@ def _value_type(v: float) -> str:
     return "FINITE" if not math.isinf(v) else "INF_POS" if v > 0 else "INF_NEG"
 
 
-def open_storage(url: str, *, connect_deadline_s: float = 0.0, pool_size: int = 1,
-                 max_overflow: int = 1, prepared: bool = False,
-                 create: bool = True) -> StudyStorage:
-    """Open (and on first use create) the Optuna schema at ``url``.
-
-    ``connect_deadline_s`` > 0 keeps retrying a database that is not up yet (runners);
-    0 fails at once with one clear line (the CLI). Errors never contain the password.
-    ``prepared``: the orchestrator already created and checked the schema (trial runners), so
-    skip Optuna's table creation and alembic version check (a second connection held at once
-    and a tenth of a runner's start-up) and the index DDL (a table lock on PostgreSQL); a
-    database without the schema still gets the full treatment.
-    ``create=False`` (commands that only read, and delete): never create anything, neither a
-    SQLite file nor the schema nor sweeper's index; a storage that does not exist yet raises
-    :class:`StorageMissingError` saying so.
-    ``grpc://host:port`` is ``sweeper proxy`` (:mod:`sweeper.proxy.client`).
-    """
-    if url.startswith("grpc://"):
-        from sweeper.proxy.client import open_proxy_storage
-
-        return open_proxy_storage(url, connect_deadline_s=connect_deadline_s)
-    real = driver_url(url)
-    engine_kwargs = _engine_kwargs(url, real, pool_size, max_overflow)
-
-    def connect() -> RetryingRDBStorage:
-        if not create:
-            return _open_existing(url, real, engine_kwargs)
-        if prepared:
-            storage = _open_prepared(real, engine_kwargs)
-            if storage is not None:
-                return storage
-        return _open_and_prepare(real, engine_kwargs)
-
-    try:
-        if connect_deadline_s > 0:
-            return with_retry(connect, deadline_s=connect_deadline_s, what="connect", url=url)
-        return connect()
-    except StorageError:
-        raise
-    except OPEN_ERRORS as e:
-        cause = e.__cause__ or e
-        detail = str(getattr(cause, "orig", None) or cause).strip().splitlines()
-        reason = detail[0] if detail else type(cause).__name__
-        raise StorageError(scrub(f"cannot open storage {redact(url)}: {reason}", url)) from None
-
-
 #: A pooled PostgreSQL connection idle this long is pinged before use (the server may have
 #: restarted or closed it meanwhile). One in steady use, as a runner's between the statements
 #: of a trial, is not: a ping per checkout was a round trip per statement, and a connection
@@ -351,94 +291,3 @@ def ping_when_idle(engine: sa.Engine, idle_s: float = IDLE_PING_S) -> None:
 
     sa.event.listen(engine, "checkin", checkin)
     sa.event.listen(engine, "checkout", checkout)
-
-
-def engine_options(url: str, *, pool_size: int = 1, max_overflow: int = 1) -> dict[str, Any]:
-    """The SQLAlchemy engine options :func:`open_storage` uses for ``url`` (SQLite busy
-    timeout; PostgreSQL pool size, connect timeout; the storage adds a ping of connections
-    that sat idle, :func:`ping_when_idle`)."""
-    return _engine_kwargs(url, driver_url(url), pool_size, max_overflow)
-
-
-def _engine_kwargs(url: str, real: str, pool_size: int, max_overflow: int) -> dict[str, Any]:
-    scheme = real.split("://", 1)[0]
-    if scheme.startswith("sqlite"):
-        return {"connect_args": {"timeout": 60}}
-    if scheme.startswith("postgresql"):
-        return {"pool_size": pool_size, "max_overflow": max_overflow,
-                "pool_recycle": 1800,
-                "connect_args": {"connect_timeout": 10, "application_name": "sweeper"}}
-    raise StorageError(f"unsupported storage URL {redact(url)}: use sqlite:///path.db or "
-                       "postgresql://user:password@host/db")
-
-
-def _open_existing(url: str, real: str, engine_kwargs: dict[str, Any]) -> RetryingRDBStorage:
-    """Open a storage that must already hold Optuna's schema, writing nothing."""
-    parsed = sa.engine.make_url(real)
-    if parsed.get_backend_name() == "sqlite":
-        db = parsed.database or ""
-        if db and db != ":memory:" and not db.startswith("file:") and not os.path.isfile(db):
-            raise StorageMissingError(f"storage {redact(url)}: the file "
-                                      f"{os.path.abspath(db)} does not exist")
-    probe = sa.create_engine(real, **engine_kwargs)
-    try:
-        has_schema = sa.inspect(probe).has_table("studies")
-    finally:
-        probe.dispose()
-    if not has_schema:
-        raise StorageMissingError(f"storage {redact(url)} has no Optuna tables (no sweep has "
-                                  "run there)")
-    return RetryingRDBStorage(real, engine_kwargs=engine_kwargs, skip_table_creation=True)
-
-
-def _open_prepared(real: str, engine_kwargs: dict[str, Any]) -> RetryingRDBStorage | None:
-    """The schema exists already: no table creation, version check or index DDL. None when
-    that fails (no schema yet, or unreachable): the full path then says which."""
-    try:
-        storage = RetryingRDBStorage(real, engine_kwargs=engine_kwargs,
-                                     skip_compatibility_check=True, skip_table_creation=True)
-        if storage.engine.dialect.name == "sqlite":
-            with storage.engine.begin() as conn:
-                conn.exec_driver_sql("PRAGMA journal_mode=WAL")
-        return storage
-    except OPEN_ERRORS:  # whatever it was, the full path tries again and says why
-        return None
-
-
-def _open_and_prepare(real: str, engine_kwargs: dict[str, Any]) -> RetryingRDBStorage:
-    # Two processes creating the schema of a fresh database at the same moment collide on
-    # PostgreSQL's catalog (duplicate type or table); the loser just tries again.
-    for attempt in range(5):
-        try:
-            storage = RetryingRDBStorage(real, engine_kwargs=engine_kwargs)
-            _prepare(storage)
-            return storage
-        except (sa.exc.SQLAlchemyError, optuna.exceptions.StorageInternalError) as e:
-            text = str(e.__cause__ or e).lower()
-            if attempt == 4 or not any(w in text for w in ("already exists", "duplicate",
-                                                           "unique constraint")):
-                raise
-            time.sleep(0.2 + random.random() * 0.5)
-    raise AssertionError("unreachable")
-
-
-def _prepare(storage: RDBStorage) -> None:
-    """SQLite: WAL so readers never block the writer. Both: a partial index that makes
-    'trials of index i' a lookup instead of a scan (only rows tagged sweeper:index enter it),
-    and the table of write tokens (:mod:`sweeper.study.writes`), pruned of old ones."""
-    engine = storage.engine
-    with engine.begin() as conn:
-        if engine.dialect.name == "sqlite":
-            conn.exec_driver_sql("PRAGMA journal_mode=WAL")
-        conn.exec_driver_sql(
-            "CREATE INDEX IF NOT EXISTS ix_sweeper_index ON trial_user_attributes "
-            f"(value_json, trial_id) WHERE key = '{INDEX_ATTR}'")
-    try:
-        writes.ensure_table(engine)
-        with engine.begin() as conn:
-            writes.prune(conn)
-    except sa.exc.OperationalError as e:
-        # A read-only database still serves status, best and export; its writes fail then.
-        if "readonly" not in str(e).lower():
-            raise
-        logger.debug("read-only database: sweeper_writes left as it is")

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -20,27 +19,12 @@ from optuna.storages import RDBStorage
 from optuna.trial import TrialState
 
 from sweeper.protocol import INDEX_ATTR, STOP_ATTR
-from sweeper.proxy import client as proxy
-from sweeper.study import oneshot, writes
-from sweeper.study._bulk import TrialRow, exclusive, insert_trials, utcnow
 from sweeper.study.retry import with_retry
+from sweeper.study.sql import oneshot, writes
+from sweeper.study.sql._bulk import TrialRow, exclusive, insert_trials, utcnow
+from sweeper.study.values import Attempt, Taken
 
 logger = logging.getLogger(__name__)
-
-#: States in which an index is done: nothing left to run.
-FINISHED = (TrialState.COMPLETE, TrialState.PRUNED)
-
-
-@dataclass(frozen=True)
-class Attempt:
-    """One trial of one index."""
-
-    trial_id: int
-    number: int
-    state: TrialState
-    attempt: int
-    heartbeat_age_s: float | None  # seconds since the last heartbeat (RUNNING trials)
-
 
 _ATTEMPTS_SQL = f"""
 SELECT t.trial_id, t.number, t.state, t.datetime_start, hb.heartbeat, CURRENT_TIMESTAMP
@@ -86,12 +70,9 @@ def _parse_attempts(rows: Sequence[Any]) -> list[Attempt]:
     return out
 
 
-def attempts(storage: RDBStorage | proxy.ProxyStorage, study_id: int,
+def attempts(storage: RDBStorage, study_id: int,
              index: int) -> list[Attempt]:
     """Every trial tagged ``index``, oldest first: one indexed query."""
-    if isinstance(storage, proxy.ProxyStorage):
-        return storage.attempts(study_id, index)
-
     def query() -> list[Attempt]:
         if oneshot.alone(storage.engine):  # one round trip, no transaction around it
             return _parse_attempts(oneshot.run(storage.engine, _ATTEMPTS, {
@@ -156,41 +137,19 @@ FROM (SELECT 1) one LEFT JOIN att ON true ORDER BY att.number
 _TAKE = sa.text(_TAKE_SQL)
 
 
-@dataclass(frozen=True)
-class Taken:
-    """What a runner's first look at its index found (:func:`take`)."""
-
-    #: The index's attempts, oldest first, as they were before this call claimed one.
-    attempts: list[Attempt]
-    #: The attempt this call claimed; None: nothing claimed, the caller decides as after
-    #: :func:`attempts`.
-    claimed: Attempt | None = None
-    #: The claimed trial as this call left it, for opening it without a query: its user
-    #: attributes ("u"), system attributes ("s") and params ("p": the distribution's JSON and
-    #: the internal value) as (kind, key, value_json, value) rows, the attributes this call set
-    #: last. None: open it with a query (claimed by an earlier attempt of this call whose
-    #: acknowledgement was lost, or nothing claimed).
-    stored: tuple[tuple[str, str, str, float | None], ...] | None = None
-    #: The start time the claim wrote (naive UTC, as Optuna stores it).
-    started: datetime | None = None
-    #: Whether the sweep's stop attribute was read with the attempts, and its value then
-    #: (None: no stop recorded). Not read: the caller reads it (:func:`stop.before_start`).
-    stop_read: bool = False
-    stop: Any = None
-
-
-def take(storage: RDBStorage | proxy.ProxyStorage, study_id: int, index: int,
-         user_attrs: Mapping[str, Any] | None = None) -> Taken:
+def take(storage: RDBStorage, study_id: int, index: int,
+         user_attrs: Mapping[str, Any] | None = None, token: str | None = None) -> Taken:
     """A runner's first look at ``index``: its attempts and, on PostgreSQL, in the same
     statement and round trip, the claim of its WAITING trial when that is what the runner
     would claim next (the latest attempt, none finished, the sweep not stopped), with
     ``user_attrs`` set on the trial it claims, and the sweep's stop attribute. A retry after a
     lost acknowledgement finds its claim by its token."""
-    if isinstance(storage, proxy.ProxyStorage) or not oneshot.alone(storage.engine):
+    if not oneshot.alone(storage.engine):
         return Taken(attempts(storage, study_id, index))
     writes.ensure_table(storage.engine)
     now, attrs = utcnow(), {k: json.dumps(v) for k, v in (user_attrs or {}).items()}
-    binds = {"v": json.dumps(index), "s": study_id, "now": now, "token": writes.new_token(),
+    binds = {"v": json.dumps(index), "s": study_id, "now": now,
+             "token": token or writes.new_token(),
              "keys": list(attrs), "values": list(attrs.values())}
     set_now = tuple(("u", k, v, None) for k, v in attrs.items())
 
@@ -208,17 +167,15 @@ def take(storage: RDBStorage | proxy.ProxyStorage, study_id: int, index: int,
     return with_retry(query, what="claim", url=storage.url)
 
 
-def claim(storage: RDBStorage | proxy.ProxyStorage, trial_id: int, *,
+def claim(storage: RDBStorage, trial_id: int, *,
           token: str | None = None) -> bool:
     """WAITING -> RUNNING for exactly one caller: a conditional UPDATE, atomic on PostgreSQL
     and SQLite alike (Optuna's read-then-write claim is not, on SQLite). Records the first
     heartbeat and the claim's token in the same transaction: a retry whose first attempt won
     (the acknowledgement lost) finds the token and reports the win. Through a proxy the
-    token is made here and sent, so a call the client retries (its reply lost with a proxy
-    restart) is recognised too; the proxy passes it on as ``token``."""
+    client makes the token and sends it, so a call it retries (its reply lost with a proxy
+    restart) is recognised too."""
     token = token or writes.new_token()
-    if isinstance(storage, proxy.ProxyStorage):
-        return storage.claim(trial_id, token)
     writes.ensure_table(storage.engine)
 
     def update() -> bool:
@@ -231,7 +188,7 @@ def claim(storage: RDBStorage | proxy.ProxyStorage, trial_id: int, *,
     return with_retry(update, what="claim", url=storage.url)
 
 
-def new_attempt(storage: RDBStorage | proxy.ProxyStorage, study_id: int, index: int, *,
+def new_attempt(storage: RDBStorage, study_id: int, index: int, *,
                 after: Attempt | None, params: dict[str, Any] | None,
                 token: str | None = None) -> int | None:
     """Create the next attempt of ``index`` as RUNNING (owned by the caller), linked to
@@ -239,8 +196,6 @@ def new_attempt(storage: RDBStorage | proxy.ProxyStorage, study_id: int, index: 
     attempt is no longer ``after``): the caller looks again. The new trial and the call's
     token are one transaction: a retry that finds the token returns the trial it created."""
     token = token or writes.new_token()
-    if isinstance(storage, proxy.ProxyStorage):
-        return storage.new_attempt(study_id, index, after=after, params=params, token=token)
     writes.ensure_table(storage.engine)
 
     def create() -> int | None:
@@ -261,14 +216,12 @@ def new_attempt(storage: RDBStorage | proxy.ProxyStorage, study_id: int, index: 
     return with_retry(create, what="create attempt", url=storage.url)
 
 
-def mark_failed(storage: RDBStorage | proxy.ProxyStorage, trial_id: int, reason: str, *,
+def mark_failed(storage: RDBStorage, trial_id: int, reason: str, *,
                 token: str | None = None) -> bool:
     """RUNNING -> FAIL with the reason stored on the trial, in one transaction with the call's
     token. True if this call failed it (also when a retry finds its own landed FAIL); False if
     the trial had already finished (completed, or failed by someone else)."""
     token = token or writes.new_token()
-    if isinstance(storage, proxy.ProxyStorage):
-        return storage.mark_failed(trial_id, reason, token)
     writes.ensure_table(storage.engine)
 
     def fail() -> bool:
@@ -278,12 +231,10 @@ def mark_failed(storage: RDBStorage | proxy.ProxyStorage, trial_id: int, reason:
     return with_retry(fail, what="mark failed", url=storage.url)
 
 
-def fail_stale_trials(storage: RDBStorage | proxy.ProxyStorage, study_id: int,
+def fail_stale_trials(storage: RDBStorage, study_id: int,
                       grace_s: float) -> list[int]:
     """Mark RUNNING trials whose heartbeat is older than ``grace_s`` FAIL (the watcher's sweep
     for runners that froze or vanished). Returns the ids of the trials it failed."""
-    if isinstance(storage, proxy.ProxyStorage):
-        return storage.fail_stale_trials(study_id, grace_s)
     def stale() -> list[tuple[int, int]]:
         with storage.engine.connect() as conn:
             now = _db_now(conn)

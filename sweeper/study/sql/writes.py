@@ -6,7 +6,7 @@ per call) in ``sweeper_writes`` in the same transaction as its effect; a retry t
 token knows the earlier attempt won, and reports what it would have reported then. Claims,
 new attempts, FAILs by sweeper, study and trial creation go through here; the other writes
 are idempotent as they stand (upserts, the enqueue's flag under the study lock, a tell that
-finds its own values, see :mod:`sweeper.study.storage`).
+finds its own values, see :mod:`sweeper.study.sql.storage`).
 
 Tokens only matter while their call retries (minutes); rows older than :data:`TOKEN_TTL` are
 pruned when the orchestrator opens the storage.
@@ -138,8 +138,8 @@ _CLAIM_ALONE = sa.text(
 def claim_alone(engine: sa.Engine, trial_id: int, token: str, *, start: datetime,
                 heartbeat: bool) -> tuple[bool, str | None]:
     """:func:`claim_waiting` in one statement and round trip (PostgreSQL, see
-    :mod:`sweeper.study.oneshot`): (whether this call won, the trial's state before it)."""
-    from sweeper.study import oneshot
+    :mod:`sweeper.study.sql.oneshot`): (whether this call won, the trial's state before it)."""
+    from sweeper.study.sql import oneshot
 
     rows, _ = oneshot.run(engine, _CLAIM_ALONE, {"t": trial_id, "now": start, "beat": heartbeat,
                                                  "token": token})

@@ -7,30 +7,16 @@ from __future__ import annotations
 import bisect
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import sqlalchemy as sa
+from optuna.storages import RDBStorage
 from optuna.trial import TrialState
 
 from sweeper.protocol import METRIC_NAMES_ATTR
-from sweeper.proxy import client as proxy
 from sweeper.study.retry import with_retry
-
-if TYPE_CHECKING:
-    from sweeper.proxy.client import StudyStorage
-
-
-@dataclass(frozen=True)
-class StudyStats:
-    study: str
-    states: dict[str, int]
-    #: Finished trials (COMPLETE, PRUNED, FAIL) whose duration is <= each bound, then all.
-    duration_buckets: list[int]
-    duration_sum_s: float
-    #: Objective metric name -> best finite value among COMPLETE trials.
-    best: dict[str, float]
+from sweeper.study.values import StudyStats
 
 
 def _where(study_id: int | None) -> str:
@@ -45,11 +31,9 @@ def _state_name(state: Any) -> str:
     return state if isinstance(state, str) else TrialState(state).name
 
 
-def study_stats(storage: StudyStorage, study_id: int | None,
+def study_stats(storage: RDBStorage, study_id: int | None,
                 buckets: Sequence[float]) -> list[StudyStats]:
     """Stats of one study (``study_id``) or of every study in the storage."""
-    if isinstance(storage, proxy.ProxyStorage):
-        return storage.study_stats(study_id, buckets)
     bounds = sorted(buckets)
     params = {} if study_id is None else {"s": study_id}
     where = _where(study_id)

@@ -1,0 +1,144 @@
+"""The index store: every operation of the index protocol and the sweep record that the
+runner, the backends, the CLI and the storage proxy need, as one interface.
+
+Two implementations, and callers never ask which one they hold:
+
+- :class:`sweeper.study.sql.SqlStore`, the database itself: all SQL against Optuna's tables
+  lives in :mod:`sweeper.study.sql` (PostgreSQL's one-statement steps and SQLite's
+  transactions are its own business);
+- :class:`sweeper.proxy.client.ProxyStorage`, ``grpc://`` to ``sweeper proxy``, which serves
+  these operations of a ``SqlStore`` (:mod:`sweeper.proxy.server`); its wire is derived from
+  this interface's signatures (:mod:`sweeper.proxy.service`).
+
+Both are also Optuna storages (``optuna.storages.BaseStorage``) that Optuna's study writes
+through; :func:`sweeper.study.open.open_storage` is the one place that picks one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from contextlib import AbstractContextManager
+from typing import Any, Protocol
+
+from optuna.distributions import BaseDistribution
+
+from sweeper.spec import SweepSpec
+from sweeper.study.values import (
+    Attempt,
+    Created,
+    IndexStatus,
+    StopState,
+    StudyStats,
+    SweepSummary,
+    Taken,
+)
+
+#: Members of :class:`IndexStore` that are not operations on the wire: what a process does
+#: with its own handle.
+LOCAL = frozenset({"url", "close", "rides", "riding_with_finish"})
+
+
+class IndexStore(Protocol):
+    """The index protocol's steps and the sweep record (see DESIGN.md, "The index protocol").
+    A ``token`` is a write token: a retry of the call after a lost acknowledgement finds its
+    own landed write by it (None: the implementation makes one)."""
+
+    @property
+    def url(self) -> str:
+        """The storage, password hidden (artifact and log locations derive from it)."""
+
+    def close(self) -> None:
+        """Close the connections or the channel."""
+
+    # ---- an index's attempts
+
+    def attempts(self, study_id: int, index: int) -> list[Attempt]:
+        """Every trial tagged ``index``, oldest first: one indexed query."""
+
+    def take(self, study_id: int, index: int, user_attrs: dict[str, Any] | None = None,
+             token: str | None = None) -> Taken:
+        """A runner's first look at ``index``: its attempts and, where the store can in the
+        same round trip, the claim of its WAITING trial (with ``user_attrs`` set on it) and the
+        sweep's stop attribute."""
+
+    def claim(self, trial_id: int, token: str | None = None) -> bool:
+        """WAITING -> RUNNING for exactly one caller, with the first heartbeat."""
+
+    def new_attempt(self, study_id: int, index: int, *, after: Attempt | None,
+                    params: dict[str, Any] | None, token: str | None = None) -> int | None:
+        """The next attempt of ``index`` as RUNNING, linked to ``after``; None when another
+        runner got there first (the latest attempt is no longer ``after``)."""
+
+    def mark_failed(self, trial_id: int, reason: str, token: str | None = None) -> bool:
+        """RUNNING -> FAIL with ``reason``; False if the trial had already finished."""
+
+    def fail_stale_trials(self, study_id: int, grace_s: float) -> list[int]:
+        """FAIL the RUNNING trials whose heartbeat is older than ``grace_s``; their ids."""
+
+    def record_heartbeat(self, trial_id: int) -> None:
+        """The runner's heartbeat for a RUNNING trial."""
+
+    # ---- the sweep record and its stop
+
+    def create_or_resume(self, spec: SweepSpec) -> Created:
+        """Create the study and enqueue its plan, resume it, or grow it (one WAITING trial per
+        index, safe against concurrent launches); any other change under the name is a
+        SpecError, raised before anything is written."""
+
+    def stop_state(self, study_id: int) -> StopState | None:
+        """The recorded stop, if any."""
+
+    def stop_check(self, study_id: int, spec: SweepSpec, *,
+                   after_trial: bool) -> StopState | None:
+        """Evaluate ``spec``'s stop rules (before a start, or after a trial) and record the
+        first that fires; the stop state if stopped."""
+
+    def ignore_stop(self, study_id: int) -> StopState | None:
+        """Keep what fired, for the record, and turn the rules off."""
+
+    def brake(self, study_id: int, limit: int) -> StopState | None:
+        """Record the default brake's stop when the first ``limit`` attempts all failed."""
+
+    # ---- a running trial's writes
+
+    def set_trial_user_attrs(self, trial_id: int, attrs: dict[str, Any]) -> None:
+        """Several user attributes in one transaction."""
+
+    def write_trial(self, trial_id: int, *, user_attrs: dict[str, Any],
+                    params: dict[str, tuple[Any, BaseDistribution]],
+                    reports: list[tuple[int, float]]) -> None:
+        """User attributes, params (value, distribution) and new reports (step, value) of a
+        running trial in one transaction, each an upsert (a retry writes nothing twice)."""
+
+    def rides(self) -> bool:
+        """Whether a trial's finish can carry its pending writes in its own statement
+        (:meth:`riding_with_finish` yields True): the runner then writes reports behind."""
+
+    def riding_with_finish(self, trial_id: int, user_attrs: Mapping[str, Any],
+                           reports: Sequence[tuple[int, float]]
+                           ) -> AbstractContextManager[bool]:
+        """While in the block, a finish of the trial writes ``user_attrs`` and ``reports`` in
+        its own statement; yields False where it cannot (the caller writes them first)."""
+
+    # ---- reads for status, list, metrics and delete
+
+    def state_counts(self, study_id: int) -> dict[str, int]:
+        """Trials by state."""
+
+    def best_so_far(self, study_id: int, direction: str) -> tuple[int, float] | None:
+        """(number, value) of the best COMPLETE trial of a single-objective study."""
+
+    def index_table(self, study_id: int, trials: int) -> list[IndexStatus]:
+        """Per index: its latest attempt's state, attempts, values and fail reason."""
+
+    def study_stats(self, study_id: int | None, buckets: list[float]) -> list[StudyStats]:
+        """What the metrics read, of one study or (None) of every study."""
+
+    def list_sweeps(self) -> list[SweepSummary]:
+        """Every study of the storage, by name."""
+
+    def study_names(self) -> tuple[list[str], list[str]]:
+        """(names of the sweeps, names of the other Optuna studies), sorted."""
+
+    def artifact_ids(self, study_id: int) -> list[str]:
+        """The ids of every artifact the study's trials recorded."""
