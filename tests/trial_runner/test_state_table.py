@@ -59,6 +59,16 @@ class Store:
         return self.new_ids.pop(0)
 
     taken: Any = None
+    claims: list[bool] = field(default_factory=list)
+    looks: list[list[Attempt]] = field(default_factory=list)
+
+    def claim(self, trial_id: int) -> bool:
+        self.calls.append(("claim", trial_id))
+        return self.claims.pop(0)
+
+    def attempts(self, study_id: int, index: int) -> list[Attempt]:
+        self.calls.append(("attempts", study_id, index))
+        return self.looks.pop(0)
 
     def take(self, study_id: int, index: int, *, user_attrs: dict[str, Any]) -> Any:
         self.calls.append(("take", study_id, index, user_attrs))
@@ -261,3 +271,28 @@ def test_a_stop_the_first_look_read_starts_nothing(store: Store) -> None:
 def test_a_finished_attempt_among_failed_ones_finishes_the_index(store: Store) -> None:
     taken = Taken(attempts=[attempt(1, FAIL), attempt(2, TrialState.PRUNED, n=1)])
     assert first_look(store, taken) == _already_done(3, attempt(2, TrialState.PRUNED))
+
+
+def test_a_waiting_attempt_is_owned_only_when_the_claim_is_won(store: Store) -> None:
+    store.claims = [True]
+    assert first_look(store, Taken(attempts=[attempt(4, WAITING, n=1)])) == Claimed(4, 1)
+    assert store.calls[1:] == [("claim", 4)]
+
+
+def test_a_lost_claim_looks_again(store: Store) -> None:
+    """Another runner won the WAITING trial: this one must not run it too."""
+    done = attempt(4, TrialState.COMPLETE, n=1)
+    store.claims, store.looks = [False], [[done]]
+    assert first_look(store, Taken(attempts=[attempt(4, WAITING, n=1)])) == \
+        _already_done(3, done)
+    assert store.calls[1:] == [("claim", 4), ("attempts", 1, 3)]
+
+
+def test_a_running_attempt_elsewhere_is_waited_on_then_looked_at_again(
+        store: Store, caplog: pytest.LogCaptureFixture) -> None:
+    done = attempt(4, TrialState.COMPLETE)
+    store.looks = [[done]]
+    with caplog.at_level(logging.INFO, logger=runner.__name__):
+        got = first_look(store, Taken(attempts=[attempt(4, RUNNING, age=1.0)]))
+    assert got == _already_done(3, done)
+    assert "index 3: trial #104 is running elsewhere; waiting" in caplog.messages
