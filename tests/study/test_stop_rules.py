@@ -170,3 +170,7 @@ def test_what_a_start_a_finished_trial_and_a_failure_ask_the_store(
     if brake:
         expected.append(("brake", 7, brake[1]))
     assert store.calls == expected
+
+
+def test_a_stop_is_stamped_in_utc_without_a_zone() -> None:
+    assert stop.now_iso() == "2030-01-01T12:00:00"
