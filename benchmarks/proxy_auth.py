@@ -52,15 +52,14 @@ def serve(url: str, port: int, auth: bool) -> None:
 def _prepare(url: str) -> list[int]:
     """The sweep and one RUNNING trial per client."""
     from sweeper.study import create_or_resume, open_storage
-    from sweeper.study.index import attempts, claim
     from tests.support.helpers import make_spec
 
     storage = open_storage(url)
     sweep, _ = create_or_resume(storage, make_spec(name=SWEEP))
-    trials = [attempts(storage, sweep.study_id, i)[0].trial_id for i in range(8)]
+    trials = [storage.attempts(sweep.study_id, i)[0].trial_id for i in range(8)]
     for t in trials:
-        claim(storage, t)
-    storage.engine.dispose()
+        storage.claim(t)
+    storage.close()
     return trials
 
 

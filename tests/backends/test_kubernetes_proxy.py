@@ -97,15 +97,22 @@ _KUBECONFIG_PATCH = {
         "volumes": [{"name": "kubeconfig", "secret": {"secretName": PROXY_KUBECONFIG}}]}}}}
 
 
-def _overlay(cluster: Cluster) -> Path:
+#: TLS on the proxy's port (issue 28): the component on top of storage-proxy, the Secret it
+#: reads, and the ConfigMap with the CA the sweeps' pods verify it with.
+TLS_COMPONENT = REPO / "manifests" / "components" / "storage-proxy-tls"
+TLS_SECRET, CA_CONFIGMAP = "sweeper-storage-proxy-tls", "sweeper-proxy-ca"
+
+
+def _overlay(cluster: Cluster, tls: bool = False) -> Path:
     """An overlay of the component alone, as a user's cluster directory would add it (the
-    namespace and RBAC of the base are already there)."""
+    namespace and RBAC of the base are already there); with ``tls``, the TLS component too."""
     overlay = cluster.tmp / "storage-proxy-overlay"
     overlay.mkdir()
+    components = [COMPONENT, TLS_COMPONENT] if tls else [COMPONENT]
     kustomization: Obj = {
         "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
         # kustomize takes a component only by a relative path
-        "components": [os.path.relpath(COMPONENT, overlay)],
+        "components": [os.path.relpath(c, overlay) for c in components],
         "images": [_image(cluster.image)]}
     if cluster.local is not None:
         (overlay / "kubeconfig-patch.yaml").write_text(yaml.safe_dump(_KUBECONFIG_PATCH))
@@ -164,12 +171,32 @@ def _serving_pod(cluster: Cluster) -> Obj:
         time.sleep(0.3)
 
 
+def _put_tls(cluster: Cluster, pki: Path) -> None:
+    """The certificate's Secret (what cert-manager would write) and the CA's ConfigMap."""
+    from kubernetes.client.exceptions import ApiException
+
+    cluster.put_secret(TLS_SECRET, {"tls.crt": (pki / "tls.crt").read_text(),
+                                    "tls.key": (pki / "tls.key").read_text()})
+    body = {"metadata": {"name": CA_CONFIGMAP,
+                         "labels": {"app.kubernetes.io/part-of": "sweeper-tests"}},
+            "data": {"ca.crt": (pki / "ca.crt").read_text()}}
+    try:
+        cluster.core().create_namespaced_config_map(NS, body)
+    except ApiException as e:
+        if e.status != 409:
+            raise
+        cluster.core().replace_namespaced_config_map(CA_CONFIGMAP, NS, body)
+
+
 @contextmanager
-def storage_proxy(cluster: Cluster) -> Iterator[Obj]:
+def storage_proxy(cluster: Cluster, tls: Path | None = None) -> Iterator[Obj]:
     """The component applied, its Deployment available with one serving pod (yielded);
-    everything it made, and Secret sweeper-db, removed afterwards."""
-    overlay = _overlay(cluster)
+    everything it made, and Secret sweeper-db, removed afterwards. ``tls``: a directory with
+    ca.crt, tls.crt and tls.key, served with the TLS component."""
+    overlay = _overlay(cluster, tls=tls is not None)
     _put_db_secret(cluster)
+    if tls is not None:
+        _put_tls(cluster, tls)
     try:
         applied = _ok(cluster, "apply", "-k", str(overlay))
         for made in (f"service/{PROXY}", f"deployment.apps/{PROXY}",
@@ -192,7 +219,8 @@ def storage_proxy(cluster: Cluster) -> Iterator[Obj]:
         _kubectl(cluster, "delete", "-k", str(overlay), "--ignore-not-found",
                  "--cascade=foreground", "--wait", "--timeout=120s")
         _kubectl(cluster, "delete", "secret", "-n", NS, DB_SECRET, PROXY_KUBECONFIG,
-                 "--ignore-not-found")
+                 TLS_SECRET, "--ignore-not-found")
+        _kubectl(cluster, "delete", "configmap", "-n", NS, CA_CONFIGMAP, "--ignore-not-found")
 
 
 def _metrics(pod: Obj) -> dict[str, float]:

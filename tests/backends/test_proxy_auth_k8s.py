@@ -10,7 +10,9 @@ the admin role by its SubjectAccessReview against the component's ClusterRole.
 - a call with no token, with a token for another audience, with the token of a pod that has
   been deleted: UNAUTHENTICATED;
 - the CLI with an admin's token runs, grows and reads sweeps through the proxy, and the
-  admin lists and deletes studies through it; a ServiceAccount without the role cannot.
+  admin lists and deletes studies through it; a ServiceAccount without the role cannot;
+- TLS (manifests/components/storage-proxy-tls): a sweep whose spec names the CA runs; a
+  runner without the CA is refused with one clear line.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import re
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -27,7 +30,7 @@ import pytest
 from sweeper.backends.pod import PROXY_TOKEN_DIR, proxy_token_volume
 from sweeper.errors import StorageError
 from sweeper.protocol import ENV_PROXY_TOKEN, ENV_PROXY_TOKEN_FILE
-from tests.backends.test_kubernetes_proxy import ADDRESS, _log, storage_proxy
+from tests.backends.test_kubernetes_proxy import ADDRESS, CA_CONFIGMAP, _log, storage_proxy
 from tests.support.k8s_cluster import NS, Cluster
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
@@ -38,7 +41,7 @@ Obj = dict[str, Any]
 LOCAL_PROXY = "grpc://127.0.0.1:13000"
 
 
-def _spec(name: str, values: int) -> str:
+def _spec(name: str, values: int, extra: str = "") -> str:
     xs = ", ".join(f"{i / 10:.1f}" for i in range(values))
     return f"""
 name: {name}
@@ -53,7 +56,7 @@ parameters:
   x: {{type: float, values: [{xs}]}}
 kubernetes:
   storage_proxy: {ADDRESS.removeprefix("grpc://")}
-"""
+{extra}"""
 
 
 def _restricted() -> Obj:
@@ -275,3 +278,41 @@ def test_tokens_that_do_not_check_out_and_the_admin_role(
     assert any("no credential" in x for x in lines)
     assert any("token review:" in x for x in lines)
     assert admin not in proxy_log and user not in proxy_log and stolen not in proxy_log
+
+
+def _pki(d: Path) -> Path:
+    """A CA and the proxy's certificate for its Service names (and 127.0.0.1, where the
+    process node's pods reach it), as cert-manager would issue it."""
+    import subprocess
+
+    def openssl(*args: str) -> None:
+        subprocess.run(["openssl", *args], cwd=d, check=True, capture_output=True)
+
+    openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out",
+            "ca.crt", "-days", "2", "-subj", "/CN=sweeper-test-ca")
+    openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", "tls.key", "-out", "tls.csr",
+            "-subj", "/CN=sweeper-storage-proxy")
+    (d / "ext").write_text("subjectAltName=DNS:sweeper-storage-proxy,"
+                           f"DNS:sweeper-storage-proxy.{NS}.svc,IP:127.0.0.1\n")
+    openssl("x509", "-req", "-in", "tls.csr", "-CA", "ca.crt", "-CAkey", "ca.key",
+            "-CAcreateserial", "-out", "tls.crt", "-days", "2", "-extfile", "ext")
+    return d
+
+
+def test_tls_a_runner_with_the_ca_runs_and_one_without_is_refused(cluster: Cluster) -> None:
+    pki = cluster.tmp / "pki"
+    pki.mkdir()
+    with_ca = cluster.spec(_spec("tls-ca", 2, f"  storage_proxy_ca: {CA_CONFIGMAP}\n"))
+    without = cluster.spec(_spec("tls-no-ca", 1).replace("retries: 1", "retries: 0"))
+    with storage_proxy(cluster, tls=_pki(pki)):
+        ran = cluster.sweeper("run", with_ca, "--backend", "kubernetes")
+        assert ran.exit_code == 0, ran.output
+        assert cluster.finished_per_index("tls-ca") == {0: 1, 1: 1}
+        refused = cluster.sweeper("run", without, "--backend", "kubernetes")
+        assert refused.exit_code != 0, refused.output
+        (pod,) = cluster.pods("tls-no-ca")
+        log = bytes(cluster.core().read_namespaced_pod_log(
+            pod["metadata"]["name"], NS, _preload_content=False).data).decode()
+    hits = [x for x in log.splitlines() if "serves TLS" in x]
+    assert len(hits) == 1 and "set $SWEEPER_PROXY_CA to the CA that signed its " \
+        "certificate" in hits[0], log
