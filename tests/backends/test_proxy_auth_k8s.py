@@ -141,14 +141,13 @@ def _studies(cluster: Cluster) -> list[Any]:
 def _create_sweep(cluster: Cluster, text: str) -> tuple[int, int]:
     """A sweep created (not run) on the database: (its study id, its index 0's trial id)."""
     from sweeper.study import create_or_resume, open_storage
-    from sweeper.study.index import attempts
 
     storage = open_storage(cluster.url)
     try:
         sweep, _ = create_or_resume(storage, cluster.parse(text))
-        return sweep.study_id, attempts(storage, sweep.study_id, 0)[0].trial_id
+        return sweep.study_id, storage.attempts(sweep.study_id, 0)[0].trial_id
     finally:
-        storage.engine.dispose()
+        storage.close()
 
 
 def test_a_sweeps_pods_run_it_and_touch_no_other_sweep(cluster: Cluster) -> None:
