@@ -83,9 +83,11 @@ lint: install-test
 # Mutation testing (issue 26; docs/development.md). mutmut mutates the files in pyproject.toml's
 # [tool.mutmut] only_mutate inside mutants/ (the tree is never touched) and runs each mutant
 # against the fast unit tests named there. MUTANTS picks the mutants to run: all of
-# protocol.py and stop.py (pure decisions), runner.py's state table (acquire, the rows, and the
-# retry decisions). A module added to only_mutate needs its `module.*` here too.
-MUTANTS ?= 'sweeper.protocol.*' 'sweeper.study.stop.*' \
+# protocol.py, messages.py and stop.py (pure decisions), the index store's steps on SQLite
+# (sweeper/study/sql/index.py), runner.py's state table (acquire, the rows, and the retry
+# decisions). A module added to only_mutate needs its `module.*` here too.
+MUTANTS ?= 'sweeper.protocol.*' 'sweeper.messages.*' 'sweeper.study.stop.*' \
+	'sweeper.study.sql.index.*' \
 	$(foreach f,acquire _recorded_stop _already_done _first_attempt _running _next_attempt \
 	  _final _exit_code_of,'trial_runner.runner.x_$(f)__*')
 mutate: install-test

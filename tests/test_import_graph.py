@@ -34,8 +34,8 @@ ORCHESTRATOR_ONLY = ("sweeper.backends", "sweeper.cli")
 #: package above it; ``trial_runner`` sits on top beside the orchestrator's side.
 LAYERS: tuple[tuple[str, ...], ...] = (
     # what everything may import: errors, the protocol's names, Optuna's private API
-    ("sweeper.errors", "sweeper.protocol", "sweeper._optuna_compat", "sweeper.gang",
-     "sweeper"),
+    ("sweeper.errors", "sweeper.protocol", "sweeper.messages", "sweeper._optuna_compat",
+     "sweeper.gang", "sweeper"),
     # the spec and the search space it defines
     ("sweeper.spec", "sweeper.qmc", "sweeper.space"),
     # the study: the index store's interface and values, its SQL implementation, policies

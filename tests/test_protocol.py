@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sweeper import protocol
+from sweeper import messages, protocol
 
 
 def test_job_id_and_fallback() -> None:
@@ -69,22 +69,22 @@ def test_exit_codes_are_the_values_built_images_and_pod_failure_policies_use() -
             protocol.EXIT_CONFIG) == (0, 1, 3, 4)
 
 
-MESSAGES: list[protocol.Message] = [
-    protocol.Run(7), protocol.Exit(), protocol.Ready(), protocol.Start(3, 41, 12),
-    protocol.Done(3, protocol.EXIT_OK, "COMPLETE", 12), protocol.Done(5, 1, "FAIL", None),
-    protocol.Error("bad entrypoint: module 'x' has no attribute 'y'"),
+MESSAGES: list[messages.Message] = [
+    messages.Run(7), messages.Exit(), messages.Ready(), messages.Start(3, 41, 12),
+    messages.Done(3, protocol.EXIT_OK, "COMPLETE", 12), messages.Done(5, 1, "FAIL", None),
+    messages.Error("bad entrypoint: module 'x' has no attribute 'y'"),
 ]
 
 
 @pytest.mark.parametrize("msg", MESSAGES, ids=lambda m: type(m).__name__)
-def test_worker_messages_round_trip_as_one_line(msg: protocol.Message) -> None:
-    line = protocol.encode_message(msg)
+def test_worker_messages_round_trip_as_one_line(msg: messages.Message) -> None:
+    line = messages.encode_message(msg)
     assert line.endswith("\n") and line.count("\n") == 1
-    assert protocol.parse_message(line) == msg
+    assert messages.parse_message(line) == msg
 
 
 def test_a_multi_line_error_stays_one_line() -> None:
-    line = protocol.encode_message(protocol.Error("first\nsecond  third"))
+    line = messages.encode_message(messages.Error("first\nsecond  third"))
     assert line == "error first second third\n"
 
 
@@ -92,7 +92,7 @@ def test_a_multi_line_error_stays_one_line() -> None:
                                   "ready now"])
 def test_unknown_worker_lines_are_refused(line: str) -> None:
     with pytest.raises(ValueError, match="not a worker message"):
-        protocol.parse_message(line)
+        messages.parse_message(line)
 
 
 def test_env_settings_and_their_defaults() -> None:
@@ -172,11 +172,11 @@ def test_an_unparsable_index_map_or_line_is_quoted_up_to_80_characters() -> None
     with pytest.raises(ValueError, match=r"got '1,a{78}'$"):
         protocol.decode_index_map("1," + "a" * 100)
     with pytest.raises(ValueError, match=r"^not a worker message: 'x{80}'$"):
-        protocol.parse_message("x" * 100)
+        messages.parse_message("x" * 100)
 
 
 def test_done_without_a_trial_is_minus_one_on_the_wire_and_trial_0_is_a_trial() -> None:
-    assert protocol.encode_message(protocol.Done(5, 1, "FAIL", None)) == "done 5 1 FAIL -1\n"
-    first = protocol.Done(0, protocol.EXIT_OK, "COMPLETE", 0)
-    assert protocol.encode_message(first) == "done 0 0 COMPLETE 0\n"
-    assert protocol.parse_message("done 0 0 COMPLETE 0\n") == first
+    assert messages.encode_message(messages.Done(5, 1, "FAIL", None)) == "done 5 1 FAIL -1\n"
+    first = messages.Done(0, protocol.EXIT_OK, "COMPLETE", 0)
+    assert messages.encode_message(first) == "done 0 0 COMPLETE 0\n"
+    assert messages.parse_message("done 0 0 COMPLETE 0\n") == first

@@ -170,7 +170,7 @@ def test_progress_never_raises(sweep: Sweep, monkeypatch: pytest.MonkeyPatch) ->
     def broken(*args: Any) -> dict[str, int]:
         raise RuntimeError("database went away")
 
-    monkeypatch.setattr(report, "state_counts", broken)
+    monkeypatch.setattr(type(sweep.storage), "state_counts", broken)
     out = io.StringIO()
     p = Progress(sweep, out)
     p.tick()

@@ -27,8 +27,9 @@ from sweeper.spec import SweepSpec
 from sweeper.study import Sweep
 from trial_runner.context import TrialContext
 from trial_runner.launcher import follower_argv, rdzv_id, torchrun_argv
+from trial_runner.outcome import Outcome, RunnerSettings
 from trial_runner.processes import die_with_parent, terminate
-from trial_runner.runner import Outcome, RunnerSettings, run_index
+from trial_runner.runner import run_index
 
 logger = logging.getLogger("trial_runner.gang")
 

@@ -26,7 +26,7 @@ from collections.abc import Callable
 from types import FrameType
 from typing import Any
 
-from sweeper import protocol
+from sweeper import messages, protocol
 from sweeper.entrypoint import load_entrypoint
 from sweeper.errors import SpecError, StorageError
 from sweeper.gang import Gang, gang_from_env
@@ -34,7 +34,8 @@ from sweeper.spec import SweepSpec
 from sweeper.study import InheritedSweep, Sweep, open_storage
 from trial_runner.context import TrialContext
 from trial_runner.gang import run_slot
-from trial_runner.runner import Interrupted, Outcome, RunnerSettings, run_index
+from trial_runner.outcome import Interrupted, Outcome, RunnerSettings
+from trial_runner.runner import run_index
 from trial_runner.startup import open_sweep, read_spec_file
 
 logger = logging.getLogger("trial_runner")
@@ -235,14 +236,14 @@ def serve(sweep: Sweep, objective: Callable[[TrialContext], Any],
     res = os.fdopen(int(os.environ[protocol.ENV_RESULT_FD]), "w", buffering=1)
     log_dir = os.environ.get(protocol.ENV_LOG_DIR)
 
-    def send(msg: protocol.Message) -> None:
-        res.write(protocol.encode_message(msg))
+    def send(msg: messages.Message) -> None:
+        res.write(messages.encode_message(msg))
 
-    send(protocol.Ready())
+    send(messages.Ready())
     try:
         for line in cmd:
-            msg = protocol.parse_message(line) if line.strip() else protocol.Exit()
-            if not isinstance(msg, protocol.Run):
+            msg = messages.parse_message(line) if line.strip() else messages.Exit()
+            if not isinstance(msg, messages.Run):
                 break
             index = msg.index
             os.environ[protocol.ENV_JOB_ID] = str(index)
@@ -251,15 +252,15 @@ def serve(sweep: Sweep, objective: Callable[[TrialContext], Any],
 
             def started(trial_id: int, number: int, attempt: int, index: int = index) -> None:
                 _write_log_header(index, attempt, number)
-                send(protocol.Start(index, trial_id, number))
+                send(messages.Start(index, trial_id, number))
 
             outcome = run_index(sweep, index, objective, settings, trial_hook=started)
             _log_outcome(outcome)
             sys.stdout.flush()
             sys.stderr.flush()
             if outcome.exit_code == protocol.EXIT_CONFIG:  # the reason first: it stops the run
-                send(protocol.Error(outcome.message))
-            send(protocol.Done(index, outcome.exit_code, outcome.state, outcome.trial_number))
+                send(messages.Error(outcome.message))
+            send(messages.Done(index, outcome.exit_code, outcome.state, outcome.trial_number))
     except Interrupted as e:
         return protocol.EXIT_SIGNAL_BASE + e.signum
     return protocol.EXIT_OK

@@ -15,22 +15,12 @@ After its trial finishes it evaluates the stop rules; the first to fire is recor
 from __future__ import annotations
 
 import logging
-import os
-import signal
 import time
 import traceback
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import optuna
-from optuna.distributions import (
-    BaseDistribution,
-    CategoricalDistribution,
-    FloatDistribution,
-    IntDistribution,
-)
 from optuna.trial import TrialState
 
 from sweeper import protocol
@@ -38,21 +28,15 @@ from sweeper._optuna_compat import storage_of, tell, tell_trial, trial_id_of
 from sweeper.artifacts import cached_artifact_store
 from sweeper.errors import ArtifactError, SpecError, StorageError
 from sweeper.protocol import (
-    CODE_VERSION_ATTR,
     FAILED_FOR_GOOD_ATTR,
     FIXED_PARAMS_ATTR,
-    SPEC_HASH_ATTR,
 )
-from sweeper.space import distribution
-from sweeper.spec import Parameter, SweepSpec
-from sweeper.spec.conditions import dependency_order, is_active
 from sweeper.spec.registry import make_pruner, make_sampler  # the validator's registry too
 from sweeper.study import (
     FINISHED,
     Attempt,
     Sweep,
     Taken,
-    fixed_params_of,
     open_claimed,
     open_trial,
     stop,
@@ -69,101 +53,12 @@ from trial_runner.context import (
     objective_values,
 )
 from trial_runner.data import DataError, data_dir
-from trial_runner.provenance import process_code_version
+from trial_runner.outcome import Claimed, Interrupted, Outcome, RunnerSettings
+from trial_runner.params import planned, provenance, suggest_active
 from trial_runner.reports import ReportWriter
 from trial_runner.watchdog import Heartbeat, after_trial, start_timeout
 
 logger = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class RunnerSettings:
-    heartbeat_interval_s: float = protocol.DEFAULT_HEARTBEAT_INTERVAL_S
-    #: A RUNNING attempt whose heartbeat is older than this is presumed dead.
-    grace_period_s: float = protocol.DEFAULT_GRACE_PERIOD_S
-    checkpoint_root: Path = Path(protocol.DEFAULT_CHECKPOINT_DIR)
-    #: Reports are written at most this late, or with the finish (trial_runner.reports).
-    report_delay_s: float = protocol.DEFAULT_REPORT_DELAY_S
-
-    @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None) -> RunnerSettings:
-        env = os.environ if env is None else env
-        return cls(
-            heartbeat_interval_s=protocol.env_float(env, protocol.ENV_HEARTBEAT_INTERVAL,
-                                                    protocol.DEFAULT_HEARTBEAT_INTERVAL_S),
-            grace_period_s=protocol.grace_period_s(env),
-            checkpoint_root=Path(env.get(protocol.ENV_CHECKPOINT_DIR)
-                                 or protocol.DEFAULT_CHECKPOINT_DIR),
-            report_delay_s=protocol.env_float(env, protocol.ENV_REPORT_DELAY,
-                                              protocol.DEFAULT_REPORT_DELAY_S),
-        )
-
-
-@dataclass(frozen=True)
-class Outcome:
-    index: int
-    exit_code: int
-    state: str  # COMPLETE, PRUNED, FAIL, or ALREADY_DONE
-    trial_number: int | None
-    message: str = ""
-
-
-@dataclass(frozen=True)
-class Claimed:
-    """A trial of the index that this runner owns now (steps 1-2 of the protocol)."""
-
-    trial_id: int
-    attempt: int
-    #: What the first look read of the trial it claimed (PostgreSQL): opened without a query.
-    taken: Taken | None = None
-
-
-class Interrupted(BaseException):
-    """SIGTERM/SIGINT arrived while a trial ran (pod eviction, Ctrl-C)."""
-
-    def __init__(self, signum: int) -> None:
-        super().__init__(signal.Signals(signum).name)
-        self.signum = signum
-
-
-def suggest_active(trial: optuna.Trial, params: Sequence[Parameter]) -> dict[str, Any]:
-    """Suggest the parameters a trial has, parents before the parameters whose ``when:``
-    names them, so Optuna's samplers see a define-by-run space (TPE's ``group`` learns which
-    parameters occur together). Planned trials get their enqueued values back."""
-    values: dict[str, Any] = {}
-    for p in dependency_order(params):
-        if is_active(p, values):
-            values[p.name] = suggest(trial, p)
-    return values
-
-
-def planned(trial: optuna.Trial, params: Sequence[Parameter]
-            ) -> dict[str, tuple[Any, BaseDistribution]]:
-    """The values ``suggest_active`` would return for a planned trial (its enqueued ones, for
-    the parameters it has), with their distributions: to be written in one go."""
-    fixed = fixed_params_of(trial)
-    values: dict[str, Any] = {}
-    out: dict[str, tuple[Any, BaseDistribution]] = {}
-    for p in dependency_order(params):
-        if p.name in fixed and is_active(p, values):
-            values[p.name] = fixed[p.name]
-            out[p.name] = (fixed[p.name], distribution(p))
-    return out
-
-
-def provenance(spec: SweepSpec) -> dict[str, Any]:
-    """What every trial records of what ran it: the spec's hash and the code's version."""
-    return {SPEC_HASH_ATTR: spec.spec_hash, CODE_VERSION_ATTR: process_code_version()}
-
-
-def suggest(trial: optuna.Trial, p: Parameter) -> Any:
-    d = distribution(p)
-    if isinstance(d, CategoricalDistribution):
-        return trial.suggest_categorical(p.name, d.choices)
-    if isinstance(d, IntDistribution):
-        return trial.suggest_int(p.name, d.low, d.high, step=d.step, log=d.log)
-    assert isinstance(d, FloatDistribution)
-    return trial.suggest_float(p.name, d.low, d.high, step=d.step, log=d.log)
 
 
 def _not_started(index: int, stopped: stop.StopState) -> Outcome:

@@ -3,7 +3,7 @@ ours, and its trial cache as the proxy serves it (see the package's docstring)."
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import optuna
@@ -88,18 +88,26 @@ class GrpcStorageProxyOnChannel(optuna.storages.GrpcStorageProxy):
     """Optuna's gRPC client on a channel with our options: a restarted proxy is found within
     seconds (gRPC's default backoff grows to two minutes); sweeper's service shares it."""
 
-    def __init__(self, *, host: str, port: int, options: Sequence[tuple[str, Any]]) -> None:
+    def __init__(self, *, host: str, port: int, options: Sequence[tuple[str, Any]],
+                 open_channel: Callable[[str, int, Sequence[tuple[str, Any]]], Any]
+                 | None = None) -> None:
         self._channel_options = list(options)
+        self._open_channel = open_channel
         with experimental_on_purpose():  # "GrpcStorageProxy is experimental": we know
             super().__init__(host=host, port=port)
 
     def _setup(self) -> None:
+        """Optuna's client on a channel of ours: ``open_channel(host, port, options)`` (TLS,
+        per-call credentials), else a plaintext one with ``options``."""
         import grpc
         from optuna.storages._grpc.auto_generated import api_pb2_grpc
         from optuna.storages._grpc.client import GrpcClientCache
 
-        self._channel = grpc.insecure_channel(f"{self._host}:{self._port}",
-                                              options=self._channel_options)
+        if self._open_channel is not None:
+            self._channel = self._open_channel(self._host, self._port, self._channel_options)
+        else:
+            self._channel = grpc.insecure_channel(f"{self._host}:{self._port}",
+                                                  options=self._channel_options)
         self._stub = api_pb2_grpc.StorageServiceStub(self._channel)
         self._cache = GrpcClientCache(self._stub)
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from optuna.trial import TrialState
 
-from sweeper import protocol
+from sweeper import messages, protocol
 from sweeper.backends.base import RunResult, Tick
 from sweeper.backends.local_proxy import LocalProxy
 from sweeper.backends.local_worker import (
@@ -174,7 +174,7 @@ class LocalRun:
             if w.ready and w.index is None and not w.retired:
                 w.retired = True
                 try:
-                    w.cmd.write(protocol.encode_message(protocol.Exit()))
+                    w.cmd.write(messages.encode_message(messages.Exit()))
                 except OSError:
                     pass
 
@@ -224,15 +224,15 @@ class LocalRun:
         w.buffer += chunk
         *lines, w.buffer = w.buffer.split(b"\n")
         for raw in lines:
-            self._on_message(w, protocol.parse_message(raw.decode(errors="replace")), reaping)
+            self._on_message(w, messages.parse_message(raw.decode(errors="replace")), reaping)
 
-    def _on_message(self, w: Worker, msg: protocol.Message, reaping: bool) -> None:
-        if isinstance(msg, protocol.Ready):
+    def _on_message(self, w: Worker, msg: messages.Message, reaping: bool) -> None:
+        if isinstance(msg, messages.Ready):
             w.ready = True
             self.startup_failures = 0
-        elif isinstance(msg, protocol.Start):
+        elif isinstance(msg, messages.Start):
             w.trial_id = msg.trial_id
-        elif isinstance(msg, protocol.Done):
+        elif isinstance(msg, messages.Done):
             # The worker goes on with the index it was handed meanwhile, if any.
             w.index, w.queued, w.trial_id = w.queued, None, None
             w.started_at = time.monotonic()
@@ -240,7 +240,7 @@ class LocalRun:
                 self.pending.clear()
             else:
                 self.settle(msg.index, msg.exit_code, reaping)
-        elif isinstance(msg, protocol.Error):
+        elif isinstance(msg, messages.Error):
             raise SpecError(msg.message, source=self.sweep.spec.source)
 
     def settle(self, index: int, code: int, reaping: bool) -> None:
@@ -373,6 +373,6 @@ class LocalRun:
 
 def _send_run(w: Worker, index: int) -> None:
     try:
-        w.cmd.write(protocol.encode_message(protocol.Run(index)))
+        w.cmd.write(messages.encode_message(messages.Run(index)))
     except (BrokenPipeError, OSError):
         pass  # the worker died; reap puts the index back

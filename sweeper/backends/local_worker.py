@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
-from sweeper import protocol
+from sweeper import messages, protocol
 from sweeper.backends.forked import RUNNER_ARGS, RUNNER_MODULE, ForkedProcess, fork_worker
 from sweeper.study import InheritedSweep
 
@@ -105,7 +105,7 @@ def ask_to_stop(w: Worker) -> None:
     if w.proc.poll() is None:
         try:
             if w.index is None:
-                w.cmd.write(protocol.encode_message(protocol.Exit()))
+                w.cmd.write(messages.encode_message(messages.Exit()))
             else:
                 w.proc.send_signal(signal.SIGTERM)
         except OSError:

@@ -186,15 +186,10 @@ def _shape(view: Any) -> str | None:
 
 def storage_scope(storage: Any) -> Scope:
     """The :class:`~sweeper.proxy.policy.Scope` of the proxy's database: a trial's study by
-    one indexed lookup in Optuna's ``trials`` table, a study's id by its name."""
-    import sqlalchemy as sa
-
-    query = sa.text("SELECT study_id FROM trials WHERE trial_id = :trial_id")
-
+    one indexed lookup (``SqlStore.study_of_trial``), a study's id by its name."""
     def study_of_trial(trial_id: int) -> int | None:
-        with storage.engine.connect() as conn:
-            found = conn.execute(query, {"trial_id": trial_id}).scalar()
-        return int(found) if found is not None else None
+        found: int | None = storage.study_of_trial(trial_id)
+        return found
 
     def study_id_of(name: str) -> int | None:
         try:

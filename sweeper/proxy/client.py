@@ -85,6 +85,12 @@ def parse_proxy_url(url: str) -> tuple[str, int]:
     return parts.hostname, port
 
 
+def _open_channel(host: str, port: int, options: Sequence[tuple[str, Any]]) -> Any:
+    from sweeper.proxy.credentials import open_channel
+
+    return open_channel(host, port, options)
+
+
 def _remote(method: F) -> F:
     """The client side of an operation of the index store: ``method``'s signature, its
     arguments sent to the proxy (:mod:`.service`), the reply decoded."""
@@ -112,18 +118,10 @@ class ProxyStorage(GrpcStorageProxyOnChannel):
         self.proxy_url = f"{SCHEME}{host}:{port}"
         self._methods: dict[str, Callable[..., bytes]] = {}
         self._info: wire.Info | None = None
-        super().__init__(host=host, port=port, options=CHANNEL_OPTIONS)
-
-    def _setup(self) -> None:
-        """Optuna's client, then its stub and cache moved to a channel that carries this
-        process's credential and verifies the proxy's certificate (:mod:`.credentials`)."""
-        from sweeper.proxy.credentials import open_channel
-
-        super()._setup()
-        self._channel.close()  # never used: channels connect on their first call
-        self._channel = open_channel(self._host, self._port, CHANNEL_OPTIONS)
-        self._stub = type(self._stub)(self._channel)
-        self._cache = type(self._cache)(self._stub)
+        # The channel carries this process's credential and verifies the proxy's
+        # certificate (:mod:`.credentials`).
+        super().__init__(host=host, port=port, options=CHANNEL_OPTIONS,
+                         open_channel=_open_channel)
 
     # ---------------------------------------------------------------- plumbing
 

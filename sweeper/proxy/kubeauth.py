@@ -26,9 +26,8 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
-from sweeper.backends.kubernetes.client import ClientFactory
 from sweeper.proxy.auth import AuthUnavailable, Unauthenticated
 from sweeper.proxy.credentials import DEFAULT_AUDIENCE
 from sweeper.proxy.policy import Caller
@@ -45,10 +44,19 @@ DEFAULT_TTL_S = 60.0
 Obj = dict[str, Any]
 
 
+class ApiClients(Protocol):
+    """Where the API server is (``sweeper.backends.kubernetes.client.ClientFactory``, which
+    the CLI passes in: the proxy does not import the backends)."""
+
+    request_timeout_s: float
+
+    def api_client(self) -> Any: ...
+
+
 class KubernetesAuthenticator:
     """``authenticate(token) -> Caller`` through the API server (see the module's doc)."""
 
-    def __init__(self, factory: ClientFactory, namespace: str, *,
+    def __init__(self, factory: ApiClients, namespace: str, *,
                  audience: str = DEFAULT_AUDIENCE, ttl_s: float = DEFAULT_TTL_S,
                  clock: Callable[[], float] = time.time) -> None:
         self.factory = factory

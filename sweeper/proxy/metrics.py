@@ -37,7 +37,6 @@ DURATION_BUCKETS: tuple[float, ...] = (0.1, 0.5, 1, 5, 15, 30, 60, 120, 300, 600
 LATENCY_BUCKETS: tuple[float, ...] = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
                                       0.25, 0.5, 1, 2.5, 5, 10)
 
-_CLAIMS = {f"/{wire.SERVICE}/Claim", f"/{wire.SERVICE}/NewAttempt"}
 _HEARTBEAT = f"/{wire.SERVICE}/Heartbeat"
 
 
@@ -60,9 +59,12 @@ class ProxyMetrics:
         self.heartbeats = Counter(
             "sweeper_heartbeats", "Runner heartbeats the proxy recorded.", registry=registry)
 
-    def observe(self, method: str, seconds: float, *, tell: bool = False) -> None:
+    def observe(self, method: str, seconds: float, *, tell: bool = False,
+                claim: bool = False) -> None:
+        """``claim``: the call claimed an index's trial or created its next attempt
+        (:func:`sweeper.proxy.service.is_claim`); ``tell``: it finished a trial."""
         self.requests.labels(method.rsplit("/", 1)[-1]).observe(seconds)
-        if method in _CLAIMS:
+        if claim:
             self.claims.observe(seconds)
         elif method == _HEARTBEAT:
             self.heartbeats.inc()

@@ -61,7 +61,7 @@ class Scope:
         self._study_of_trial = study_of_trial
         self._study_id_of = study_id_of
         self._trials: dict[int, int] = {}
-        self._studies: dict[str, int] = {}
+        self._study_ids: dict[str, int] = {}
         self._max = max_entries
         self._lock = threading.Lock()
 
@@ -80,21 +80,21 @@ class Scope:
 
     def study_id(self, name: str) -> int | None:
         with self._lock:
-            known = self._studies.get(name)
+            known = self._study_ids.get(name)
         if known is not None:
             return known
         found = self._study_id_of(name)
         if found is not None:
             with self._lock:
-                if len(self._studies) >= self._max:
-                    self._studies.clear()
-                self._studies[name] = found
+                if len(self._study_ids) >= self._max:
+                    self._study_ids.clear()
+                self._study_ids[name] = found
         return found
 
     def forget_study(self, study_id: int) -> None:
         """A deleted study: its name may come back under another id."""
         with self._lock:
-            self._studies = {n: i for n, i in self._studies.items() if i != study_id}
+            self._study_ids = {n: i for n, i in self._study_ids.items() if i != study_id}
             self._trials = {t: s for t, s in self._trials.items() if s != study_id}
 
 
@@ -124,8 +124,9 @@ class Policy:
             return None
         if not isinstance(request, dict):
             return "not a JSON object"
-        if name == "CreateOrResume":
-            record = request.get("record")
+        if name == "CreateOrResume":  # {"spec": {"record": {... "name": ...}, "base_dir": ...}}
+            spec = request.get("spec")
+            record = spec.get("record") if isinstance(spec, dict) else None
             named = record.get("name") if isinstance(record, dict) else None
             return None if named == sweep else f"creates sweep {named!r}, not its own"
         after = request.get("after")

@@ -166,8 +166,10 @@ class _Observe(grpc.ServerInterceptor):
 
         def behavior(request: Any, context: grpc.ServicerContext) -> Any:
             start = time.perf_counter()
+            reply = None
             try:
-                return inner(request, context)
+                reply = inner(request, context)
+                return reply
             except Exception as e:
                 if is_transient(e):
                     _abort(context, grpc.StatusCode.UNAVAILABLE, "StorageError",
@@ -176,7 +178,8 @@ class _Observe(grpc.ServerInterceptor):
             finally:
                 if metrics is not None:
                     metrics.observe(method, time.perf_counter() - start,
-                                    tell=is_finishing_request(method, request))
+                                    tell=is_finishing_request(method, request),
+                                    claim=wire.is_claim(method, reply))
 
         return grpc.unary_unary_rpc_method_handler(
             behavior, request_deserializer=handler.request_deserializer,

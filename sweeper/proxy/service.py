@@ -98,6 +98,26 @@ def _operations() -> dict[str, Operation]:
 OPERATIONS: dict[str, Operation] = _operations()
 #: The same, by wire name.
 BY_WIRE_NAME: dict[str, Operation] = {op.wire_name: op for op in OPERATIONS.values()}
+#: Calls that claim an index's trial or create its next attempt, whatever they reply; and
+#: the first look, which claims when its reply names the attempt it claimed.
+_CLAIMING = {f"/{SERVICE}/Claim", f"/{SERVICE}/NewAttempt"}
+_TAKE = f"/{SERVICE}/Take"
+
+
+def is_claim(path: str, reply: Any) -> bool:
+    """Whether a served call (``reply``: its raw reply, None if it failed) was a claim, for
+    the claim-latency metric."""
+    if path in _CLAIMING:
+        return True
+    if path != _TAKE or not isinstance(reply, bytes):
+        return False
+    try:
+        got = json.loads(reply)
+    except ValueError:
+        return False
+    return isinstance(got, dict) and got.get("claimed") is not None
+
+
 #: The proxy's own metadata (not an operation of the store): what it serves.
 INFO = f"/{SERVICE}/Info"
 

@@ -12,7 +12,7 @@ from typing import Any, cast
 
 import pytest
 
-from sweeper import protocol
+from sweeper import messages, protocol
 from sweeper.backends.local_proxy import LocalProxy
 from sweeper.backends.local_run import MAX_STARTUP_FAILURES, LocalRun, RunSettings
 from sweeper.backends.local_worker import Launcher, Worker
@@ -79,8 +79,8 @@ def _sent(w: Worker) -> str:
     return cast(io.StringIO, w.cmd).getvalue()
 
 
-def _lines(*messages: protocol.Message) -> bytes:
-    return "".join(protocol.encode_message(m) for m in messages).encode()
+def _lines(*messages: messages.Message) -> bytes:
+    return "".join(messages.encode_message(m) for m in messages).encode()
 
 
 def test_a_failed_attempt_is_retried_until_its_retries_are_spent(
@@ -134,7 +134,7 @@ def test_workers_that_die_while_starting_are_replaced_up_to_a_limit(
     (tmp_path / "worker-0.log").write_text("importing\nImportError: no module named boom\n")
     for _ in range(MAX_STARTUP_FAILURES - 1):
         run.died_starting(0, -9)
-    ready = _worker(run, 1, _lines(protocol.Ready()))
+    ready = _worker(run, 1, _lines(messages.Ready()))
     run.read(ready)  # one worker became ready: the count starts again
     assert ready.ready and run.startup_failures == 0
     for _ in range(MAX_STARTUP_FAILURES - 1):
@@ -157,8 +157,8 @@ def test_done_moves_a_worker_to_its_queued_index_and_stopped_ends_the_hand_out(
         tmp_path: Path, make_run: MakeRun) -> None:
     run = make_run()
     run.pending.extend([6, 7])
-    w = _worker(run, 0, _lines(protocol.Start(3, 21, 0), protocol.Done(3, 0, "COMPLETE", 0),
-                               protocol.Done(5, 0, protocol.STOPPED, 1)),
+    w = _worker(run, 0, _lines(messages.Start(3, 21, 0), messages.Done(3, 0, "COMPLETE", 0),
+                               messages.Done(5, 0, protocol.STOPPED, 1)),
                 ready=True, index=3, queued=5)
     run.read(w)
     assert run.finished == [3]  # index 5 ended STOPPED: neither finished nor failed
@@ -175,7 +175,7 @@ def test_next_indexes_are_handed_ahead_only_while_more_are_pending_than_workers(
     run.prefetch()
     assert (a.queued, b.queued) == (2, None)  # then 2 pending, 2 workers: no more
     assert list(run.pending) == [3, 4] and run.dispatched == {2: 1}
-    assert _sent(a) == protocol.encode_message(protocol.Run(2))
+    assert _sent(a) == messages.encode_message(messages.Run(2))
 
 
 def test_idle_workers_retire_once_nothing_is_pending(make_run: MakeRun) -> None:
@@ -188,4 +188,4 @@ def test_idle_workers_retire_once_nothing_is_pending(make_run: MakeRun) -> None:
     run.pending.clear()
     run.retire_idle()
     assert idle.retired and not busy.retired
-    assert _sent(idle) == protocol.encode_message(protocol.Exit())
+    assert _sent(idle) == messages.encode_message(messages.Exit())

@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Iterator
-from dataclasses import fields
 from typing import Any
 
 import grpc
@@ -58,7 +57,7 @@ def _optuna_methods() -> dict[str, Any]:
 
 
 OPTUNA = _optuna_methods()
-SWEEPER = {m.path: m for m in wire.METHODS.values()}
+SWEEPER = {op.path: op for op in wire.OPERATIONS.values()}
 
 
 @pytest.fixture(scope="module")
@@ -115,7 +114,7 @@ values = st.recursive(scalars, lambda inner: st.one_of(
 @st.composite
 def sweeper_requests(draw: st.DrawFn) -> tuple[str, bytes]:
     path = draw(st.sampled_from(sorted(SWEEPER)))
-    names = [f.name for f in fields(SWEEPER[path].request)]  # type: ignore[arg-type]
+    names = list(SWEEPER[path].signature.parameters)
     body = draw(st.dictionaries(st.sampled_from(names) if names else st.text(max_size=5),
                                 values, max_size=len(names) + 1))
     raw = json.dumps(body).encode()

@@ -104,16 +104,19 @@ def test_metrics_during_and_after_a_local_sweep_match_the_study(
     assert value(samples, "sweeper_index_claim_seconds_count") == 6
     assert value(samples, "sweeper_tell_seconds_count") == 6
     assert value(samples, "sweeper_heartbeats_total") >= 6
-    assert value(samples, "sweeper_proxy_request_seconds_count", method="Attempts") >= 6
+    assert value(samples, "sweeper_proxy_request_seconds_count", method="Take") >= 6
+    # each report is one batched write of the trial (its value and the metrics' attributes)
+    assert value(samples, "sweeper_proxy_request_seconds_count", method="WriteTrial") >= 6 * 3
     assert value(samples, "sweeper_proxy_request_seconds_count",
-                 method="SetTrialIntermediateValue") == 6 * 3
+                 method="SetTrialIntermediateValue") == 0
 
 
 def test_proxy_metrics_count_only_what_they_name() -> None:
     registry = CollectorRegistry()
     metrics = ProxyMetrics(registry)
-    metrics.observe("/sweeper.v1.IndexProtocol/Claim", 0.002)
-    metrics.observe("/sweeper.v1.IndexProtocol/NewAttempt", 0.004)
+    metrics.observe("/sweeper.v1.IndexProtocol/Claim", 0.002, claim=True)
+    metrics.observe("/sweeper.v1.IndexProtocol/NewAttempt", 0.004, claim=True)
+    metrics.observe("/sweeper.v1.IndexProtocol/Take", 0.004)  # looked, claimed nothing
     metrics.observe("/sweeper.v1.IndexProtocol/Heartbeat", 0.001)
     metrics.observe("/optuna.StorageService/SetTrialStateValues", 0.003, tell=True)
     metrics.observe("/optuna.StorageService/SetTrialStateValues", 0.003)  # RUNNING: no tell
@@ -122,6 +125,22 @@ def test_proxy_metrics_count_only_what_they_name() -> None:
     assert get("sweeper_tell_seconds_count") == 1
     assert get("sweeper_heartbeats_total") == 1
     assert get("sweeper_proxy_request_seconds_count", {"method": "SetTrialStateValues"}) == 2
+
+
+def test_a_claim_is_a_claim_or_next_attempt_call_or_a_first_look_that_claimed() -> None:
+    from optuna.trial import TrialState
+
+    from sweeper.proxy import service as wire
+    from sweeper.study.values import Attempt, Taken
+
+    take = wire.OPERATIONS["take"]
+    claimed = Attempt(7, 3, TrialState.RUNNING, 0, 0.0)
+    assert wire.is_claim(wire.OPERATIONS["claim"].path, b"false")
+    assert wire.is_claim(wire.OPERATIONS["new_attempt"].path, None)
+    assert wire.is_claim(take.path, take.encode_reply(Taken([claimed], claimed)))
+    assert not wire.is_claim(take.path, take.encode_reply(Taken([claimed])))
+    assert not wire.is_claim(take.path, None) and not wire.is_claim(take.path, b"{")
+    assert not wire.is_claim(wire.OPERATIONS["attempts"].path, b"[]")
 
 
 @pytest.mark.slow

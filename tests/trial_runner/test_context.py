@@ -14,6 +14,7 @@ import optuna
 import pytest
 
 from sweeper.protocol import DEVICE_ATTR, HISTORY_ATTR, RESUMED_ATTR
+from sweeper.study import open_storage
 from trial_runner.context import InvalidResult, TrialContext, objective_values
 
 
@@ -23,7 +24,8 @@ def _url(tmp_path: Path) -> str:
 
 def _study(tmp_path: Path, directions: tuple[str, ...] = ("minimize",),
            pruner: optuna.pruners.BasePruner | None = None) -> optuna.Study:
-    return optuna.create_study(storage=_url(tmp_path),
+    # sweeper's own storage, as a runner's trial has (its writes go through the index store)
+    return optuna.create_study(storage=open_storage(_url(tmp_path)),
                                directions=list(directions),
                                pruner=pruner or optuna.pruners.NopPruner())
 

@@ -114,5 +114,9 @@ class SqlStore(RetryingRDBStorage):
     def study_names(self) -> tuple[list[str], list[str]]:
         return summaries.study_names(self)
 
+    def study_of_trial(self, trial_id: int) -> int | None:
+        """The proxy's authorisation (not an operation of the interface: server side only)."""
+        return summaries.study_of_trial(self, trial_id)
+
     def artifact_ids(self, study_id: int) -> list[str]:
         return artifacts.artifact_ids(self, study_id)

@@ -204,3 +204,14 @@ def study_names(storage: RDBStorage) -> tuple[list[str], list[str]]:
         return sweeps, sorted(set(every) - set(sweeps))
 
     return with_retry(query, what="list study names")
+
+
+def study_of_trial(storage: RDBStorage, trial_id: int) -> int | None:
+    """The study a trial belongs to (None: no such trial): one lookup by primary key."""
+    def query() -> int | None:
+        with storage.engine.connect() as conn:
+            found = conn.execute(sa.text("SELECT study_id FROM trials WHERE trial_id = :t"),
+                                 {"t": trial_id}).scalar()
+        return int(found) if found is not None else None
+
+    return with_retry(query, what="find a trial's study")

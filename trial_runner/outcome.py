@@ -1,0 +1,63 @@
+"""What a runner is told (its settings) and what it says back about an index (its outcome),
+and the signal that interrupts it: the plain values of :mod:`trial_runner.runner`."""
+
+from __future__ import annotations
+
+import os
+import signal
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from sweeper import protocol
+from sweeper.study import Taken
+
+
+@dataclass(frozen=True)
+class RunnerSettings:
+    heartbeat_interval_s: float = protocol.DEFAULT_HEARTBEAT_INTERVAL_S
+    #: A RUNNING attempt whose heartbeat is older than this is presumed dead.
+    grace_period_s: float = protocol.DEFAULT_GRACE_PERIOD_S
+    checkpoint_root: Path = Path(protocol.DEFAULT_CHECKPOINT_DIR)
+    #: Reports are written at most this late, or with the finish (trial_runner.reports).
+    report_delay_s: float = protocol.DEFAULT_REPORT_DELAY_S
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> RunnerSettings:
+        env = os.environ if env is None else env
+        return cls(
+            heartbeat_interval_s=protocol.env_float(env, protocol.ENV_HEARTBEAT_INTERVAL,
+                                                    protocol.DEFAULT_HEARTBEAT_INTERVAL_S),
+            grace_period_s=protocol.grace_period_s(env),
+            checkpoint_root=Path(env.get(protocol.ENV_CHECKPOINT_DIR)
+                                 or protocol.DEFAULT_CHECKPOINT_DIR),
+            report_delay_s=protocol.env_float(env, protocol.ENV_REPORT_DELAY,
+                                              protocol.DEFAULT_REPORT_DELAY_S),
+        )
+
+
+@dataclass(frozen=True)
+class Outcome:
+    index: int
+    exit_code: int
+    state: str  # COMPLETE, PRUNED, FAIL, or ALREADY_DONE
+    trial_number: int | None
+    message: str = ""
+
+
+@dataclass(frozen=True)
+class Claimed:
+    """A trial of the index that this runner owns now (steps 1-2 of the protocol)."""
+
+    trial_id: int
+    attempt: int
+    #: What the first look read of the trial it claimed (PostgreSQL): opened without a query.
+    taken: Taken | None = None
+
+
+class Interrupted(BaseException):
+    """SIGTERM/SIGINT arrived while a trial ran (pod eviction, Ctrl-C)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
