@@ -5,6 +5,7 @@ Service, with the port as written), after ``$(VAR)`` expansion and the downward 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -28,6 +29,10 @@ class FakeSources:
     def headless_services(self, namespace: str) -> frozenset[str]:
         self.headless_lookups.append(namespace)
         return frozenset({"team": {"js"}, "ml": {"other"}}.get(namespace, set()))
+
+    def service_account_token(self, namespace: str, account: str, audience: str | None,
+                              seconds: int, pod: dict[str, Any]) -> str:
+        return f"token-of-{namespace}-{account}-for-{audience}"
 
 
 @pytest.mark.parametrize(("value", "expected"), [
