@@ -35,6 +35,7 @@ from .logserver import LogServer
 from .podenv import NODE_IP, Obj, PodEnv, decode_secret
 from .pods import PodRuntime, Runner, new_runtime
 from .status import now_rfc3339
+from .tokens import ProjectedTokens
 
 KUBELET_VERSION = "v1.36.3"
 HEARTBEAT_SECONDS = 5.0
@@ -105,6 +106,7 @@ class ApiSources:
     def __init__(self, api: client.ApiClient) -> None:
         self.core = client.CoreV1Api(api)
         self.discovery = client.DiscoveryV1Api(api)
+        self.tokens = ProjectedTokens(self.core, log)
 
     def _get(self, fn: Any, *args: str) -> Obj | None:
         try:
@@ -141,16 +143,9 @@ class ApiSources:
         return out
 
 
-    def service_account_token(self, namespace: str, account: str, audience: str | None,
-                              seconds: int, pod: Obj) -> str:
-        spec: Obj = {"expirationSeconds": seconds, "boundObjectRef": {
-            "apiVersion": "v1", "kind": "Pod", "name": pod["metadata"]["name"],
-            "uid": pod["metadata"]["uid"]}}
-        if audience:
-            spec["audiences"] = [audience]
-        got = json.loads(self.core.create_namespaced_service_account_token(
-            account, namespace, {"spec": spec}, _preload_content=False).data)
-        return str(got["status"]["token"])
+    def project_token(self, path: Path, namespace: str, account: str, audience: str | None,
+                      seconds: int, pod: Obj) -> None:
+        self.tokens.project(path, namespace, account, audience, seconds, pod)
 
     def headless_services(self, namespace: str) -> frozenset[str]:
         """The names of the namespace's headless Services (``clusterIP: None``): the
@@ -263,6 +258,7 @@ class Node:
                 except Exception as e:  # noqa: BLE001 - one broken pod must not stop the node
                     log(f"pod {pod['metadata']['name']}: {e!r}")
             self._forget({p["metadata"]["uid"] for p in pods})
+            self.sources.tokens.renew()
 
     def _sync(self, pod: Obj) -> None:
         meta = pod["metadata"]

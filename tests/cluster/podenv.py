@@ -59,9 +59,10 @@ class Sources(Protocol):
 
     def headless_services(self, namespace: str) -> frozenset[str]: ...
 
-    def service_account_token(self, namespace: str, account: str, audience: str | None,
-                              seconds: int, pod: Obj) -> str:
-        """A token from the TokenRequest API, bound to ``pod`` (as the kubelet asks it)."""
+    def project_token(self, path: Path, namespace: str, account: str, audience: str | None,
+                      seconds: int, pod: Obj) -> None:
+        """Write a token from the TokenRequest API, bound to ``pod``, to ``path``, and renew
+        it there as the kubelet does (at 80 % of its lifetime) while the pod lives."""
         ...
 
 
@@ -332,12 +333,19 @@ class PodEnv:
         the pod's ServiceAccount with the audience and lifetime asked for, bound to the pod
         (the API server's TokenReview refuses it once the pod is gone), written to the path."""
         account = self.pod["spec"].get("serviceAccountName") or "default"
-        token = self.sources.service_account_token(
-            self.ns, account, src.get("audience"), int(src.get("expirationSeconds") or 3600),
-            self.pod)
-        _write(d / src.get("path", "token"), token)
+        self.sources.project_token(d / src.get("path", "token"), self.ns, account,
+                                   src.get("audience"),
+                                   int(src.get("expirationSeconds") or 3600), self.pod)
 
 
 def _write(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text, errors="surrogateescape")
+
+
+def write_atomically(path: Path, text: str) -> None:
+    """Replace ``path`` whole (a reader sees the old token or the new one, never half)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text)
+    tmp.replace(path)

@@ -30,9 +30,10 @@ class FakeSources:
         self.headless_lookups.append(namespace)
         return frozenset({"team": {"js"}, "ml": {"other"}}.get(namespace, set()))
 
-    def service_account_token(self, namespace: str, account: str, audience: str | None,
-                              seconds: int, pod: dict[str, Any]) -> str:
-        return f"token-of-{namespace}-{account}-for-{audience}"
+    def project_token(self, path: Path, namespace: str, account: str, audience: str | None,
+                      seconds: int, pod: dict[str, Any]) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(f"token-of-{namespace}-{account}-for-{audience}")
 
 
 @pytest.mark.parametrize(("value", "expected"), [
