@@ -79,8 +79,8 @@ def _sent(w: Worker) -> str:
     return cast(io.StringIO, w.cmd).getvalue()
 
 
-def _lines(*messages: messages.Message) -> bytes:
-    return "".join(messages.encode_message(m) for m in messages).encode()
+def _lines(*sent: messages.Message) -> bytes:
+    return "".join(messages.encode_message(m) for m in sent).encode()
 
 
 def test_a_failed_attempt_is_retried_until_its_retries_are_spent(
