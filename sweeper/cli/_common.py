@@ -109,17 +109,6 @@ def _open_existing(url: str, name: str | None = None) -> Any:
         raise StudyNotFoundError(f"no sweep named {name!r}: {e}") from None
 
 
-def _database_only(url: str, command: str) -> None:
-    """``list`` and ``delete`` read and write the database directly (grouped queries, the
-    artifact index): through a storage proxy they stop with one line saying what to pass."""
-    from sweeper.errors import StorageError
-    from sweeper.proxy.client import is_proxy_url
-
-    if is_proxy_url(url):
-        raise StorageError(f"sweeper {command} needs the database's URL, not the storage proxy "
-                           f"{url}: pass --storage postgresql://... (or set $SWEEPER_STORAGE)")
-
-
 def _load_target(target: _Target) -> Any:
     """The stored sweep ``target`` names; not found names the storage and what it holds."""
     from sweeper.errors import StudyNotFoundError

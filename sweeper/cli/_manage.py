@@ -15,7 +15,6 @@ from sweeper import protocol
 from sweeper.cli._common import (
     _clients,
     _cluster_options,
-    _database_only,
     _errors,
     _load_target,
     _open_existing,
@@ -47,7 +46,6 @@ def list_sweeps(storage: str | None, fmt: str) -> None:
     from sweeper.study import redact, resolve_storage_url
 
     url = resolve_storage_url(storage)
-    _database_only(url, "list")
     sweeps = _open_existing(url).list_sweeps()
     if fmt == "json":
         click.echo(json.dumps([_record(s) for s in sweeps], indent=2, allow_nan=False))
@@ -124,20 +122,23 @@ def delete(name: str, storage: str | None, yes: bool, purge_artifacts: bool,
 
     NAME is the sweep's name or its spec file (name and storage: are read from it)."""
     from sweeper.artifacts import describe, remove_artifacts
+    from sweeper.proxy.client import is_proxy_url
     from sweeper.purge import kept, purge, purge_summary
     from sweeper.study import redact
 
     if volume_dir is not None and not purge_artifacts:
         raise click.UsageError("--volume-dir goes with --purge-artifacts")
     target = _target(name, storage)
-    _database_only(target.url, "delete")
     sweep = _load_target(target)
     counts = sweep.storage.state_counts(sweep.study_id)
     artifact_ids = sweep.storage.artifact_ids(sweep.study_id)
     remote = _remote_state(sweep, artifact_ids, volume_dir)
     ns = namespace or sweep.spec.kubernetes.namespace
     clients, jobs = _sweep_jobs_to_delete(sweep, kube, ns, kubeconfig, context)
-    local_artifacts = bool(artifact_ids) and sweep.spec.artifacts.store == "filesystem"
+    # A filesystem store's default place follows the database's URL (through a proxy: the one
+    # it serves, as its runners derived it); a store of this machine only when it is direct.
+    local_artifacts = bool(artifact_ids) and sweep.spec.artifacts.store == "filesystem" \
+        and not is_proxy_url(target.url)
     what = [f"{sum(counts.values())} trial(s) in {redact(target.url)}"]
     if local_artifacts:
         what.append(f"{len(artifact_ids)} artifact(s) in "

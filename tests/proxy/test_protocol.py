@@ -240,18 +240,26 @@ def test_fail_reasons_growth_and_stop_rules_through_the_proxy(proxy_url: str,
     assert stop.before_start(storage, sweep.study_id, spec) is None
 
 
-def test_list_and_delete_ask_for_the_database_url(proxy_url: str) -> None:
+def test_list_and_delete_through_the_proxy(proxy_url: str) -> None:
+    """``list`` and ``delete`` are index-store operations like the others: through the proxy
+    they read the same grouped summary and delete the study."""
+    import json
+
     from click.testing import CliRunner
 
     from sweeper.cli import cli
+    from sweeper.errors import StudyNotFoundError
 
     create_or_resume(open_storage(proxy_url), make_spec())
-    for args in (["list"], ["delete", "t-sweep", "--yes"]):
-        out = CliRunner().invoke(cli, [*args, "--storage", proxy_url])
-        assert out.exit_code == 2, out.output
-        assert "needs the database's URL, not the storage proxy" in out.output
-        assert "Traceback" not in out.output
-    assert load_sweep(open_storage(proxy_url), "t-sweep").spec.trials == 10  # not deleted
+    out = CliRunner().invoke(cli, ["list", "--storage", proxy_url, "--format", "json"])
+    assert out.exit_code == 0, out.output
+    [listed] = json.loads(out.output)
+    assert listed["name"] == "t-sweep" and listed["indexes"] == 10
+    out = CliRunner().invoke(cli, ["delete", "t-sweep", "--yes", "--storage", proxy_url])
+    assert out.exit_code == 0, out.output
+    assert "deleted sweep t-sweep (10 trial(s))" in out.output
+    with pytest.raises(StudyNotFoundError):
+        load_sweep(open_storage(proxy_url), "t-sweep")
 
 
 def test_a_write_the_client_retries_through_the_proxy_is_recognised(proxy_url: str) -> None:
