@@ -4,6 +4,14 @@
 from __future__ import annotations
 
 import os
+
+# This process hosts gRPC servers and clients (the storage proxy's tests) and also forks
+# (forked local workers, Optuna's multiprocess storage tests): gRPC must not run fork handlers
+# that restart its threads in a child that never uses gRPC (a CI run aborted in such a
+# child). Set before anything imports grpc; sweeper's own processes never fork after using it.
+os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
+os.environ.setdefault("GRPC_EXPERIMENTS", "-event_engine_fork")
+
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass

@@ -17,20 +17,18 @@ import os
 import random
 import time
 import uuid
-from collections.abc import Callable, Container, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, TypeVar, cast
 from urllib.parse import urlsplit
 
 import optuna
-from optuna.distributions import BaseDistribution
-from optuna.study import StudyDirection
-from optuna.trial import FrozenTrial, TrialState
 
-from sweeper._optuna_compat import FrozenStudy, GrpcStorageProxyOnChannel
+from sweeper._optuna_compat import GrpcStorageProxyOnChannel
 from sweeper.errors import SpecError, StorageError, StudyNotFoundError, SweeperError
 from sweeper.protocol import ENV_PARENT_PID
 from sweeper.proxy import service as wire
+from sweeper.study.retry import retried
 from sweeper.study.store import IndexStore
 
 logger = logging.getLogger(__name__)
@@ -83,6 +81,10 @@ def parse_proxy_url(url: str) -> tuple[str, int]:
     if not parts.hostname or parts.path not in ("", "/") or parts.username or parts.query:
         raise StorageError(f"bad storage proxy URL {url!r}: use grpc://host:port")
     return parts.hostname, port
+
+
+#: Optuna's gRPC client, whose calls ProxyStorage retries while the proxy is unavailable.
+_Optunas = optuna.storages.GrpcStorageProxy
 
 
 def _open_channel(host: str, port: int, options: Sequence[tuple[str, Any]]) -> Any:
@@ -264,80 +266,26 @@ class ProxyStorage(GrpcStorageProxyOnChannel):
     # ---------------------------------------------------------------- Optuna's storage API,
     # retried while the proxy is unavailable (same signatures as GrpcStorageProxy's)
 
-    def create_new_study(self, directions: Sequence[StudyDirection],
-                         study_name: str | None = None) -> int:
-        return self._retry("create_new_study", super().create_new_study, directions,
-                           study_name)
-
-    def delete_study(self, study_id: int) -> None:
-        return self._retry("delete_study", super().delete_study, study_id)
-
-    def set_study_user_attr(self, study_id: int, key: str, value: Any) -> None:
-        return self._retry("set_study_user_attr", super().set_study_user_attr, study_id, key,
-                           value)
-
-    def set_study_system_attr(self, study_id: int, key: str, value: Any) -> None:
-        return self._retry("set_study_system_attr", super().set_study_system_attr, study_id,
-                           key, value)
-
-    def get_study_id_from_name(self, study_name: str) -> int:
-        return self._retry("get_study_id_from_name", super().get_study_id_from_name,
-                           study_name)
-
-    def get_study_name_from_id(self, study_id: int) -> str:
-        return self._retry("get_study_name_from_id", super().get_study_name_from_id, study_id)
-
-    def get_study_directions(self, study_id: int) -> list[StudyDirection]:
-        return self._retry("get_study_directions", super().get_study_directions, study_id)
-
-    def get_study_user_attrs(self, study_id: int) -> dict[str, Any]:
-        return self._retry("get_study_user_attrs", super().get_study_user_attrs, study_id)
-
-    def get_study_system_attrs(self, study_id: int) -> dict[str, Any]:
-        return self._retry("get_study_system_attrs", super().get_study_system_attrs, study_id)
-
-    def get_all_studies(self) -> list[FrozenStudy]:
-        return self._retry("get_all_studies", super().get_all_studies)
-
-    def create_new_trial(self, study_id: int, template_trial: FrozenTrial | None = None) -> int:
-        return self._retry("create_new_trial", super().create_new_trial, study_id,
-                           template_trial)
-
-    def set_trial_param(self, trial_id: int, param_name: str, param_value_internal: float,
-                        distribution: BaseDistribution) -> None:
-        return self._retry("set_trial_param", super().set_trial_param, trial_id, param_name,
-                           param_value_internal, distribution)
-
-    def get_trial_id_from_study_id_trial_number(self, study_id: int, trial_number: int) -> int:
-        return self._retry("get_trial_id_from_study_id_trial_number",
-                           super().get_trial_id_from_study_id_trial_number, study_id,
-                           trial_number)
-
-    def set_trial_state_values(self, trial_id: int, state: TrialState,
-                               values: Sequence[float] | None = None) -> bool:
-        return self._retry("set_trial_state_values", super().set_trial_state_values, trial_id,
-                           state, values)
-
-    def set_trial_intermediate_value(self, trial_id: int, step: int,
-                                     intermediate_value: float) -> None:
-        return self._retry("set_trial_intermediate_value",
-                           super().set_trial_intermediate_value, trial_id, step,
-                           intermediate_value)
-
-    def set_trial_user_attr(self, trial_id: int, key: str, value: Any) -> None:
-        return self._retry("set_trial_user_attr", super().set_trial_user_attr, trial_id, key,
-                           value)
-
-    def set_trial_system_attr(self, trial_id: int, key: str, value: Any) -> None:
-        return self._retry("set_trial_system_attr", super().set_trial_system_attr, trial_id,
-                           key, value)
-
-    def get_trial(self, trial_id: int) -> FrozenTrial:
-        return self._retry("get_trial", super().get_trial, trial_id)
-
-    def get_all_trials(self, study_id: int, deepcopy: bool = True,
-                       states: Container[TrialState] | None = None) -> list[FrozenTrial]:
-        return self._retry("get_all_trials", super().get_all_trials, study_id, deepcopy, states)
+    create_new_study = retried(_Optunas.create_new_study)
+    delete_study = retried(_Optunas.delete_study)
+    set_study_user_attr = retried(_Optunas.set_study_user_attr)
+    set_study_system_attr = retried(_Optunas.set_study_system_attr)
+    get_study_id_from_name = retried(_Optunas.get_study_id_from_name)
+    get_study_name_from_id = retried(_Optunas.get_study_name_from_id)
+    get_study_directions = retried(_Optunas.get_study_directions)
+    get_study_user_attrs = retried(_Optunas.get_study_user_attrs)
+    get_study_system_attrs = retried(_Optunas.get_study_system_attrs)
+    get_all_studies = retried(_Optunas.get_all_studies)
+    create_new_trial = retried(_Optunas.create_new_trial)
+    set_trial_param = retried(_Optunas.set_trial_param)
+    get_trial_id_from_study_id_trial_number = retried(
+        _Optunas.get_trial_id_from_study_id_trial_number)
+    set_trial_state_values = retried(_Optunas.set_trial_state_values)
+    set_trial_intermediate_value = retried(_Optunas.set_trial_intermediate_value)
+    set_trial_user_attr = retried(_Optunas.set_trial_user_attr)
+    set_trial_system_attr = retried(_Optunas.set_trial_system_attr)
+    get_trial = retried(_Optunas.get_trial)
+    get_all_trials = retried(_Optunas.get_all_trials)
 
 
 def _orphaned() -> bool:

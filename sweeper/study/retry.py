@@ -20,12 +20,13 @@ the write stores with itself (:mod:`sweeper.study.sql.writes`).
 
 from __future__ import annotations
 
+import functools
 import logging
 import random
 import re
 import time
 from collections.abc import Callable
-from typing import Any, Final, TypeVar
+from typing import Any, Final, TypeVar, cast
 
 import optuna
 import sqlalchemy as sa
@@ -35,6 +36,7 @@ from sweeper.errors import StorageError
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
+F = TypeVar("F", bound=Callable[..., Any])
 
 #: SQLSTATEs a retry can fix (class 08 "connection exception" as a whole, see _TRANSIENT_CLASSES).
 TRANSIENT_SQLSTATES: Final = frozenset({
@@ -203,3 +205,19 @@ def with_retry(fn: Callable[..., T], *args: Any, deadline_s: float = 300.0,
             interrupted = True
             time.sleep(delay * (0.5 + random.random()))
             delay = min(delay * 2, 5.0)
+
+
+def retried(fn: F) -> F:
+    """A storage method that runs the method of the same name one class up (``super()``, found
+    when called, as a ``def`` that calls ``super().name(...)`` would) through
+    ``self._retry``, with ``fn``'s signature: one line per retried call of Optuna's storage
+    API, in the database storage and in the proxy's client alike."""
+    name = fn.__name__
+
+    @functools.wraps(fn)
+    def method(self: Any, *args: Any, **kwargs: Any) -> Any:
+        mro = type(self).__mro__
+        owner = next(cls for cls in mro if vars(cls).get(name) is method)
+        return self._retry(name, getattr(super(owner, self), name), *args, **kwargs)
+
+    return cast(F, method)

@@ -14,11 +14,10 @@ from typing import Any, TypeVar
 import optuna
 import sqlalchemy as sa
 from optuna.storages import RDBStorage
-from optuna.study import StudyDirection
-from optuna.trial import FrozenTrial, TrialState
+from optuna.trial import TrialState
 
-from sweeper._optuna_compat import FrozenStudy, RDBStoragePrivateRetries, rdb_tables
-from sweeper.study.retry import NOT_DONE, with_retry
+from sweeper._optuna_compat import RDBStoragePrivateRetries, rdb_tables
+from sweeper.study.retry import NOT_DONE, retried, with_retry
 from sweeper.study.sql import oneshot, writes
 
 T = TypeVar("T")
@@ -91,42 +90,19 @@ class RetryingRDBStorage(RDBStoragePrivateRetries):
 
         return self._retry("delete_study", super().delete_study, study_id, landed=landed)
 
-    def set_study_user_attr(self, study_id: int, key: str, value: Any) -> None:
-        return self._retry("set_study_user_attr", super().set_study_user_attr, study_id, key,
-                           value)
-
-    def set_study_system_attr(self, study_id: int, key: str, value: Any) -> None:
-        return self._retry("set_study_system_attr", super().set_study_system_attr, study_id,
-                           key, value)
-
-    def get_study_id_from_name(self, study_name: str) -> int:
-        return self._retry("get_study_id_from_name", super().get_study_id_from_name,
-                           study_name)
-
-    def get_study_name_from_id(self, study_id: int) -> str:
-        return self._retry("get_study_name_from_id", super().get_study_name_from_id, study_id)
-
-    def get_study_directions(self, study_id: int) -> list[StudyDirection]:
-        return self._retry("get_study_directions", super().get_study_directions, study_id)
-
-    def get_study_user_attrs(self, study_id: int) -> dict[str, Any]:
-        return self._retry("get_study_user_attrs", super().get_study_user_attrs, study_id)
-
-    def get_study_system_attrs(self, study_id: int) -> dict[str, Any]:
-        return self._retry("get_study_system_attrs", super().get_study_system_attrs, study_id)
-
-    def get_all_studies(self) -> list[FrozenStudy]:
-        return self._retry("get_all_studies", super().get_all_studies)
-
+    set_study_user_attr = retried(RDBStorage.set_study_user_attr)
+    set_study_system_attr = retried(RDBStorage.set_study_system_attr)
+    get_study_id_from_name = retried(RDBStorage.get_study_id_from_name)
+    get_study_name_from_id = retried(RDBStorage.get_study_name_from_id)
+    get_study_directions = retried(RDBStorage.get_study_directions)
+    get_study_user_attrs = retried(RDBStorage.get_study_user_attrs)
+    get_study_system_attrs = retried(RDBStorage.get_study_system_attrs)
+    get_all_studies = retried(RDBStorage.get_all_studies)
     # ---- trials (creation, params, lists, best: RDBStoragePrivateRetries)
 
-    def get_trial_id_from_study_id_trial_number(self, study_id: int, trial_number: int) -> int:
-        return self._retry("get_trial_id_from_study_id_trial_number",
-                           super().get_trial_id_from_study_id_trial_number, study_id,
-                           trial_number)
-
-    def get_trial_param(self, trial_id: int, param_name: str) -> float:
-        return self._retry("get_trial_param", super().get_trial_param, trial_id, param_name)
+    get_trial_id_from_study_id_trial_number = retried(
+        RDBStorage.get_trial_id_from_study_id_trial_number)
+    get_trial_param = retried(RDBStorage.get_trial_param)
 
     def set_trial_state_values(self, trial_id: int, state: TrialState,
                                values: Sequence[float] | None = None) -> bool:
@@ -229,32 +205,13 @@ class RetryingRDBStorage(RDBStoragePrivateRetries):
                 f"Trial#{trial_id} has already finished and can not be updated.")
         return False
 
-    def set_trial_intermediate_value(self, trial_id: int, step: int,
-                                     intermediate_value: float) -> None:
-        return self._retry("set_trial_intermediate_value",
-                           super().set_trial_intermediate_value, trial_id, step,
-                           intermediate_value)
-
-    def set_trial_user_attr(self, trial_id: int, key: str, value: Any) -> None:
-        return self._retry("set_trial_user_attr", super().set_trial_user_attr, trial_id, key,
-                           value)
-
-    def set_trial_system_attr(self, trial_id: int, key: str, value: Any) -> None:
-        return self._retry("set_trial_system_attr", super().set_trial_system_attr, trial_id,
-                           key, value)
-
-    def get_trial(self, trial_id: int) -> FrozenTrial:
-        return self._retry("get_trial", super().get_trial, trial_id)
-
-    def get_trial_user_attrs(self, trial_id: int) -> dict[str, Any]:
-        return self._retry("get_trial_user_attrs", super().get_trial_user_attrs, trial_id)
-
-    def get_trial_system_attrs(self, trial_id: int) -> dict[str, Any]:
-        return self._retry("get_trial_system_attrs", super().get_trial_system_attrs,
-                           trial_id)
-
-    def record_heartbeat(self, trial_id: int) -> None:
-        return self._retry("record_heartbeat", super().record_heartbeat, trial_id)
+    set_trial_intermediate_value = retried(RDBStorage.set_trial_intermediate_value)
+    set_trial_user_attr = retried(RDBStorage.set_trial_user_attr)
+    set_trial_system_attr = retried(RDBStorage.set_trial_system_attr)
+    get_trial = retried(RDBStorage.get_trial)
+    get_trial_user_attrs = retried(RDBStorage.get_trial_user_attrs)
+    get_trial_system_attrs = retried(RDBStorage.get_trial_system_attrs)
+    record_heartbeat = retried(RDBStorage.record_heartbeat)
 
 
 def _stored_value(v: float) -> float | None:
