@@ -115,7 +115,7 @@ def plain_parallel(name: str, dims: int, trials: int, workers: int, seed: int,
                  for k, share in enumerate(shares) if share]
         wait_all(procs, "plain parallel tpe", log)
         best = float(optuna.load_study(study_name="bench-tpe", storage=storage).best_value)
-        storage.close()
+        storage.engine.dispose()
     return best
 
 

@@ -82,7 +82,7 @@ def enqueue_loop(n_plan: int, n_loop: int) -> dict[str, Any]:
             i, params = next(sets)
             study.enqueue_trial(params, user_attrs={INDEX_ATTR: i})
         wall = time.perf_counter() - t0
-        storage.close()
+        storage.engine.dispose()
     return {"n": n_loop, "wall_s": wall, "per_trial_ms": wall / n_loop * 1000.0,
             "extrapolated_to": n_plan, "extrapolated_wall_s": wall / n_loop * n_plan,
             "extrapolated": n_loop < n_plan}
