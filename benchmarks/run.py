@@ -92,7 +92,7 @@ SIZES: dict[str, dict[str, Any]] = {
 }
 
 SECTIONS = ("startup", "scaling", "duplicates", "connections", "overhead", "quality",
-            "methods", "proxy")
+            "methods", "proxy", "compute")
 
 
 def _section(name: str) -> Callable[[dict[str, Any], Callable[[str], None]],
@@ -190,6 +190,9 @@ def section_block(result: dict[str, Any], section: str) -> str:
              "", "| item | measured | target | result |", "|---|---|---|---|"]
     lines += [f"| {_md_cell(r['item'])} | {_md_cell(r['measured'])} | {_md_cell(r['target'])} "
               f"| {r['status']} |" for r in rows]
+    # A section may explain its figures: raw["notes"], one bullet each.
+    lines += ["", *(f"- {n}" for n in result["sections"][section]["raw"]["notes"])] \
+        if result["sections"][section].get("raw", {}).get("notes") else []
     return "\n".join([*lines, end])
 
 
@@ -220,6 +223,8 @@ def notes(result: dict[str, Any]) -> list[str]:
 
     out: list[str] = []
     sec = result["sections"]
+    for part in sec.values():  # a section's own notes (raw["notes"]), e.g. compute's
+        out += part.get("raw", {}).get("notes", [])
     start = sec.get("startup", {}).get("raw", {})
     if start:
         pt = start["per_trial"]
@@ -275,7 +280,7 @@ def main(argv: list[str] | None = None) -> int:
 
     name = "full" if args.full else "quick" if args.quick else "tiny" if args.tiny \
         else "default"
-    sizes = dict(SIZES[name])
+    sizes = dict(SIZES[name], size=name)  # sections with sizes of their own key on the name
     only = [s.strip() for s in args.only.split(",")] if args.only else list(SECTIONS)
     unknown = [s for s in only if s not in SECTIONS]
     if unknown:
