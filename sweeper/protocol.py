@@ -60,6 +60,14 @@ STARTED_ATTR = "sweeper:started_at"
 FAILED_FOR_GOOD_ATTR = "sweeper:failed_for_good"
 #: Outcome state of a runner that found the sweep stopped: it created no trial.
 STOPPED = "STOPPED"
+#: Trial user attr (``scheduler:``): the rung k (0 = the first) at which the trial paused
+#: last; kept when it is promoted and when the sweep's end prunes it.
+RUNG_ATTR = "sweeper:rung"
+#: Trial user attr: True while the trial is paused at its rung (WAITING, its checkpoint kept)
+#: for whoever claims its promotion; False once claimed.
+PAUSED_ATTR = "sweeper:paused"
+#: Outcome state of a runner whose trial paused at a rung (the index is done for now).
+PAUSED = "PAUSED"
 #: Study user attr: how many Kubernetes Jobs this sweep has launched (the next resume's N).
 LAUNCHES_ATTR = "sweeper:k8s_launches"
 #: Study user attr: the backend of the latest launch (``local`` or ``kubernetes``), so that

@@ -21,6 +21,7 @@ from sweeper.spec._kubernetes import _TOLERATION_KEYS, _VOLUME_KEYS, K8S_KEYS
 from sweeper.spec._metrics import _METRICS_KEYS
 from sweeper.spec._parameters import _PARAM_KEYS
 from sweeper.spec._primitives import command_placeholders, parse_duration
+from sweeper.spec._scheduler import SCHEDULER_KEYS, durable_checkpoints_error
 from sweeper.spec._stop import STOP_KEYS
 from sweeper.spec._validate import (
     _RESOURCE_KEYS,
@@ -47,6 +48,7 @@ from sweeper.spec.model import (
     Pruner,
     Resources,
     Scalar,
+    SchedulerSpec,
     StopSpec,
     SweepSpec,
     TrialSpec,
@@ -64,6 +66,7 @@ SPEC_KEYS: Mapping[str, tuple[str, ...]] = {
     "trial.metrics": _METRICS_KEYS,
     "parameters.NAME": _PARAM_KEYS,
     "stop": STOP_KEYS,
+    "scheduler": SCHEDULER_KEYS,
     "artifacts": _ARTIFACT_KEYS,
     "data": _DATA_KEYS,
     "kubernetes": K8S_KEYS,
@@ -90,11 +93,13 @@ __all__ = [
     "Pruner",
     "Resources",
     "Scalar",
+    "SchedulerSpec",
     "StopSpec",
     "SweepSpec",
     "TrialSpec",
     "Volume",
     "command_placeholders",
+    "durable_checkpoints_error",
     "load_spec",
     "load_stored",
     "parse_duration",

@@ -39,6 +39,7 @@ from sweeper.spec._sampler import (
     sampler_options,
     sampler_warnings,
 )
+from sweeper.spec._scheduler import scheduler_spec
 from sweeper.spec._stop import stop_spec
 from sweeper.spec._yaml import Path_, _Doc, _load_yaml, read_text
 from sweeper.spec.grid import grid_size_of
@@ -61,7 +62,7 @@ from sweeper.spec.stored import stored_schema
 
 _TOP_KEYS = ("name", "description", "method", "objective", "trials", "parallelism", "seed",
              "sampler", "pruner", "storage", "trial", "parameters", "kubernetes", "artifacts",
-             "data", "stop")
+             "data", "stop", "scheduler")
 _TRIAL_KEYS = ("entrypoint", "command", "fixed", "retries", "timeout", "resources", "launcher",
                "nproc", "nodes", "metrics")
 _RESOURCE_KEYS = ("gpu", "cpu", "memory")
@@ -149,12 +150,13 @@ class _Validator(Checks):
         artifacts = artifacts_section(self, m.get("artifacts"), ("artifacts",))
         dataset = data_section(self, m.get("data"), ("data",), artifacts)
         stop = stop_spec(self, m.get("stop"), ("stop",), objectives)
+        scheduler = scheduler_spec(self, m.get("scheduler"), ("scheduler",), pruner, objectives)
         return SweepSpec(
             name=name, method=method, objectives=objectives,  # type: ignore[arg-type]
             trials=trials, parameters=params, trial=trial, parallelism=parallelism, seed=seed,
             sampler=sampler, pruner=pruner, storage=storage, description=description,
             kubernetes=kube, artifacts=artifacts, data=dataset, source=self.doc.source,
-            warnings=warned, stop=stop)
+            warnings=warned, stop=stop, scheduler=scheduler)
 
     def name(self, value: Any, path: Path_) -> str:
         name = self.string(value, path)

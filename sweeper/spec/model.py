@@ -102,6 +102,40 @@ class Pruner:
     options: Mapping[str, Any] = field(default_factory=dict)
 
 
+SCHEDULER_TYPES = ("asha",)
+SCHEDULER_MODES = ("promotion",)
+
+
+@dataclass(frozen=True)
+class SchedulerSpec:
+    """``scheduler:``: promotion ASHA (a trial pauses at a rung with its checkpoint, resumed
+    when it ranks in the top 1/eta there); ``type`` none: no scheduler. In the spec hash."""
+
+    type: str = "none"
+    mode: str = "promotion"
+    min_resource: int = 1
+    max_resource: int = 1
+    reduction_factor: int = 3
+
+    @property
+    def enabled(self) -> bool:
+        return self.type != "none"
+
+    @property
+    def rung_steps(self) -> tuple[int, ...]:
+        """The step that ends each rung: min_resource * eta**k below max_resource."""
+        out: list[int] = []
+        step = self.min_resource
+        while self.enabled and step < self.max_resource:
+            out.append(step)
+            step *= self.reduction_factor
+        return tuple(out)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"type": self.type, "mode": self.mode, "min_resource": self.min_resource,
+                "max_resource": self.max_resource, "reduction_factor": self.reduction_factor}
+
+
 LAUNCHERS = ("process", "torchrun")
 
 
@@ -216,6 +250,7 @@ class SweepSpec:
     artifacts: ArtifactsSpec = field(default_factory=ArtifactsSpec)
     data: DataSpec = field(default_factory=DataSpec)
     stop: StopSpec = field(default_factory=StopSpec)
+    scheduler: SchedulerSpec = field(default_factory=SchedulerSpec)
     #: Where the spec came from (a path or "<study NAME>"), for messages; not part of the sweep.
     source: str = field(default="<spec>", compare=False)
     #: The spec file's directory (absolute), against which relative paths in the spec resolve
@@ -262,6 +297,8 @@ class SweepSpec:
         identity["trial"] = {k: d["trial"].get(k) for k in ("entrypoint", "command", "fixed")}
         # sort_keys below loses the YAML order, which decides grid point i and random set i.
         identity["parameter_order"] = list(d["parameters"])
+        if "scheduler" in d:  # only when set: earlier sweeps keep their hash
+            identity["scheduler"] = d["scheduler"]
         blob = json.dumps(identity, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
@@ -307,6 +344,8 @@ def _spec_to_dict(s: SweepSpec) -> dict[str, Any]:
     passed = {key: _plain_copy(kube.pop(key)) for key in ("affinity", "pod_template")
               if key in kube}
     objective: Any = [{"metric": o.metric, "direction": o.direction} for o in s.objectives]
+    # Only when set: the records (and hashes) of sweeps without one stay as they were.
+    scheduler = {"scheduler": s.scheduler.to_dict()} if s.scheduler.enabled else {}
     return {
         # Outside spec_hash's keys: stamping the version changed no sweep's hash.
         SCHEMA_KEY: STORED_SCHEMA,
@@ -324,6 +363,7 @@ def _spec_to_dict(s: SweepSpec) -> dict[str, Any]:
         "stop": _drop_none({"value": s.stop.value, "patience": s.stop.patience,
                             "max_failed_trials": s.stop.max_failed_trials,
                             "max_duration": s.stop.max_duration}),
+        **scheduler,
     }
 
 

@@ -23,6 +23,8 @@ from sweeper.spec.model import (
     DIRECTIONS,
     LAUNCHERS,
     METHODS,
+    SCHEDULER_MODES,
+    SCHEDULER_TYPES,
     SCHEMA_KEY,
     STORED_SCHEMA,
     ArtifactsSpec,
@@ -32,6 +34,7 @@ from sweeper.spec.model import (
     Parameter,
     Pruner,
     Resources,
+    SchedulerSpec,
     StopSpec,
     SweepSpec,
     TrialSpec,
@@ -136,7 +139,8 @@ class _Reader:
     def spec(self, m: dict[str, Any]) -> SweepSpec:
         self.mapping(m, (), ("name", "description", "method", "objective", "trials",
                              "parallelism", "seed", "sampler", "pruner", "storage", "trial",
-                             "parameters", "kubernetes", "artifacts", "data", "stop"))
+                             "parameters", "kubernetes", "artifacts", "data", "stop",
+                             "scheduler"))
         pruner = dict(self.get(m, "pruner", (), "dict", {}))
         return SweepSpec(
             name=self.get(m, "name", (), "str"), method=self.choice(m, "method", (), METHODS),
@@ -154,6 +158,7 @@ class _Reader:
             artifacts=self.artifacts(self.get(m, "artifacts", (), "dict", {})),
             data=self.data(self.get(m, "data", (), "dict", {})),
             stop=self.stop(self.get(m, "stop", (), "dict", {})),
+            scheduler=self.scheduler(self.get(m, "scheduler", (), "dict", {})),
             source=self.doc.source)
 
     def objectives(self, m: Mapping[str, Any]) -> tuple[Objective, ...]:
@@ -292,6 +297,18 @@ class _Reader:
                         patience=self.get(m, "patience", path, "int", None),
                         max_failed_trials=self.get(m, "max_failed_trials", path, "int", None),
                         max_duration=_float(self.get(m, "max_duration", path, "number", None)))
+
+    def scheduler(self, m: dict[str, Any]) -> SchedulerSpec:
+        if not m:
+            return SchedulerSpec()
+        path: Path_ = ("scheduler",)
+        self.mapping(m, path, ("type", "mode", "min_resource", "max_resource",
+                               "reduction_factor"))
+        return SchedulerSpec(type=self.choice(m, "type", path, SCHEDULER_TYPES),
+                             mode=self.choice(m, "mode", path, SCHEDULER_MODES),
+                             min_resource=self.get(m, "min_resource", path, "int"),
+                             max_resource=self.get(m, "max_resource", path, "int"),
+                             reduction_factor=self.get(m, "reduction_factor", path, "int"))
 
 
 def _float(value: float | int | None) -> float | None:

@@ -27,6 +27,7 @@ from sweeper.study.values import (
     Attempt,
     Created,
     IndexStatus,
+    RungTrial,
     StopState,
     StudyStats,
     SweepSummary,
@@ -73,10 +74,30 @@ class IndexStore(Protocol):
         """RUNNING -> FAIL with ``reason``; False if the trial had already finished."""
 
     def fail_stale_trials(self, study_id: int, grace_s: float) -> list[int]:
-        """FAIL the RUNNING trials whose heartbeat is older than ``grace_s``; their ids."""
+        """FAIL the RUNNING trials whose heartbeat is older than ``grace_s``; their ids. A
+        promoted trial (one with a rung) goes back to WAITING, paused, instead
+        (:meth:`requeue_stale`): its promotion is claimed again."""
 
     def record_heartbeat(self, trial_id: int) -> None:
         """The runner's heartbeat for a RUNNING trial."""
+
+    # ---- a scheduler's pauses (scheduler: promotion ASHA)
+
+    def rung_trials(self, study_id: int, steps: list[int]) -> list[RungTrial]:
+        """Every trial with an intermediate value at one of ``steps`` or a rung it paused at
+        (its values at those steps, its pause, its heartbeat's age): one query."""
+
+    def pause(self, trial_id: int, rung: int, token: str | None = None) -> bool:
+        """RUNNING -> WAITING, paused at ``rung`` with its checkpoint kept; False if the trial
+        was not RUNNING. Its promotion is claimed with :meth:`claim`."""
+
+    def requeue_stale(self, study_id: int, grace_s: float) -> list[int]:
+        """Promoted trials (RUNNING, with a rung) whose heartbeat is older than ``grace_s``
+        back to WAITING, paused at their rung; their ids."""
+
+    def finish_paused(self, study_id: int) -> list[int]:
+        """The sweep's end: every paused trial WAITING -> PRUNED (its rung kept); the ids this
+        call finished."""
 
     # ---- the sweep record and its stop
 

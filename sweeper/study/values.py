@@ -109,6 +109,24 @@ class IndexStatus:
 
 
 @dataclass(frozen=True)
+class RungTrial:
+    """A trial as the scheduler sees it (``IndexStore.rung_trials``): its intermediate values
+    at the rung steps asked for, and its pause."""
+
+    trial_id: int
+    number: int
+    index: int | None
+    state: TrialState
+    #: ``sweeper:rung``: the rung it paused at last (None: it never paused).
+    rung: int | None
+    #: WAITING with ``sweeper:paused`` true: paused, its promotion unclaimed.
+    paused: bool
+    heartbeat_age_s: float | None  # seconds since the last heartbeat (RUNNING trials)
+    #: (step, intermediate value) at the steps asked for.
+    values: tuple[tuple[int, float], ...]
+
+
+@dataclass(frozen=True)
 class SweepSummary:
     """One study of a storage for ``sweeper list``. ``is_sweep`` is False for an Optuna study
     that sweeper did not create (no record: no method, no indexes)."""

@@ -11,7 +11,7 @@ from typing import Any
 from optuna.distributions import BaseDistribution
 
 from sweeper.spec import SweepSpec
-from sweeper.study.sql import artifacts, oneshot, record, stats, stop, summaries
+from sweeper.study.sql import artifacts, oneshot, paused, record, stats, stop, summaries
 from sweeper.study.sql import index as steps
 from sweeper.study.sql import trials as rows
 from sweeper.study.sql.storage import RetryingRDBStorage
@@ -19,6 +19,7 @@ from sweeper.study.values import (
     Attempt,
     Created,
     IndexStatus,
+    RungTrial,
     StopState,
     StudyStats,
     SweepSummary,
@@ -53,7 +54,22 @@ class SqlStore(RetryingRDBStorage):
         return steps.mark_failed(self, trial_id, reason, token=token)
 
     def fail_stale_trials(self, study_id: int, grace_s: float) -> list[int]:
+        paused.requeue_stale(self, study_id, grace_s)  # promotions are claimed again, not failed
         return steps.fail_stale_trials(self, study_id, grace_s)
+
+    # ---- a scheduler's pauses
+
+    def rung_trials(self, study_id: int, steps: list[int]) -> list[RungTrial]:
+        return paused.rung_trials(self, study_id, steps)
+
+    def pause(self, trial_id: int, rung: int, token: str | None = None) -> bool:
+        return paused.pause(self, trial_id, rung, token=token)
+
+    def requeue_stale(self, study_id: int, grace_s: float) -> list[int]:
+        return paused.requeue_stale(self, study_id, grace_s)
+
+    def finish_paused(self, study_id: int) -> list[int]:
+        return paused.finish_paused(self, study_id)
 
     # ---- the sweep record and its stop
 
