@@ -120,6 +120,7 @@ def test_the_digits_example_trains_with_ddp(tmp_path: Path) -> None:
     assert trial.state == TrialState.COMPLETE and trial.value > 0.8
     assert sorted(trial.intermediate_values) == [0, 1, 2, 3]
     assert trial.user_attrs[protocol.DEVICE_ATTR] == "cpu"
+    assert trial.user_attrs["train_samples_per_s"] > 0  # the returned throughput, all ranks
     # rank 0 alone saved the model and the checkpoints
     assert len([a for a in trial.system_attrs if a.startswith("artifacts:")]) == 1
     key = load_sweep(open_storage(_url(tmp_path)), "digits-ddp").state_key

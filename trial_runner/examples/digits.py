@@ -4,13 +4,15 @@ Reports val_loss and val_accuracy every epoch, saves a checkpoint per epoch (a r
 attempt resumes from it), honours the pruner, and uses the GPU when there is one (data on
 the device, ``ctx.autocast()``: bf16 on CUDA that has it, fp16 with a GradScaler otherwise).
 Under ``launcher: torchrun`` it trains with DistributedDataParallel, each rank on its share
-of every batch. The final model's state_dict is saved as an artifact (``model.pt``; fixed
+of every batch. It returns its training throughput (``train_samples_per_s``, all ranks
+together), which the runner stores as a user attr. The final model's state_dict is saved as an artifact (``model.pt``; fixed
 param ``save_model: false`` turns that off).
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any
 
 from trial_runner.context import TrialContext
@@ -87,10 +89,12 @@ def train(ctx: TrialContext) -> dict[str, float]:
     ctx.set("start_epoch", start)
 
     val_loss = val_acc = float("nan")
+    trained, train_s = 0, 0.0  # samples and seconds of the training steps (not evaluation)
     generator = torch.Generator(device="cpu").manual_seed(ctx.index)
     for epoch in range(start, epochs):
         net.train()
         order = torch.randperm(len(x_train), generator=generator).to(device)
+        began = time.perf_counter()
         for i in range(0, len(order), batch):
             if len(order[i:i + batch]) < world:
                 continue  # too small to share out (the same on every rank)
@@ -101,6 +105,10 @@ def train(ctx: TrialContext) -> dict[str, float]:
             scaler.scale(loss).backward()
             scaler.step(opt)
             scaler.update()
+            trained += len(idx) * world
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        train_s += time.perf_counter() - began
         model.eval()
         with torch.no_grad(), ctx.autocast():
             logits = model(x_val).float()
@@ -127,4 +135,6 @@ def train(ctx: TrialContext) -> dict[str, float]:
         except ArtifactError as e:  # the metrics are still the result; say why there is no model
             logger.error("%s", e)
             ctx.set("model_artifact_error", str(e)[:500])
-    return {"val_accuracy": val_acc, "val_loss": val_loss}
+    # Throughput of the training steps, all ranks together (a user attr in the dashboard).
+    rate = round(trained / train_s, 1) if train_s > 0 else None
+    return {"val_accuracy": val_acc, "val_loss": val_loss, "train_samples_per_s": rate}
