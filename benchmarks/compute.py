@@ -1,14 +1,298 @@
-"""Compute to a target (issue 29): total training epochs to reach a validation score.
+"""Compute to a target (issue 29): total training epochs, the GPU-time proxy, that a sweep
+spends before some trial reaches a given validation score, at W parallel workers, over seeds.
 
-Placeholder while the measurement is written; it measures nothing yet."""
+Variants, each on the same N configurations (sweeper's planned ``random`` sets of the seed,
+enqueued in the same order for plain Optuna), so they differ only in how they spend epochs:
+
+* ``none``: sweeper, ``pruner: {type: none}``: every trial trains to the end;
+* ``hyperband``: sweeper's stopping pruner, ``pruner: {type: hyperband, min_resource,
+  max_resource, reduction_factor}``;
+* ``plain hyperband``: plain Optuna, ``HyperbandPruner`` with the same settings, W processes on
+  one study (``benchmarks.compute_plain``);
+* ``asha``: sweeper's promotion ASHA, ``scheduler: {type: asha, mode: promotion, min_resource,
+  max_resource, reduction_factor}``: a trial pauses at a rung with its checkpoint and is resumed
+  when promoted. Where this sweeper has no ``scheduler:`` yet, its row says so (INFO).
+
+PBT is not measured: it is not built yet.
+
+Tasks (``benchmarks.curves``): the synthetic learning-curve family, and the digits MLP. Epochs
+are counted by the trials themselves (a ledger line per step trained, see
+``benchmarks.curves``). The target of a (task, seed) is the top-10 % score of the ``none`` run
+of that seed: the ceil(N/10)-th best, over its N trials, of the best score a trial reached at
+any step (synthetic: the noise-free curve; digits: the reported validation loss). So ``none``
+always reaches it, and "reaching the same score" means finding a configuration as good as the
+best tenth of the sample.
+"""
 
 from __future__ import annotations
 
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
 from collections.abc import Callable
+from contextlib import contextmanager
+from functools import partial
+from pathlib import Path
 from typing import Any
 
-from benchmarks.common import Row
+from benchmarks import curves
+from benchmarks.common import (
+    REPO,
+    Disturbed,
+    Row,
+    fresh_database,
+    plain_env,
+    undisturbed,
+    verdict,
+    wait_all,
+)
+
+VARIANTS = ("none", "hyperband", "plain_hyperband", "asha")
+LABELS = {"none": "no pruning", "hyperband": "sweeper hyperband",
+          "plain_hyperband": "plain Optuna HyperbandPruner", "asha": "sweeper promotion ASHA"}
+TASKS = {"curve": ("benchmarks.curves:curve", curves.CURVE_SPACE),
+         "digits": ("benchmarks.curves:digits", curves.DIGITS_SPACE)}
+#: The target: as good as the best tenth of the seed's configurations, fully trained.
+TOP_FRACTION = 0.1
+#: The issue's target: promotion ASHA's epochs to the target <= this times hyperband's.
+TARGET_RATIO = 0.5
+
+#: trials N, steps (= max_resource), workers W, seeds, seconds per synthetic step, tasks.
+SIZES: dict[str, dict[str, Any]] = {
+    "tiny": {"trials": 9, "steps": 9, "w": 2, "seeds": 1, "step_s": 0.0, "tasks": ("curve",)},
+    "quick": {"trials": 27, "steps": 27, "w": 8, "seeds": 1, "step_s": 0.02,
+              "tasks": ("curve",)},
+    "default": {"trials": 27, "steps": 27, "w": 8, "seeds": 3, "step_s": 0.05,
+                "tasks": ("curve", "digits")},
+    "full": {"trials": 81, "steps": 27, "w": 8, "seeds": 10, "step_s": 0.05,
+             "tasks": ("curve", "digits")},
+}
+MIN_RESOURCE, REDUCTION_FACTOR = 1, 3
+
+
+def schedule(steps: int) -> dict[str, int]:
+    return {"min_resource": MIN_RESOURCE, "max_resource": steps,
+            "reduction_factor": REDUCTION_FACTOR}
+
+
+def spec_for(task: str, variant: str, size: dict[str, Any], seed: int,
+             ledger: str) -> dict[str, Any]:
+    """The sweep of one (task, variant, seed); plain Optuna's runs enqueue its sets."""
+    entrypoint, space = TASKS[task]
+    fixed: dict[str, Any] = {"steps": size["steps"], "step_s": size["step_s"], "seed": seed,
+                             "ledger": ledger}
+    if task == "digits":
+        fixed = {"epochs": size["steps"], "seed": seed, "ledger": ledger, "threads": 1,
+                 "save_model": False}
+    spec: dict[str, Any] = {
+        "name": f"compute-{task}-{variant.replace('_', '-')}", "method": "random",
+        "trials": size["trials"], "parallelism": size["w"], "seed": seed,
+        "objective": {"metric": "val_loss", "direction": "minimize"},
+        "trial": {"entrypoint": entrypoint, "fixed": fixed, "retries": 0},
+        "parameters": space, "pruner": {"type": "none"}}
+    if variant in ("hyperband", "plain_hyperband"):
+        spec["pruner"] = {"type": "hyperband", **schedule(size["steps"])}
+    elif variant == "asha":
+        spec["scheduler"] = {"type": "asha", "mode": "promotion", **schedule(size["steps"])}
+    return spec
+
+
+def asha_available() -> str | None:
+    """None when this sweeper takes ``scheduler: {type: asha, mode: promotion}``; else why not."""
+    from sweeper.errors import SweeperError
+    from sweeper.spec import parse_spec_dict
+
+    try:
+        parse_spec_dict(spec_for("curve", "asha", SIZES["tiny"], 0, "/tmp"), source="<probe>")
+    except SweeperError as e:
+        return str(e).splitlines()[0][:200]
+    return None
+
+
+@contextmanager
+def _checkpoints_in(root: Path) -> Any:
+    """The local backend's checkpoint root for one run (gone with the run's temp dir)."""
+    from sweeper import protocol
+
+    before = os.environ.get(protocol.ENV_CHECKPOINT_DIR)
+    os.environ[protocol.ENV_CHECKPOINT_DIR] = str(root)
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(protocol.ENV_CHECKPOINT_DIR, None)
+        else:
+            os.environ[protocol.ENV_CHECKPOINT_DIR] = before
+
+
+def _sweeper_run(spec: dict[str, Any], tmp: Path) -> dict[str, int]:
+    from benchmarks.sweeps import run_sweep
+
+    with fresh_database("compute") as (_, url), _checkpoints_in(tmp / "checkpoints"):
+        return run_sweep(url, spec, log_root=tmp).counts
+
+
+def _plain_run(spec: dict[str, Any], tmp: Path) -> dict[str, int]:
+    """W plain-Optuna processes over the sweep's own planned sets, enqueued in index order."""
+    import optuna
+    from optuna.distributions import distribution_to_json
+
+    from benchmarks.common import optuna_storage
+    from sweeper.space import distributions, random_point
+    from sweeper.spec import parse_spec_dict
+
+    parsed = parse_spec_dict(spec, source="<benchmark>")
+    with fresh_database("compute_plain") as (_, url):
+        storage = optuna_storage(url)
+        study = optuna.create_study(study_name=spec["name"], storage=storage)
+        for i in range(parsed.trials):
+            study.enqueue_trial(random_point(parsed, i), user_attrs={"index": i})
+        job = {"url": url, "study": spec["name"], "seed": spec["seed"],
+               "pruner": {k: v for k, v in spec["pruner"].items() if k != "type"},
+               "distributions": {k: distribution_to_json(d)
+                                 for k, d in distributions(parsed).items()},
+               "entrypoint": spec["trial"]["entrypoint"], "fixed": spec["trial"]["fixed"],
+               "metric": "val_loss"}
+        log = tmp / "plain.log"
+        env = dict(plain_env(), SWEEPER_BENCH_JOB=json.dumps(job))  # not argv: a password
+        with open(log, "ab") as out:
+            procs = [subprocess.Popen([sys.executable, "-m", "benchmarks.compute_plain"],
+                                      cwd=REPO, env=env, stdin=subprocess.DEVNULL, stdout=out,
+                                      stderr=out) for _ in range(spec["parallelism"])]
+        wait_all(procs, f"plain {spec['name']}", log)
+        counts: dict[str, int] = {}
+        for t in study.get_trials(deepcopy=False):
+            if t.user_attrs.get("index") is not None:
+                counts[t.state.name] = counts.get(t.state.name, 0) + 1
+        storage.engine.dispose()
+    return counts
+
+
+def one_run(task: str, variant: str, size: dict[str, Any], seed: int) -> dict[str, Any]:
+    """Run one sweep; its trials by state and its ledger, in time order."""
+    with tempfile.TemporaryDirectory(prefix="sweeper-compute-") as tmp:
+        ledger = Path(tmp) / "ledger"
+        ledger.mkdir()
+        spec = spec_for(task, variant, size, seed, str(ledger))
+        counts = _plain_run(spec, Path(tmp)) if variant == "plain_hyperband" \
+            else _sweeper_run(spec, Path(tmp))
+        if counts.get("COMPLETE", 0) + counts.get("PRUNED", 0) != size["trials"]:
+            raise Disturbed(f"compute {task} {variant} seed {seed}: trials by state {counts}")
+        events = curves.read_ledger(ledger)
+    return {"counts": counts, "events": [[e.index, e.step, e.score] for e in events]}
+
+
+# --------------------------------------------------------------------------- figures
+
+
+def _events(run: dict[str, Any]) -> list[curves.Event]:
+    return [curves.Event(float(k), i, s, q, q) for k, (i, s, q) in enumerate(run["events"])]
+
+
+def figures(runs: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """Per variant of one (task, seed): epochs in all, epochs to the target (None: not
+    reached), the best score; the target from the ``none`` run."""
+    target = curves.top_fraction_score(curves.best_by_index(_events(runs["none"])).values(),
+                                       TOP_FRACTION)
+    out: dict[str, Any] = {"target": target, "variants": {}}
+    for variant, run in runs.items():
+        events = _events(run)
+        out["variants"][variant] = {
+            "epochs": len(events), "to_target": curves.epochs_to_target(events, target),
+            "best": min((e.score for e in events), default=float("nan")),
+            "counts": run["counts"]}
+    return out
+
+
+def not_in_effect(per_seed: list[dict[str, Any]], variants: tuple[str, ...]) -> str | None:
+    """Why the ASHA runs measured no promotion ASHA, when they did not: a sweeper whose spec
+    takes ``scheduler:`` but whose runners pause nothing ends every trial COMPLETE (a working
+    one ends the trials left paused at the sweep's end PRUNED)."""
+    if "asha" not in variants:
+        return None
+    if any(f["variants"]["asha"]["counts"].get("PRUNED") for f in per_seed):
+        return None
+    return ("its spec takes scheduler: but no trial was paused: every trial "
+            "trained to the end")
+
+
+def _mean_to_target(per_seed: list[dict[str, Any]], variant: str) -> tuple[float, int]:
+    """Mean epochs to the target over the seeds that reached it, and how many did."""
+    hits = [f["variants"][variant]["to_target"] for f in per_seed
+            if f["variants"][variant]["to_target"] is not None]
+    return (statistics.fmean(hits) if hits else float("nan")), len(hits)
+
+
+def rows_for(task: str, size: dict[str, Any], per_seed: list[dict[str, Any]],
+             variants: tuple[str, ...], missing: str | None) -> list[Row]:
+    n, seeds = len(per_seed), size["seeds"]
+    where = (f"{task}, N={size['trials']} trials x {size['steps']} steps, W={size['w']}, "
+             f"{seeds} seed(s)")
+    rows = []
+    for variant in variants:
+        to, hit = _mean_to_target(per_seed, variant)
+        total = statistics.fmean(f["variants"][variant]["epochs"] for f in per_seed)
+        rows.append(Row(f"compute: {LABELS[variant]} ({where})",
+                        f"epochs to target {to:.0f} (reached in {hit}/{n} seeds); "
+                        f"epochs in all {total:.0f}", "-", "INFO",
+                        {"task": task, "variant": variant, "to_target": to, "reached": hit,
+                         "epochs": total}))
+    target = f"promotion ASHA <= {TARGET_RATIO}x hyperband's epochs to target"
+    if missing is not None:
+        rows.append(Row(f"compute: promotion ASHA vs hyperband ({where})",
+                        f"not measured: this sweeper has no promotion ASHA yet ({missing})",
+                        target, "INFO"))
+        return rows
+    asha, asha_hit = _mean_to_target(per_seed, "asha")
+    hb, hb_hit = _mean_to_target(per_seed, "hyperband")
+    ratio = asha / hb if hb_hit and asha_hit else float("nan")
+    ok = asha_hit == n and ratio <= TARGET_RATIO
+    rows.append(Row(f"compute: promotion ASHA vs hyperband ({where})",
+                    f"{ratio:.2f}x ({asha:.0f} vs {hb:.0f} epochs; reached {asha_hit}/{n} vs "
+                    f"{hb_hit}/{n})", target, verdict(ok),
+                    {"task": task, "ratio": ratio}))
+    return rows
+
+
+def notes_for(task: str, per_seed: list[dict[str, Any]], variants: tuple[str, ...],
+              missing: str | None) -> list[str]:
+    targets = ", ".join(f"{f['target']:.3f}" for f in per_seed)
+    parts = []
+    for v in variants:
+        tos = [f["variants"][v]["to_target"] for f in per_seed]
+        parts.append(f"{LABELS[v]} " + "/".join("-" if t is None else str(t) for t in tos)
+                     + " of " + "/".join(str(f["variants"][v]["epochs"]) for f in per_seed))
+    out = [f"compute {task}: targets (top {TOP_FRACTION:.0%} of the no-pruning run's "
+           f"configurations, validation loss) per seed {targets}; epochs to target of epochs "
+           f"in all, per seed: " + "; ".join(parts) + "."]
+    if missing is not None:
+        out.append(f"compute {task}: promotion ASHA not run: {missing}")
+    return out
 
 
 def run(sizes: dict[str, Any], log: Callable[[str], None]) -> tuple[list[Row], dict[str, Any]]:
-    return [], {"notes": []}
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    size = dict(SIZES[sizes.get("size", "default")])
+    missing = asha_available()
+    variants = tuple(v for v in VARIANTS if v != "asha" or missing is None)
+    rows: list[Row] = []
+    raw: dict[str, Any] = {"size": size, "variants": variants, "asha_missing": missing,
+                           "tasks": {}, "notes": []}
+    for task in size["tasks"]:
+        per_seed = []
+        for seed in range(size["seeds"]):
+            log(f"compute: {task} seed {seed}: {', '.join(variants)}")
+            runs = {v: undisturbed(partial(one_run, task, v, size, seed),
+                                   f"compute {task} {v} seed {seed}", log) for v in variants}
+            per_seed.append({**figures(runs), "runs": runs})
+        idle = missing or not_in_effect(per_seed, variants)
+        rows += rows_for(task, size, per_seed, variants, idle)
+        raw["notes"] += notes_for(task, per_seed, variants, idle)
+        raw["tasks"][task] = per_seed
+    raw["notes"].append("PBT is not measured: it is not built yet.")
+    return rows, raw
