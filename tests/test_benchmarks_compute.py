@@ -1,0 +1,242 @@
+"""The compute section's pure parts: the synthetic learning-curve family, the epoch ledger and
+epochs to a target, the specs of its variants, and its rows' verdicts. The measurement itself
+runs in tests/test_benchmarks_smoke.py (tiny size, PostgreSQL)."""
+
+from __future__ import annotations
+
+import itertools
+import math
+import random
+import types
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from benchmarks import compute, curves
+from benchmarks.compute_plain import PlainContext
+
+
+def _cfg(lr: float, width: float, warmup: float) -> dict[str, float]:
+    return {"lr": lr, "width": width, "warmup": warmup}
+
+
+# --------------------------------------------------------------------------- the family
+
+
+def test_curves_fall_from_the_start_to_their_floor() -> None:
+    cfg = _cfg(0.03, 0.4, 0.2)
+    values = [curves.quality(cfg, s) for s in range(0, 40)]
+    assert values[0] == pytest.approx(curves.START)
+    assert all(a > b for a, b in itertools.pairwise(values))
+    assert curves.quality(cfg, 1000) == pytest.approx(curves.floor(cfg), abs=1e-9)
+
+
+def test_the_known_optimum_is_the_lowest_floor_of_the_space() -> None:
+    rng = random.Random(3)
+    assert curves.floor(curves.OPTIMUM) == pytest.approx(curves.BEST_FLOOR)
+    for _ in range(500):
+        cfg = _cfg(10 ** rng.uniform(-4, 0), rng.random(), rng.random())
+        assert curves.floor(cfg) >= curves.BEST_FLOOR
+
+
+def test_warmup_slows_a_curve_without_moving_its_end() -> None:
+    fast, slow = _cfg(0.01, 1.0, 0.0), _cfg(0.01, 1.0, 1.0)
+    assert curves.floor(fast) == curves.floor(slow)
+    assert curves.quality(slow, 3) > curves.quality(fast, 3)
+
+
+def test_early_ranking_is_only_partly_that_of_the_end() -> None:
+    """The interesting case for promotion vs stopping: early steps predict the end somewhat,
+    more so the later the step."""
+    rng = random.Random(0)
+    cfgs = [_cfg(10 ** rng.uniform(-4, 0), rng.random(), rng.random()) for _ in range(400)]
+    end = [curves.quality(c, 27) for c in cfgs]
+    rho = [curves.spearman([curves.quality(c, s) for c in cfgs], end) for s in (1, 3, 9)]
+    assert 0.0 < rho[0] < rho[2] < 0.95
+
+
+def test_noise_is_a_function_of_seed_index_and_step() -> None:
+    assert curves.noise(1, 2, 3) == curves.noise(1, 2, 3)
+    assert len({curves.noise(1, 2, 3), curves.noise(1, 2, 4), curves.noise(1, 3, 3),
+                curves.noise(2, 2, 3)}) == 4
+
+
+def test_spearman() -> None:
+    assert curves.spearman([1, 2, 3, 4], [10, 20, 30, 40]) == pytest.approx(1.0)
+    assert curves.spearman([1, 2, 3, 4], [4, 3, 2, 1]) == pytest.approx(-1.0)
+    assert math.isnan(curves.spearman([1.0], [2.0]))
+
+
+# --------------------------------------------------------------------------- the ledger
+
+
+def _ev(t: float, index: int, step: int, score: float) -> curves.Event:
+    return curves.Event(t, index, step, score, score)
+
+
+def test_epochs_to_target_counts_every_step_before_the_first_hit_in_time_order() -> None:
+    events = [_ev(3.0, 1, 1, 0.4), _ev(1.0, 0, 1, 0.9), _ev(2.0, 0, 2, 0.7),
+              _ev(4.0, 1, 2, 0.2), _ev(5.0, 0, 3, 0.1)]
+    assert curves.epochs_to_target(events, 0.5) == 3  # (0,1), (0,2), then (1,1) hits
+    assert curves.epochs_to_target(events, 0.2) == 4
+    assert curves.epochs_to_target(events, 0.05) is None
+
+
+def test_top_fraction_score_is_the_kth_best() -> None:
+    scores = [0.9, 0.1, 0.5, 0.3, 0.7, 0.2, 0.8, 0.4, 0.6, 1.0, 1.1]
+    assert curves.top_fraction_score(scores, 0.1) == 0.2  # ceil(1.1) = 2nd best
+    assert curves.top_fraction_score([0.3], 0.1) == 0.3
+    with pytest.raises(ValueError):
+        curves.top_fraction_score([], 0.1)
+
+
+def test_best_by_index_and_steps_per_index() -> None:
+    events = [_ev(1, 0, 1, 0.9), _ev(2, 0, 2, 0.5), _ev(3, 1, 1, 0.7), _ev(4, 0, 3, 0.6)]
+    assert curves.best_by_index(events) == {0: 0.5, 1: 0.7}
+    assert curves.steps_per_index(events) == {0: 3, 1: 1}
+
+
+def test_ledger_files_of_several_processes_read_back_in_time_order(tmp_path: Path) -> None:
+    curves.record(tmp_path, 0, 1, 0.9, 0.8)
+    (tmp_path / "other.jsonl").write_text(
+        '{"t": 0.0, "i": 5, "s": 1, "v": 2.0, "q": 1.9}\n')
+    curves.record(tmp_path, 0, 2, 0.5, 0.4)
+    events = curves.read_ledger(tmp_path)
+    assert [(e.index, e.step) for e in events] == [(5, 1), (0, 1), (0, 2)]
+    assert events[1].value == 0.9 and events[1].score == 0.8
+
+
+class _Ctx:
+    """A trial context that records what the curve trial does and may stop it."""
+
+    def __init__(self, params: dict[str, Any], index: int, resume_at: int | None,
+                 prune_at: int | None = None) -> None:
+        self.params, self.index = params, index
+        self.resume_at, self.prune_at = resume_at, prune_at
+        self.reports: list[tuple[int, float]] = []
+        self.saved: list[int] = []
+
+    def load_checkpoint(self) -> tuple[Any, int] | None:
+        return None if self.resume_at is None else ({"step": self.resume_at}, self.resume_at)
+
+    def report(self, step: int, **metrics: float) -> None:
+        self.reports.append((step, metrics["val_loss"]))
+
+    def save_checkpoint(self, state: Any, step: int) -> None:
+        self.saved.append(step)
+
+    def should_prune(self) -> bool:
+        return self.prune_at is not None and self.reports[-1][0] >= self.prune_at
+
+
+def test_curve_trial_resumes_after_its_checkpoint_and_counts_each_step_once(
+        tmp_path: Path) -> None:
+    params = {**_cfg(0.01, 0.5, 0.0), "steps": 9, "seed": 4, "ledger": str(tmp_path)}
+    whole = _Ctx(params, index=2, resume_at=None)
+    curves.curve(whole)  # type: ignore[arg-type]
+    assert [s for s, _ in whole.reports] == list(range(1, 10)) == whole.saved
+
+    ledger = tmp_path / "second"
+    ledger.mkdir()
+    first = _Ctx({**params, "ledger": str(ledger)}, index=2, resume_at=None, prune_at=3)
+    from optuna import TrialPruned
+
+    with pytest.raises(TrialPruned):
+        curves.curve(first)  # type: ignore[arg-type]
+    second = _Ctx({**params, "ledger": str(ledger)}, index=2, resume_at=3)
+    value = curves.curve(second)  # type: ignore[arg-type]
+    # The paused-and-resumed trial reports what the whole one did, step for step.
+    assert first.reports + second.reports == whole.reports
+    assert value == whole.reports[-1][1]
+    assert [e.step for e in curves.read_ledger(ledger)] == list(range(1, 10))
+    assert curves.read_ledger(ledger)[0].score == curves.quality(params, 1)
+
+
+def test_the_plain_context_reports_the_metric_to_the_optuna_trial() -> None:
+    seen: list[tuple[float, int]] = []
+    trial = types.SimpleNamespace(report=lambda v, s: seen.append((v, s)),
+                                  should_prune=lambda: True)
+    ctx = PlainContext(trial, {"x": 1}, 3, "val_loss")
+    ctx.report(2, val_loss=0.5, val_accuracy=0.9)
+    assert seen == [(0.5, 2)] and ctx.should_prune() and ctx.load_checkpoint() is None
+
+
+# --------------------------------------------------------------------------- specs and rows
+
+
+@pytest.mark.parametrize("task", ["curve", "digits"])
+def test_every_variant_is_a_valid_sweep_of_the_same_sets(task: str) -> None:
+    from sweeper.space import random_point
+    from sweeper.spec import parse_spec_dict
+
+    size = compute.SIZES["tiny"]
+    parsed = {v: parse_spec_dict(compute.spec_for(task, v, size, 7, "/tmp/l"), source="<t>")
+              for v in compute.VARIANTS if v != "asha" or compute.asha_available() is None}
+    assert {p.pruner.type for v, p in parsed.items() if "hyperband" in v} == {"hyperband"}
+    assert parsed["none"].pruner.type == "none"
+    points = {v: [random_point(p, i) for i in range(size["trials"])] for v, p in parsed.items()}
+    assert all(pts == points["none"] for pts in points.values())
+
+
+def test_the_asha_variant_asks_for_promotion_with_the_pruners_resources() -> None:
+    spec = compute.spec_for("curve", "asha", compute.SIZES["default"], 0, "/tmp/l")
+    hb = compute.spec_for("curve", "hyperband", compute.SIZES["default"], 0, "/tmp/l")
+    assert spec["pruner"] == {"type": "none"}
+    assert spec["scheduler"] == {"type": "asha", "mode": "promotion",
+                                 **{k: v for k, v in hb["pruner"].items() if k != "type"}}
+
+
+def _seed(target: float, **to: tuple[int | None, int, int]) -> dict[str, Any]:
+    return {"target": target, "variants": {
+        v: {"to_target": t, "epochs": e, "best": 0.1, "counts": {"PRUNED": pruned}}
+        for v, (t, e, pruned) in to.items()}}
+
+
+SIZE = {"trials": 27, "steps": 27, "w": 8, "seeds": 2}
+
+
+def _verdict(per_seed: list[dict[str, Any]]) -> compute.Row:
+    rows = compute.rows_for("curve", SIZE, per_seed, compute.VARIANTS,
+                            compute.not_in_effect(per_seed, compute.VARIANTS))
+    assert len(rows) == len(compute.VARIANTS) + 1
+    return rows[-1]
+
+
+def test_asha_passes_at_half_hyperbands_epochs_and_misses_above() -> None:
+    common = {"none": (300, 729, 0), "plain_hyperband": (200, 400, 9)}
+    passing = [_seed(0.2, **common, hyperband=(200, 400, 9), asha=(100, 300, 18)),
+               _seed(0.2, **common, hyperband=(300, 400, 9), asha=(140, 300, 18))]
+    row = _verdict(passing)
+    assert row.status == "PASS" and row.figures["ratio"] == pytest.approx(240 / 500)
+    missing = [_seed(0.2, **common, hyperband=(200, 400, 9), asha=(100, 300, 18)),
+               _seed(0.2, **common, hyperband=(300, 400, 9), asha=(160, 300, 18))]
+    assert _verdict(missing).status == "MISS"
+
+
+def test_asha_that_misses_the_target_on_a_seed_misses() -> None:
+    common = {"none": (300, 729, 0), "plain_hyperband": (200, 400, 9)}
+    per_seed = [_seed(0.2, **common, hyperband=(200, 400, 9), asha=(10, 300, 18)),
+                _seed(0.2, **common, hyperband=(300, 400, 9), asha=(None, 300, 18))]
+    assert _verdict(per_seed).status == "MISS"
+
+
+def test_an_asha_run_that_paused_nothing_is_reported_not_judged() -> None:
+    common = {"none": (300, 729, 0), "hyperband": (200, 400, 9),
+              "plain_hyperband": (200, 400, 9)}
+    per_seed = [_seed(0.2, **common, asha=(10, 729, 0)), _seed(0.2, **common, asha=(10, 729, 0))]
+    row = _verdict(per_seed)
+    assert row.status == "INFO" and "no trial was paused" in row.measured
+
+
+def test_figures_take_the_target_from_the_no_pruning_run() -> None:
+    # index 0..9 fully trained by "none", one step each; the 1st best of 10 is the target.
+    none = {"counts": {"COMPLETE": 10},
+            "events": [[i, 1, (10 - i) / 10] for i in range(10)]}
+    other = {"counts": {"COMPLETE": 2, "PRUNED": 8},
+             "events": [[9, 1, 0.5], [0, 1, 0.2], [3, 1, 0.1]]}
+    f = compute.figures({"none": none, "hyperband": other})
+    assert f["target"] == pytest.approx(0.1)
+    assert f["variants"]["none"] == {"epochs": 10, "to_target": 10,
+                                     "best": pytest.approx(0.1), "counts": none["counts"]}
+    assert f["variants"]["hyperband"]["to_target"] == 3
