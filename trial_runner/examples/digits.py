@@ -5,8 +5,8 @@ attempt resumes from it), honours the pruner, and uses the GPU when there is one
 the device, ``ctx.autocast()``: bf16 on CUDA that has it, fp16 with a GradScaler otherwise).
 Under ``launcher: torchrun`` it trains with DistributedDataParallel, each rank on its share
 of every batch. It returns its training throughput (``train_samples_per_s``, all ranks
-together), which the runner stores as a user attr. The final model's state_dict is saved as an artifact (``model.pt``; fixed
-param ``save_model: false`` turns that off).
+together), which the runner stores as a user attr. The final model's state_dict is saved as an
+artifact (``model.pt``; fixed param ``save_model: false`` turns that off).
 """
 
 from __future__ import annotations
