@@ -265,6 +265,9 @@ class TrialContext:
                 payload = pickle.load(f)
         step = int(payload["step"])
         self.resumed_from_step = step
+        # A promoted trial's history (trial_runner.runner): the steps after the checkpoint's
+        # are reported again.
+        self._history = {k: [p for p in v if p[0] <= step] for k, v in self._history.items()}
         self._set_attr(RESUMED_ATTR, step)
         logger.info("index %d resumes from the checkpoint of step %d", self.index, step)
         return payload["state"], step

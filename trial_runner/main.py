@@ -35,7 +35,7 @@ from sweeper.study import InheritedSweep, Sweep, open_storage
 from trial_runner.context import TrialContext
 from trial_runner.gang import run_slot
 from trial_runner.outcome import Interrupted, Outcome, RunnerSettings
-from trial_runner.runner import run_index
+from trial_runner.promotion import run_scheduled
 from trial_runner.startup import open_sweep, read_spec_file
 
 logger = logging.getLogger("trial_runner")
@@ -172,8 +172,8 @@ def _run_indexes(sweep: Sweep, storage: Any, only: int | None,
     try:
         for index in indexes:
             os.environ[protocol.ENV_JOB_ID] = str(index)
-            outcome = run_index(sweep, index, objective, settings,
-                                trial_hook=_header_hook(index))
+            outcome = run_scheduled(sweep, index, objective, settings,
+                                    trial_hook=_header_hook(index))
             _log_outcome(outcome)
             codes.append(outcome.exit_code)
     except Interrupted as e:
@@ -254,7 +254,7 @@ def serve(sweep: Sweep, objective: Callable[[TrialContext], Any],
                 _write_log_header(index, attempt, number)
                 send(messages.Start(index, trial_id, number))
 
-            outcome = run_index(sweep, index, objective, settings, trial_hook=started)
+            outcome = run_scheduled(sweep, index, objective, settings, trial_hook=started)
             _log_outcome(outcome)
             sys.stdout.flush()
             sys.stderr.flush()

@@ -40,9 +40,11 @@ class RunnerSettings:
 class Outcome:
     index: int
     exit_code: int
-    state: str  # COMPLETE, PRUNED, FAIL, or ALREADY_DONE
+    state: str  # COMPLETE, PRUNED, FAIL, ALREADY_DONE, STOPPED or PAUSED
     trial_number: int | None
     message: str = ""
+    #: PAUSED (``scheduler:``): the rung the trial paused at.
+    rung: int | None = None
 
 
 @dataclass(frozen=True)

@@ -24,12 +24,14 @@ import optuna
 from optuna.trial import TrialState
 
 from sweeper import protocol
-from sweeper._optuna_compat import storage_of, tell, tell_trial, trial_id_of
+from sweeper._optuna_compat import trial_id_of
 from sweeper.artifacts import cached_artifact_store
 from sweeper.errors import ArtifactError, SpecError, StorageError
 from sweeper.protocol import (
     FAILED_FOR_GOOD_ATTR,
     FIXED_PARAMS_ATTR,
+    PAUSED_ATTR,
+    RUNG_ATTR,
 )
 from sweeper.spec.registry import make_pruner, make_sampler  # the validator's registry too
 from sweeper.study import (
@@ -43,6 +45,7 @@ from sweeper.study import (
     unwritten,
     write_trial,
 )
+from trial_runner.asha import PromotionPruner, paused_rung
 from trial_runner.checkpoints import CheckpointMirror
 from trial_runner.context import (
     InvalidResult,
@@ -53,6 +56,7 @@ from trial_runner.context import (
     objective_values,
 )
 from trial_runner.data import DataError, data_dir
+from trial_runner.finish import _fail, _finish_pruned, _jsonable, _superseded, _tell
 from trial_runner.outcome import Claimed, Interrupted, Outcome, RunnerSettings
 from trial_runner.params import planned, provenance, suggest_active
 from trial_runner.reports import ReportWriter
@@ -166,16 +170,33 @@ def run_index(sweep: Sweep, index: int, objective: Callable[[TrialContext], Any]
         return Outcome(index, protocol.EXIT_RETRY, "FAIL", None, f"index {index}: {e}")
     if isinstance(got, Outcome):
         return got
+    return run_claimed(sweep, index, got, objective, settings, trial_hook=trial_hook)
+
+
+def run_claimed(sweep: Sweep, index: int, got: Claimed, objective: Callable[[TrialContext], Any],
+                settings: RunnerSettings, *,
+                trial_hook: Callable[[int, int, int], None] | None = None,
+                promotion: bool = False) -> Outcome:
+    """Run the trial this runner claimed (of ``index``) to its end: finished, failed, or
+    paused at a rung (``scheduler:``). A paused trial claimed as its index's WAITING trial is
+    put back at once (only ``promotion``, a claim of :mod:`trial_runner.promotion`, runs it)."""
     trial_id, attempt, taken = got.trial_id, got.attempt, got.taken
     spec = sweep.spec
     try:
-        study = sweep.runner_study(make_sampler(spec, index), make_pruner(spec))
+        pruner = PromotionPruner(sweep.storage, sweep.study_id, spec.scheduler,
+                                 spec.objectives[0].direction) \
+            if spec.scheduler.enabled else make_pruner(spec)
+        study = sweep.runner_study(make_sampler(spec, index), pruner)
         trial = _open(study, trial_id, taken)
         number = trial.number
+        if trial.user_attrs.get(PAUSED_ATTR) and not promotion:  # not the index's to run
+            return _pause(sweep, index, trial_id, number, trial.user_attrs.get(RUNG_ATTR, 0))
         if trial_hook is not None:
             trial_hook(trial_id, number, attempt)
         with Heartbeat(sweep, trial_id, settings.heartbeat_interval_s):
             outcome = _run_trial(sweep, study, trial, index, attempt, objective, settings)
+        if outcome.state == protocol.PAUSED and outcome.rung is not None:  # no beat after it
+            outcome = _pause(sweep, index, trial_id, number, outcome.rung)
     except StorageError as e:  # down past its retries: the launcher starts the index again
         _fail_claimed(sweep, trial_id, e)
         return Outcome(index, protocol.EXIT_RETRY, "FAIL", None, f"index {index}: {e}")
@@ -184,6 +205,15 @@ def run_index(sweep: Sweep, index: int, objective: Callable[[TrialContext], Any]
         raise
     after_trial(sweep, failed=outcome.state == "FAIL")
     return outcome
+
+
+def _pause(sweep: Sweep, index: int, trial_id: int, number: int, rung: int) -> Outcome:
+    """RUNNING -> WAITING, paused at ``rung`` for a promotion; the index is done for now."""
+    if not sweep.storage.pause(trial_id, rung):
+        return _superseded(index, number)
+    return Outcome(index, protocol.EXIT_OK, protocol.PAUSED, number,
+                   f"index {index}: trial #{number} paused at rung {rung} "
+                   f"(step {sweep.spec.scheduler.rung_steps[rung]})", rung=rung)
 
 
 def _fail_claimed(sweep: Sweep, trial_id: int, e: BaseException) -> None:
@@ -234,6 +264,7 @@ def _run_trial(sweep: Sweep, study: optuna.Study, trial: optuna.Trial, index: in
         ctx = TrialContext(
             params={**params, **spec.trial.fixed}, index=index, trial_number=number,
             attempt=attempt, trial=trial, objective_metrics=metrics,
+            _history=_history_so_far(trial),
             planned_method=None if spec.is_adaptive else spec.method,
             checkpoint_dir=settings.checkpoint_root / sweep.state_key / f"index-{index}",
             artifact_store_factory=lambda: cached_artifact_store(spec.artifacts, storage.url),
@@ -275,13 +306,11 @@ def _evaluate(study: optuna.Study, ctx: TrialContext, objective: Callable[[Trial
     try:
         result = objective(ctx)
     except optuna.TrialPruned:
-        with writer.finishing():
-            return _finish_pruned(study, trial_id, index, number, trial=own)
+        return _pruned(study, writer, trial_id, index, number, own)
     except (TrialTimeout, DataError, SuggestNotAllowed, ProgramFailed, InvalidResult) as e:
         return fail(str(e), _exit_code_of(e))
     if result is None and ctx.should_prune():
-        with writer.finishing():
-            return _finish_pruned(study, trial_id, index, number, trial=own)
+        return _pruned(study, writer, trial_id, index, number, own)
     try:
         values, extra = objective_values(result, metrics)
     except InvalidResult as e:
@@ -294,6 +323,27 @@ def _evaluate(study: optuna.Study, ctx: TrialContext, objective: Callable[[Trial
     return Outcome(index, protocol.EXIT_OK, "COMPLETE", number,
                    f"index {index}: trial #{number} complete: "
                    + ", ".join(f"{m}={v:.6g}" for m, v in zip(metrics, values, strict=True)))
+
+
+def _pruned(study: optuna.Study, writer: ReportWriter, trial_id: int, index: int, number: int,
+            own: optuna.Trial | None) -> Outcome:
+    """PRUNED, or under a scheduler that said "pause" the outcome that pauses it (after the
+    heartbeat stopped: :func:`run_claimed`); the reports are written first either way."""
+    rung = paused_rung(study.pruner, number)
+    if rung is not None:
+        writer.flush()
+        return Outcome(index, protocol.EXIT_OK, protocol.PAUSED, number, "", rung=rung)
+    with writer.finishing():
+        return _finish_pruned(study, trial_id, index, number, trial=own)
+
+
+def _history_so_far(trial: optuna.Trial) -> dict[str, list[list[float]]]:
+    """A promoted trial's metric history before its pause, which its reports extend (empty for
+    a trial that never paused: a retry is a new trial)."""
+    if RUNG_ATTR not in trial.user_attrs:
+        return {}
+    return {k: [list(p) for p in v] for k, v in
+            (trial.user_attrs.get(protocol.HISTORY_ATTR) or {}).items()}
 
 
 def _final(code: int, attempt: int, retries: int) -> bool:
@@ -316,11 +366,11 @@ def _exit_code_of(e: Exception) -> int:
 
 
 def _restore(mirror: CheckpointMirror | None, ctx: TrialContext) -> str | None:
-    """A retry's first step: the latest checkpoint of the previous attempts into this pod,
-    before user code runs (the user's ``ctx.load_checkpoint()`` then records the step it
-    resumes from). Returns why it could not, or None."""
-    if mirror is None or ctx.attempt == 0:
-        return None
+    """A retry's (and a promotion's) first step: the latest checkpoint of the previous
+    attempts into this pod, before user code runs (the user's ``ctx.load_checkpoint()`` then
+    records the step it resumes from). Returns why it could not, or None."""
+    if mirror is None or (ctx.attempt == 0 and RUNG_ATTR not in ctx.trial.user_attrs):
+        return None  # the first attempt, not resumed from a rung
     try:
         meta = mirror.pull(ctx.checkpoint_dir)
     except ArtifactError as e:
@@ -331,60 +381,5 @@ def _restore(mirror: CheckpointMirror | None, ctx: TrialContext) -> str | None:
     return None
 
 
-def _finish_pruned(study: optuna.Study, trial_id: int, index: int, number: int, *,
-                   trial: optuna.Trial | None = None) -> Outcome:
-    if not _tell(study, trial_id, TrialState.PRUNED, None, number=number, trial=trial):
-        return _superseded(index, number)
-    return Outcome(index, protocol.EXIT_OK, "PRUNED", number,
-                   f"index {index}: trial #{number} pruned")
-
-
-def _tell(study: optuna.Study, trial_id: int, state: TrialState,
-          values: list[float] | None, *, number: int | None = None,
-          trial: optuna.Trial | None = None) -> bool:
-    """Finish the trial. Every storage call of the tell retries, and a retry after a lost
-    commit acknowledgement finds its own state and values stored (the storage's
-    ``set_trial_state_values``). Optuna's internal tell (what ``study.optimize`` calls) skips
-    the public ``Study.tell``'s re-read and deep copy of the finished trial; given the
-    ``trial`` (its own up-to-date copy), not even the trial is re-read."""
-    n = number if number is not None else storage_of(study).get_trial(trial_id).number
-    try:
-        if trial is not None:
-            tell_trial(study, trial, values, state)
-        else:
-            tell(study, n, values, state)
-    except (optuna.exceptions.UpdateFinishedTrialError, ValueError) as e:
-        # Finished by someone else: the watcher failed it for a stale heartbeat (the work
-        # does not count).
-        stored = storage_of(study).get_trial(trial_id).state
-        if stored == TrialState.RUNNING:  # not finished by anyone: the tell itself failed
-            raise
-        logger.debug("tell of trial %d refused: %s", trial_id, e)
-        return stored == state
-    return True
-
-
-def _superseded(index: int, number: int) -> Outcome:
-    return Outcome(index, protocol.EXIT_RETRY, "FAIL", number,
-                   f"index {index}: trial #{number} was marked FAIL (stale heartbeat) before it "
-                   "finished; the index needs another attempt")
-
-
-def _fail(storage: Any, index: int, trial_id: int, number: int, reason: str,
-          code: int) -> Outcome:
-    storage.mark_failed(trial_id, reason)  # the caller logs the outcome (trial_runner.main)
-    return Outcome(index, code, "FAIL", number, f"index {index}: trial #{number} failed: {reason}")
-
-
-def _jsonable(v: Any) -> bool:
-    import json
-
-    try:
-        json.dumps(v)
-    except (TypeError, ValueError):
-        return False
-    return True
-
-
-__all__ = ["Interrupted", "Outcome", "RunnerSettings", "acquire",
-           "make_pruner", "make_sampler", "run_index"]
+__all__ = ["Claimed", "Interrupted", "Outcome", "RunnerSettings", "_tell", "acquire",
+           "make_pruner", "make_sampler", "run_claimed", "run_index"]

@@ -1,0 +1,148 @@
+"""Promotion ASHA on the index protocol (``scheduler: {type: asha, mode: promotion}``), on
+both storages: pauses, promotions from the checkpoint, the end of the sweep, and a promoter
+killed after its claim."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from optuna.trial import TrialState
+
+from sweeper import protocol
+from sweeper.study import create_or_resume, open_storage
+from sweeper.study.record import Sweep
+from tests.support.asha_objectives import curve
+from tests.support.helpers import make_spec
+from trial_runner.promotion import promote, run_scheduled
+from trial_runner.runner import RunnerSettings, run_index
+
+REPO = Path(__file__).resolve().parents[2]
+SCHEDULER = {"type": "asha", "mode": "promotion", "min_resource": 1, "max_resource": 9,
+             "reduction_factor": 3}
+
+
+def _spec(**kw: Any) -> Any:
+    return make_spec(name="asha", scheduler=SCHEDULER,
+                     trial={"entrypoint": "tests.support.asha_objectives:curve",
+                            "fixed": {"steps": 9}},
+                     parameters={"a": {"type": "int", "low": 0, "high": 8}}, **kw)
+
+
+def settings(tmp_path: Path, grace: float = 30.0) -> RunnerSettings:
+    return RunnerSettings(heartbeat_interval_s=0.2, grace_period_s=grace,
+                          checkpoint_root=tmp_path / "ckpt")
+
+
+def _log(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    log = tmp_path / "asha.log"
+    monkeypatch.setenv("ASHA_LOG", str(log))
+    return log
+
+
+def _resumes(log: Path) -> list[tuple[int, int]]:
+    return [(int(a), int(b)) for a, b in (line.split() for line in log.read_text().splitlines())]
+
+
+def test_a_sweep_pauses_promotes_from_the_checkpoint_and_ends(
+        storage_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    log = _log(tmp_path, monkeypatch)
+    sweep, _ = create_or_resume(open_storage(storage_url), _spec())
+    outs = [run_scheduled(sweep, i, curve, settings(tmp_path)) for i in range(9)]
+    assert all(o.exit_code == protocol.EXIT_OK for o in outs)
+    assert [o.state for o in outs] == ["PAUSED"] * 9  # every index's own trial paused at rung 0
+    trials = {int(t.params["a"]): t for t in sweep.study().trials}
+    assert len(trials) == 9  # promotions ran on the same trials: no new ones
+    # 9 at rung 0 -> the top 3 (a = 0, 1, 2) went to rung 1 -> its top 1 (a = 0) completed.
+    assert trials[0].state == TrialState.COMPLETE and trials[0].value == pytest.approx(0.1)
+    assert sorted(trials[0].intermediate_values) == list(range(10))
+    assert {a: t.state for a, t in trials.items() if a} == {a: TrialState.PRUNED
+                                                            for a in range(1, 9)}
+    assert {a: t.user_attrs[protocol.RUNG_ATTR] for a, t in trials.items()} == \
+        {0: 1, 1: 1, 2: 1, **{a: 0 for a in range(3, 9)}}
+    for a in (1, 2):  # paused at rung 1 (step 3) and never promoted again: values up to 3
+        assert sorted(trials[a].intermediate_values) == [0, 1, 2, 3]
+    # The history keeps every step of every run of the trial.
+    assert [p[0] for p in trials[0].user_attrs["sweeper:history"]["loss"]] == list(range(10))
+    # Every promotion resumed at the step of its rung: trial of a=0 at 1 then 3, a=1, 2 at 1.
+    resumed = [(trials_by_number(trials)[n], step) for n, step in _resumes(log) if step >= 0]
+    assert sorted(resumed) == [(0, 1), (0, 3), (1, 1), (2, 1)]
+
+
+def trials_by_number(trials: dict[int, Any]) -> dict[int, int]:
+    return {t.number: a for a, t in trials.items()}
+
+
+def test_no_promotable_trial_ends_the_sweep_with_paused_trials_pruned(
+        sqlite_url: str, tmp_path: Path) -> None:
+    sweep, _ = create_or_resume(open_storage(sqlite_url), _spec(trials=2))
+    outs = [run_scheduled(sweep, i, curve, settings(tmp_path)) for i in range(2)]
+    assert [o.exit_code for o in outs] == [0, 0]
+    # Two trials at rung 0: floor(2 / 3) = 0 promotable; the second runner ends the sweep.
+    trials = sweep.study().trials
+    assert [t.state for t in trials] == [TrialState.PRUNED] * 2
+    assert [t.user_attrs[protocol.RUNG_ATTR] for t in trials] == [0, 0]
+    assert [t.last_step for t in trials] == [1, 1]
+
+
+def test_the_end_waits_for_indexes_not_started(sqlite_url: str, tmp_path: Path) -> None:
+    sweep, _ = create_or_resume(open_storage(sqlite_url), _spec())
+    run_scheduled(sweep, 0, curve, settings(tmp_path))
+    (t,) = [t for t in sweep.study().trials if t.state != TrialState.WAITING
+            or t.user_attrs.get(protocol.PAUSED_ATTR)]
+    assert t.state == TrialState.WAITING and t.user_attrs[protocol.PAUSED_ATTR] is True
+
+
+def test_an_index_whose_trial_is_paused_puts_it_back(storage_url: str, tmp_path: Path) -> None:
+    sweep, _ = create_or_resume(open_storage(storage_url), _spec())
+    first = run_index(sweep, 0, curve, settings(tmp_path))
+    again = run_index(sweep, 0, curve, settings(tmp_path))  # the index's runner, relaunched
+    assert (first.state, again.state) == ("PAUSED", "PAUSED")
+    t = sweep.study().trials[0]
+    assert t.state == TrialState.WAITING and t.user_attrs[protocol.PAUSED_ATTR] is True
+    assert sorted(t.intermediate_values) == [0, 1]  # the relaunch ran nothing
+
+
+def _runner(env: dict[str, str], index: int) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "trial_runner", "--index", str(index)],
+                          env=env, cwd=REPO, capture_output=True, text=True, timeout=120)
+
+
+def test_a_promotion_is_claimed_again_after_its_promoter_is_killed(
+        storage_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    log = _log(tmp_path, monkeypatch)
+    sweep, _ = create_or_resume(open_storage(storage_url), _spec())
+    for i in range(3):  # three trials paused at rung 0; the best (a = 0) is promotable
+        assert run_index(sweep, i, curve, settings(tmp_path)).state == "PAUSED"
+    env = {**os.environ, "SWEEPER_STORAGE": storage_url, "SWEEPER_STUDY": "asha",
+           protocol.ENV_CHECKPOINT_DIR: str(tmp_path / "ckpt"),
+           protocol.ENV_HEARTBEAT_INTERVAL: "0.2", "ASHA_KILL": str(tmp_path / "killed")}
+    killed = _runner(env, 2)  # its index is paused: it promotes trial 0 and dies in it
+    assert killed.returncode == -9, killed.stderr[-2000:]
+    t0 = sweep.study().trials[0]
+    assert t0.state == TrialState.RUNNING and sorted(t0.intermediate_values) == [0, 1, 2]
+    _until_stale(sweep, t0.number, grace=1.0)
+    assert promote(sweep, curve, settings(tmp_path, grace=1.0)) is None
+    t0 = sweep.study().trials[0]
+    # Back to WAITING, claimed again, resumed from the step the killed run saved (2), paused
+    # at rung 1 (step 3): each step reported once, and one trial for the index still.
+    assert t0.state == TrialState.WAITING and t0.user_attrs[protocol.RUNG_ATTR] == 1
+    assert sorted(t0.intermediate_values) == [0, 1, 2, 3]
+    assert [p[0] for p in t0.user_attrs["sweeper:history"]["loss"]] == [0, 1, 2, 3]
+    assert [(n, s) for n, s in _resumes(log) if n == 0] == [(0, -1), (0, 1), (0, 2)]
+    trials = sweep.study().trials  # the 9 planned trials, no new attempt, none failed
+    assert len(trials) == 9 and TrialState.FAIL not in {t.state for t in trials}
+
+
+def _until_stale(sweep: Sweep, number: int, grace: float) -> None:
+    import time
+
+    while True:  # a wait, not a timed assertion: the heartbeat of a dead process only ages
+        (t,) = [t for t in sweep.storage.rung_trials(sweep.study_id, []) if t.number == number]
+        if (t.heartbeat_age_s or 0.0) > grace:
+            return
+        time.sleep(0.2)

@@ -1,0 +1,120 @@
+"""A runner under a scheduler (``scheduler: {type: asha, mode: promotion}``): its own index,
+then the promotions of paused trials of any index, until nothing is promotable.
+
+Runner i:
+  1. runs index i as :func:`trial_runner.runner.run_index` does (its trial may pause at a rung:
+     the index is done for now; a paused trial of index i found WAITING is not its to run:
+     it is put back, and step 2 decides);
+  2. puts back promotions whose promoter died (RUNNING with a rung, heartbeat stale -> WAITING,
+     paused), reads the rungs, and claims the first promotable paused trial, top rung first
+     (the index protocol's claim: WAITING -> RUNNING, one winner; a lost claim tries the
+     next); the promoted trial runs with ITS index's context (checkpoint directory, mirror),
+     restored before the user's code runs, on the same Optuna trial; it pauses at a higher
+     rung, completes at ``max_resource``, or fails like any attempt;
+  3. repeats 2 until nothing is promotable; then, if no trial is running and every index has
+     finished, failed or paused, the sweep is over: every paused trial ends PRUNED (its rung
+     and values kept). A runner that sees a trial still running leaves the end to the runner
+     of that trial, which looks again when it pauses or finishes.
+
+Index i's own trial goes first (unlike ASHA's get_job, which prefers promotions): the local
+backend's watchdog kills a worker that was handed an index and claims nothing for a while.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from sweeper import protocol
+from sweeper.protocol import ATTEMPT_ATTR, PAUSED_ATTR
+from sweeper.study import Sweep
+from sweeper.study.values import RungTrial
+from trial_runner.asha import promotions
+from trial_runner.context import TrialContext
+from trial_runner.outcome import Claimed, Outcome, RunnerSettings
+from trial_runner.runner import run_claimed, run_index
+
+logger = logging.getLogger(__name__)
+
+#: Outcomes of a promoted trial after which this runner goes on promoting.
+_GO_ON = (protocol.EXIT_OK,)
+
+
+def run_scheduled(sweep: Sweep, index: int, objective: Callable[[TrialContext], Any],
+                  settings: RunnerSettings, *,
+                  trial_hook: Callable[[int, int, int], None] | None = None) -> Outcome:
+    """Index ``index`` as :func:`run_index` (no scheduler: just that), then promotions until
+    none is promotable (see the module docstring). The outcome is the index's own, unless a
+    promoted trial failed: then that failure's (the launcher retries this runner, which finds
+    its index done and promotes again)."""
+    own = run_index(sweep, index, objective, settings, trial_hook=trial_hook)
+    if not sweep.spec.scheduler.enabled or own.exit_code != protocol.EXIT_OK \
+            or own.state == protocol.STOPPED:
+        return own
+    failed = promote(sweep, objective, settings, trial_hook=trial_hook)
+    return failed if failed is not None else own
+
+
+def promote(sweep: Sweep, objective: Callable[[TrialContext], Any], settings: RunnerSettings,
+            *, trial_hook: Callable[[int, int, int], None] | None = None) -> Outcome | None:
+    """Claim and run promotable paused trials until there is none; then end the sweep if it is
+    over. Returns the outcome of a promoted trial that failed (this runner stops there)."""
+    store, study_id, spec = sweep.storage, sweep.study_id, sweep.spec
+    steps = list(spec.scheduler.rung_steps)
+    maximize = spec.objectives[0].direction == "maximize"
+    while True:
+        store.requeue_stale(study_id, settings.grace_period_s)
+        trials = store.rung_trials(study_id, steps)
+        ran = None
+        for cand in promotions(trials, spec.scheduler, maximize=maximize):
+            if _claim(sweep, cand):
+                ran = _run_promoted(sweep, cand, objective, settings, trial_hook)
+                break
+        if ran is None:
+            _end_if_over(sweep, trials)
+            return None
+        if ran.exit_code not in _GO_ON:
+            return ran
+
+
+def _claim(sweep: Sweep, cand: RungTrial) -> bool:
+    """The promotion's claim: WAITING -> RUNNING for one runner only (False: another runner
+    claimed it, or the sweep's end pruned it first)."""
+    try:
+        won = sweep.storage.claim(cand.trial_id)
+    except Exception as e:  # noqa: BLE001 - a claim that lost to the end's PRUNED may raise
+        logger.info("claim of trial #%d lost: %s", cand.number, e)
+        return False
+    if won:
+        sweep.storage.set_trial_user_attrs(cand.trial_id, {PAUSED_ATTR: False})
+    return bool(won)
+
+
+def _run_promoted(sweep: Sweep, cand: RungTrial, objective: Callable[[TrialContext], Any],
+                  settings: RunnerSettings,
+                  trial_hook: Callable[[int, int, int], None] | None) -> Outcome:
+    index = cand.index if cand.index is not None else -1
+    attempt = int(sweep.storage.get_trial(cand.trial_id).user_attrs.get(ATTEMPT_ATTR, 0))
+    logger.info("index %d: trial #%d promoted from rung %s", index, cand.number, cand.rung)
+    out = run_claimed(sweep, index, Claimed(cand.trial_id, attempt), objective, settings,
+                      trial_hook=trial_hook, promotion=True)
+    logger.info("%s", out.message)
+    return out
+
+
+def _end_if_over(sweep: Sweep, trials: list[RungTrial]) -> None:
+    """Nothing is promotable: if no trial runs and every index finished, failed or paused
+    (as of ``trials``, read before), nothing can become promotable: prune the paused trials."""
+    store, study_id = sweep.storage, sweep.study_id
+    paused = {t.number for t in trials if t.paused}
+    for s in store.index_table(study_id, sweep.spec.trials):
+        if s.state in ("COMPLETE", "PRUNED", "FAIL"):
+            continue
+        if s.state == "WAITING" and s.trial_number in paused:
+            continue
+        return  # running, not started, or paused after ``trials`` was read: not over yet
+    ended = store.finish_paused(study_id)
+    if ended:
+        logger.info("sweep %s: nothing can be promoted any more; %d paused trial(s) end "
+                    "PRUNED", sweep.name, len(ended))
