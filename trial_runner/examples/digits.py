@@ -49,7 +49,7 @@ def _distributed() -> tuple[int, int]:
     return 0, 1
 
 
-def train(ctx: TrialContext) -> dict[str, float]:
+def train(ctx: TrialContext) -> dict[str, float | None]:
     import torch
     from torch import nn
 
