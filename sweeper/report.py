@@ -16,6 +16,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from sweeper.protocol import ATTEMPT_ATTR, ATTR_PREFIX, FAIL_REASON_ATTR, INDEX_ATTR
 from sweeper.study import Sweep
+from sweeper.study.values import RungTrial
 
 # --------------------------------------------------------------------------- tables
 
@@ -200,3 +201,37 @@ def dumps(data: Any, fmt: str) -> str:
     import yaml
 
     return yaml.safe_dump(data, sort_keys=False).rstrip()
+
+
+# --------------------------------------------------------------------------- scheduler
+
+
+@dataclass(frozen=True)
+class Rung:
+    """One rung of a scheduler's sweep, for ``status``: the trials with a value at its step
+    (failed attempts aside) and those paused there now."""
+
+    rung: int
+    step: int
+    trials: int
+    paused: int
+
+
+def rungs_of(trials: Sequence[RungTrial], steps: Sequence[int]) -> list[Rung]:
+    counted = [t for t in trials if t.state != TrialState.FAIL]
+    return [Rung(k, step, sum(1 for t in counted if any(s == step for s, _ in t.values)),
+                 sum(1 for t in counted if t.paused and t.rung == k))
+            for k, step in enumerate(steps)]
+
+
+def rungs_line(rungs: Sequence[Rung]) -> str:
+    """``rungs: 0 (step 1): 9 trials (6 paused), 1 (step 3): 3 trials (2 paused)``."""
+    return "rungs: " + ", ".join(f"{r.rung} (step {r.step}): {r.trials} trials "
+                                 f"({r.paused} paused)" for r in rungs)
+
+
+def rung_cell(t: RungTrial | None) -> str:
+    """An index's rung for the status table: ``1 paused``, ``1`` (promoted from it), or ``""``."""
+    if t is None or t.rung is None:
+        return ""
+    return f"{t.rung} paused" if t.paused else str(t.rung)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import errno
 import json
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +42,7 @@ def status(name: str, storage: str | None, fmt: str, kube: bool | None, namespac
     """Trial counts by state, the sweep's Kubernetes Jobs, and the per-index table.
 
     NAME is the sweep's name or its spec file (name and storage: are read from it)."""
-    from sweeper.report import format_table
+    from sweeper.report import format_table, rung_cell, rungs_line
 
     sweep, _ = _open_sweep(name, storage)
     counts = sweep.storage.state_counts(sweep.study_id)
@@ -51,6 +52,7 @@ def status(name: str, storage: str | None, fmt: str, kube: bool | None, namespac
     jobs = _status_jobs(sweep, kube, namespace, kubeconfig, context)
 
     stopped = sweep.storage.stop_state(sweep.study_id)
+    sched = _scheduler_view(sweep)
     if fmt == "json":
         click.echo(json.dumps({
             "name": sweep.name, "method": sweep.spec.method, "indexes": sweep.spec.trials,
@@ -61,7 +63,10 @@ def status(name: str, storage: str | None, fmt: str, kube: bool | None, namespac
                            "trial_number": s.trial_number,
                            "values": dict(zip(metrics, s.values, strict=False))
                            if s.values else None,
-                           "fail_reason": s.fail_reason} for s in table]}, indent=2))
+                           "fail_reason": s.fail_reason,
+                           **(_rung_record(sched[0].get(s.trial_number)) if sched else {})}
+                          for s in table],
+            **({"rungs": [asdict(r) for r in sched[1]]} if sched else {})}, indent=2))
         return
     click.echo(f"{sweep.name}: {finished}/{sweep.spec.trials} indexes finished; trials: "
                + ", ".join(f"{k.lower()} {v}" for k, v in sorted(counts.items())))
@@ -77,12 +82,33 @@ def status(name: str, storage: str | None, fmt: str, kube: bool | None, namespac
     headers = ["index", "state", "attempts", "trial", *metrics]
     rows = [[s.index, s.state, s.attempts, s.trial_number, *(s.values or [None] * len(metrics))]
             for s in table]
+    if sched:
+        click.echo(rungs_line(sched[1]))
+        headers.append("rung")
+        for row, s in zip(rows, table, strict=True):
+            row.append(rung_cell(sched[0].get(s.trial_number)))
     if any(s.fail_reason for s in table):
         headers.append("reason")
         width = _reason_width(format_table(headers[:-1], rows))
         for row, s in zip(rows, table, strict=True):
             row.append(_clip(s.fail_reason, width) if s.fail_reason else "")
     click.echo(format_table(headers, rows))
+
+
+def _scheduler_view(sweep: Any) -> tuple[dict[int | None, Any], list[Any]] | None:
+    """A scheduler's sweep: its trials by number (rung, paused) and its rungs; else None."""
+    from sweeper.report import rungs_of
+
+    steps = list(sweep.spec.scheduler.rung_steps)
+    if not steps:
+        return None
+    trials = sweep.storage.rung_trials(sweep.study_id, steps)
+    return {t.number: t for t in trials}, rungs_of(trials, steps)
+
+
+def _rung_record(t: Any) -> dict[str, Any]:
+    return {"rung": t.rung if t is not None else None,
+            "paused": bool(t is not None and t.paused)}
 
 
 def _reason_width(table: str) -> int:

@@ -82,6 +82,7 @@ def run(spec_file: str, storage: str | None, parallelism: int | None, backend: s
     spec = spec.with_overrides(parallelism=parallelism)
     spec = with_kubernetes(spec, image=image, namespace=namespace, storage_secret=storage_secret,
                            storage_proxy=storage_proxy)
+    _durable(spec, backend)
     url = resolve_storage_url(storage, spec)
     extras = run_extras(backend, proxy, metrics_port, url, spec.name)
     _launch(spec, url, _backend(backend, spec, log_dir, kubeconfig, context, detach,
@@ -126,8 +127,18 @@ def resume(name: str, storage: str | None, backend: str | None, parallelism: int
         attrs = sweep.storage.get_study_user_attrs(sweep.study_id)
         backend = attrs.get(protocol.BACKEND_ATTR) or (
             "kubernetes" if attrs.get(protocol.LAUNCHES_ATTR) else "local")
+    _durable(spec, str(backend))
     _launch(spec, url, _backend(str(backend), spec, log_dir, kubeconfig, context, detach,
                                 allow_cpu), fmt, ignore_stop)
+
+
+def _durable(spec: Any, backend: str) -> None:
+    """A scheduler's paused trials resume in another pod: on Kubernetes their checkpoints must
+    outlive the pod (SpecError before anything is written)."""
+    from sweeper.spec import durable_checkpoints_error
+
+    if backend == "kubernetes" and (e := durable_checkpoints_error(spec)) is not None:
+        raise e
 
 
 def _backend(kind: str, spec: Any, log_dir: str, kubeconfig: str | None, context: str | None,

@@ -134,13 +134,15 @@ def render(spec_file: str, parallelism: int | None, image: str | None, namespace
 
     from sweeper.backends.manifests import checkpoint_warning, with_kubernetes
     from sweeper.backends.manifests import render as render_objects
-    from sweeper.spec import KubernetesSpec
+    from sweeper.spec import KubernetesSpec, durable_checkpoints_error
     from sweeper.spec.pod_security import pod_security_warnings
 
     spec = _load(spec_file, check_entrypoint=False, overrides=overrides)
     spec = spec.with_overrides(parallelism=parallelism)
     spec = with_kubernetes(spec, image=image, namespace=namespace, storage_secret=storage_secret,
                            storage_proxy=storage_proxy)
+    if (e := durable_checkpoints_error(spec)) is not None:
+        raise e
     default_image = KubernetesSpec().image
     if spec.kubernetes.image == default_image:
         click.echo(f"note: no kubernetes.image in the spec and no --image: the Job runs "
