@@ -49,7 +49,8 @@ def test_a_local_sweep_runs_to_its_end(tmp_path: Path, monkeypatch: pytest.Monke
     # order three workers took them in, nothing stays paused once the sweep is over)
     assert states.count("COMPLETE") >= 1 and "WAITING" not in states and "FAIL" not in states
     assert len(trials) == 9
-    best = min((t for t in trials if t.state == TrialState.COMPLETE), key=lambda t: float(t.value or 0.0))
+    best = min((t for t in trials if t.state == TrialState.COMPLETE),
+               key=lambda t: float(t.value or 0.0))
     assert best.params["a"] == 0 and sorted(best.intermediate_values) == list(range(10))
 
 
