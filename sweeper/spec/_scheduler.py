@@ -25,7 +25,7 @@ _STOPPING = ("mode {mode!r}: a scheduler pauses and promotes trials (mode: promo
 
 
 def scheduler_spec(v: Checks, value: Any, path: Path_, pruner: Pruner,
-                   objectives: tuple[Objective, ...]) -> SchedulerSpec:
+                   objectives: tuple[Objective, ...], nodes: int = 1) -> SchedulerSpec:
     if value is None:
         return SchedulerSpec()
     m = v.mapping(value, path, SCHEDULER_KEYS)
@@ -41,6 +41,9 @@ def scheduler_spec(v: Checks, value: Any, path: Path_, pruner: Pruner,
     if len(objectives) > 1:
         raise v.err(path, "a scheduler ranks trials by one objective; a multi-objective sweep "
                           "cannot use one")
+    if nodes > 1:
+        raise v.err(path, "a multi-node trial (trial.nodes > 1) cannot be paused and promoted "
+                          "yet; leave out the scheduler or run one node per trial")
     low = v.integer(v.require(m, "min_resource", path), (*path, "min_resource"), 1)
     high = v.integer(v.require(m, "max_resource", path), (*path, "max_resource"), 1)
     if low >= high:

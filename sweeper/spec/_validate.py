@@ -150,7 +150,8 @@ class _Validator(Checks):
         artifacts = artifacts_section(self, m.get("artifacts"), ("artifacts",))
         dataset = data_section(self, m.get("data"), ("data",), artifacts)
         stop = stop_spec(self, m.get("stop"), ("stop",), objectives)
-        scheduler = scheduler_spec(self, m.get("scheduler"), ("scheduler",), pruner, objectives)
+        scheduler = scheduler_spec(self, m.get("scheduler"), ("scheduler",), pruner, objectives,
+                                   trial.nodes)
         return SweepSpec(
             name=name, method=method, objectives=objectives,  # type: ignore[arg-type]
             trials=trials, parameters=params, trial=trial, parallelism=parallelism, seed=seed,
