@@ -133,6 +133,7 @@ def sections() -> list[Section]:
         "trial.metrics": (model.MetricsSpec, "`trial.metrics:`"),
         "parameters.NAME": (model.Parameter, "`parameters:` (one entry per parameter)"),
         "stop": (model.StopSpec, "`stop:`"),
+        "scheduler": (model.SchedulerSpec, "`scheduler:`"),
         "artifacts": (model.ArtifactsSpec, "`artifacts:`"),
         "data": (model.DataSpec, "`data:`"),
         "kubernetes": (k8s_model.KubernetesSpec, "`kubernetes:`"),
