@@ -39,6 +39,7 @@ SIZES: dict[str, dict[str, Any]] = {
         "conn_w": 4, "conn_n": 8, "conn_t": 0.2,
         "dup_side": 4, "dup_w": 4, "dup_t": 0.02,
         "q_dims": 2, "q_trials": 12, "q_seeds": 1, "q_w": 2, "q_delay": 0.0,
+        "p_dims": 2, "p_trials": 14, "p_seeds": 1, "p_w": 2, "p_functions": ("sphere",),
         "m_dims": 2, "m_trials": 10, "m_seeds": 1, "m_w": 2, "m_delay": 0.0,
         "m_functions": ("sphere",), "mo_dims": 3, "mo_trials": 10, "mo_population": 4,
         "mo_seeds": 1, "c_trials": 10, "c_seeds": 1,
@@ -53,6 +54,7 @@ SIZES: dict[str, dict[str, Any]] = {
         "conn_w": 32, "conn_n": 64, "conn_t": 1.0,
         "dup_side": 8, "dup_w": 8, "dup_t": 0.1,
         "q_dims": 5, "q_trials": 100, "q_seeds": 1, "q_w": 8, "q_delay": 0.2,
+        "p_dims": 5, "p_trials": 60, "p_seeds": 1, "p_w": 8, "p_methods": ("tpe", "cmaes", "qmc"),
         "m_dims": 5, "m_trials": 60, "m_seeds": 1, "m_w": 8, "m_delay": 0.2,
         "mo_dims": 5, "mo_trials": 80, "mo_population": 16, "mo_seeds": 1,
         "c_trials": 60, "c_seeds": 1,
@@ -67,6 +69,7 @@ SIZES: dict[str, dict[str, Any]] = {
         "conn_w": 32, "conn_n": 64, "conn_t": 1.0,
         "dup_side": 8, "dup_w": 8, "dup_t": 0.1,
         "q_dims": 5, "q_trials": 100, "q_seeds": 5, "q_w": 8, "q_delay": 0.2,
+        "p_dims": 5, "p_trials": 60, "p_seeds": 3, "p_w": 8,
         "m_dims": 5, "m_trials": 60, "m_seeds": 2, "m_w": 8, "m_delay": 0.2,
         "mo_dims": 5, "mo_trials": 120, "mo_population": 20, "mo_seeds": 2,
         "c_trials": 100, "c_seeds": 3,
@@ -81,6 +84,7 @@ SIZES: dict[str, dict[str, Any]] = {
         "conn_w": 32, "conn_n": 128, "conn_t": 1.0,
         "dup_side": 8, "dup_w": 8, "dup_t": 0.1,
         "q_dims": 5, "q_trials": 100, "q_seeds": 10, "q_w": 8, "q_delay": 0.2,
+        "p_dims": 5, "p_trials": 60, "p_seeds": 10, "p_w": 8,
         "q_plain_parallel": True,
         "m_dims": 5, "m_trials": 100, "m_seeds": 3, "m_w": 8, "m_delay": 0.2,
         "mo_dims": 5, "mo_trials": 200, "mo_population": 20, "mo_seeds": 5,
@@ -92,7 +96,7 @@ SIZES: dict[str, dict[str, Any]] = {
 }
 
 SECTIONS = ("startup", "scaling", "duplicates", "connections", "overhead", "quality",
-            "methods", "proxy", "compute")
+            "methods", "parallel", "proxy", "compute")
 
 
 def _section(name: str) -> Callable[[dict[str, Any], Callable[[str], None]],

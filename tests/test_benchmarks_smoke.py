@@ -18,7 +18,7 @@ from tests.conftest import PG_ADMIN_URL, REPO
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 
 SECTIONS = {"startup", "scaling", "duplicates", "connections", "overhead", "quality",
-            "methods", "proxy", "compute"}
+            "methods", "parallel", "proxy", "compute"}
 
 
 def test_tiny_run_writes_every_item(pg_admin: sa.Engine, tmp_path: Path) -> None:
@@ -70,6 +70,12 @@ def test_tiny_run_writes_every_item(pg_admin: sa.Engine, tmp_path: Path) -> None
     assert set(methods["multi"]["hypervolume"]) == {"nsga2", "nsga3", "random"}
     assert len(methods["conditional"]["best_values"]["sweeper_tpe"]) == 1
     assert len([r for r in rows if r["item"].startswith("methods")]) == 8
+
+    # the parallel price: every method, sweeper's and plain Optuna's parallel beside sequential
+    par = raw["parallel"]["best_values"]["sphere"]
+    assert {m: set(par[m]) for m in ("tpe", "gp", "cmaes", "qmc")} == {
+        m: {"sequential", "sweeper", "plain"} for m in ("tpe", "gp", "cmaes", "qmc")}
+    assert len([r for r in rows if r["item"].startswith("parallel price")]) == 4
 
     text = md.read_text()
     assert "| item | measured | target | result |" in text
