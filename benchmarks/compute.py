@@ -32,6 +32,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Callable
 from contextlib import contextmanager
 from functools import partial
@@ -60,16 +61,25 @@ TOP_FRACTION = 0.1
 #: The issue's target: promotion ASHA's epochs to the target <= this times hyperband's.
 TARGET_RATIO = 0.5
 
-#: trials N, steps (= max_resource), workers W, seeds, seconds per synthetic step, tasks.
+#: Workers W, seconds per synthetic step, and per task: trials N, steps (= max_resource), seeds.
 SIZES: dict[str, dict[str, Any]] = {
-    "tiny": {"trials": 9, "steps": 9, "w": 2, "seeds": 1, "step_s": 0.0, "tasks": ("curve",)},
-    "quick": {"trials": 27, "steps": 27, "w": 8, "seeds": 1, "step_s": 0.02,
-              "tasks": ("curve",)},
-    "default": {"trials": 27, "steps": 27, "w": 8, "seeds": 3, "step_s": 0.05,
-                "tasks": ("curve", "digits")},
-    "full": {"trials": 81, "steps": 27, "w": 8, "seeds": 10, "step_s": 0.05,
-             "tasks": ("curve", "digits")},
+    "tiny": {"w": 2, "step_s": 0.0, "tasks": {"curve": {"trials": 9, "steps": 9, "seeds": 1}}},
+    "quick": {"w": 8, "step_s": 0.02,
+              "tasks": {"curve": {"trials": 81, "steps": 27, "seeds": 1}}},
+    "default": {"w": 8, "step_s": 0.05,
+                "tasks": {"curve": {"trials": 81, "steps": 27, "seeds": 3},
+                          "digits": {"trials": 27, "steps": 27, "seeds": 2}}},
+    "full": {"w": 8, "step_s": 0.05,
+             "tasks": {"curve": {"trials": 81, "steps": 27, "seeds": 10},
+                       "digits": {"trials": 81, "steps": 27, "seeds": 10}}},
 }
+
+
+def task_size(size: dict[str, Any], task: str) -> dict[str, Any]:
+    """One task's figures of a size: trials, steps, seeds, w, step_s."""
+    return {"w": size["w"], "step_s": size["step_s"], **size["tasks"][task]}
+
+
 MIN_RESOURCE, REDUCTION_FACTOR = 1, 3
 
 
@@ -106,7 +116,8 @@ def asha_available() -> str | None:
     from sweeper.spec import parse_spec_dict
 
     try:
-        parse_spec_dict(spec_for("curve", "asha", SIZES["tiny"], 0, "/tmp"), source="<probe>")
+        parse_spec_dict(spec_for("curve", "asha", task_size(SIZES["tiny"], "curve"), 0,
+                                 "/tmp"), source="<probe>")
     except SweeperError as e:
         return str(e).splitlines()[0][:200]
     return None
@@ -177,12 +188,15 @@ def one_run(task: str, variant: str, size: dict[str, Any], seed: int) -> dict[st
         ledger = Path(tmp) / "ledger"
         ledger.mkdir()
         spec = spec_for(task, variant, size, seed, str(ledger))
+        started = time.perf_counter()
         counts = _plain_run(spec, Path(tmp)) if variant == "plain_hyperband" \
             else _sweeper_run(spec, Path(tmp))
+        wall = time.perf_counter() - started
         if counts.get("COMPLETE", 0) + counts.get("PRUNED", 0) != size["trials"]:
             raise Disturbed(f"compute {task} {variant} seed {seed}: trials by state {counts}")
         events = curves.read_ledger(ledger)
-    return {"counts": counts, "events": [[e.index, e.step, e.score] for e in events]}
+    return {"counts": counts, "wall_s": wall,
+            "events": [[e.index, e.step, e.score] for e in events]}
 
 
 # --------------------------------------------------------------------------- figures
@@ -195,15 +209,23 @@ def _events(run: dict[str, Any]) -> list[curves.Event]:
 def figures(runs: dict[str, dict[str, Any]]) -> dict[str, Any]:
     """Per variant of one (task, seed): epochs in all, epochs to the target (None: not
     reached), the best score; the target from the ``none`` run."""
-    target = curves.top_fraction_score(curves.best_by_index(_events(runs["none"])).values(),
-                                       TOP_FRACTION)
-    out: dict[str, Any] = {"target": target, "variants": {}}
+    full = curves.best_by_index(_events(runs["none"]))
+    target = curves.top_fraction_score(full.values(), TOP_FRACTION)
+    # The configurations that reach the target when trained to the end, best first.
+    good = sorted((i for i, b in full.items() if b <= target), key=lambda i: full[i])
+    out: dict[str, Any] = {"target": target, "good": good, "variants": {}}
     for variant, run in runs.items():
         events = _events(run)
+        reached = curves.last_step_by_index(events)
         out["variants"][variant] = {
             "epochs": len(events), "to_target": curves.epochs_to_target(events, target),
             "best": min((e.score for e in events), default=float("nan")),
-            "counts": run["counts"]}
+            "counts": run["counts"], "good_trained_to": [reached.get(i, 0) for i in good]}
+    if "asha" in runs:  # compute at equal score: each variant's epochs to ASHA's best
+        out["asha_best"] = asha_best = out["variants"]["asha"]["best"]
+        for variant, run in runs.items():
+            out["variants"][variant]["to_asha_best"] = curves.epochs_to_target(
+                _events(run), asha_best)
     return out
 
 
@@ -228,9 +250,9 @@ def _mean_to_target(per_seed: list[dict[str, Any]], variant: str) -> tuple[float
 
 def rows_for(task: str, size: dict[str, Any], per_seed: list[dict[str, Any]],
              variants: tuple[str, ...], missing: str | None) -> list[Row]:
-    n, seeds = len(per_seed), size["seeds"]
+    n = len(per_seed)
     where = (f"{task}, N={size['trials']} trials x {size['steps']} steps, W={size['w']}, "
-             f"{seeds} seed(s)")
+             f"{n} seed(s)")
     rows = []
     for variant in variants:
         to, hit = _mean_to_target(per_seed, variant)
@@ -257,19 +279,37 @@ def rows_for(task: str, size: dict[str, Any], per_seed: list[dict[str, Any]],
     return rows
 
 
+def _per_seed(per_seed: list[dict[str, Any]], variant: str, key: str) -> str:
+    def fmt(x: Any) -> str:
+        return "-" if x is None else f"{x:.3f}" if isinstance(x, float) else str(x)
+
+    return "/".join(fmt(f["variants"][variant].get(key)) for f in per_seed)
+
+
 def notes_for(task: str, per_seed: list[dict[str, Any]], variants: tuple[str, ...],
               missing: str | None) -> list[str]:
-    targets = ", ".join(f"{f['target']:.3f}" for f in per_seed)
-    parts = []
-    for v in variants:
-        tos = [f["variants"][v]["to_target"] for f in per_seed]
-        parts.append(f"{LABELS[v]} " + "/".join("-" if t is None else str(t) for t in tos)
-                     + " of " + "/".join(str(f["variants"][v]["epochs"]) for f in per_seed))
-    out = [f"compute {task}: targets (top {TOP_FRACTION:.0%} of the no-pruning run's "
-           f"configurations, validation loss) per seed {targets}; epochs to target of epochs "
-           f"in all, per seed: " + "; ".join(parts) + "."]
+    """What the rows do not show: every seed's figures, and compute at ASHA's own score."""
+    targets = "/".join(f"{f['target']:.3f}" for f in per_seed)
+    parts = [f"{LABELS[v]} {_per_seed(per_seed, v, 'to_target')} of "
+             f"{_per_seed(per_seed, v, 'epochs')} (best {_per_seed(per_seed, v, 'best')})"
+             for v in variants]
+    out = [f"compute {task}: target per seed (validation loss as good as the top "
+           f"{TOP_FRACTION:.0%} of the no-pruning run's configurations) {targets}; per seed, "
+           "epochs to the target of epochs in all (best loss reached): " + "; ".join(parts)
+           + "."]
+    out.append(f"compute {task}: the configurations that reach the target when trained to "
+               "the end, best first, were trained to steps: " + "; ".join(
+                   f"{LABELS[v]} " + " / ".join(
+                       ",".join(map(str, f["variants"][v]["good_trained_to"]))
+                       for f in per_seed) for v in variants if v != "none") + ".")
     if missing is not None:
-        out.append(f"compute {task}: promotion ASHA not run: {missing}")
+        out.append(f"compute {task}: promotion ASHA not judged: {missing}.")
+    elif "asha" in variants:
+        best = "/".join(f"{f['asha_best']:.3f}" for f in per_seed)
+        out.append(f"compute {task}: at promotion ASHA's own best loss (per seed {best}), "
+                   "epochs to reach it: " + "; ".join(
+                       f"{LABELS[v]} {_per_seed(per_seed, v, 'to_asha_best')}"
+                       for v in variants) + ".")
     return out
 
 
@@ -284,14 +324,14 @@ def run(sizes: dict[str, Any], log: Callable[[str], None]) -> tuple[list[Row], d
     raw: dict[str, Any] = {"size": size, "variants": variants, "asha_missing": missing,
                            "tasks": {}, "notes": []}
     for task in size["tasks"]:
-        per_seed = []
-        for seed in range(size["seeds"]):
+        per_seed, sized = [], task_size(size, task)
+        for seed in range(sized["seeds"]):
             log(f"compute: {task} seed {seed}: {', '.join(variants)}")
-            runs = {v: undisturbed(partial(one_run, task, v, size, seed),
+            runs = {v: undisturbed(partial(one_run, task, v, sized, seed),
                                    f"compute {task} {v} seed {seed}", log) for v in variants}
             per_seed.append({**figures(runs), "runs": runs})
         idle = missing or not_in_effect(per_seed, variants)
-        rows += rows_for(task, size, per_seed, variants, idle)
+        rows += rows_for(task, sized, per_seed, variants, idle)
         raw["notes"] += notes_for(task, per_seed, variants, idle)
         raw["tasks"][task] = per_seed
     raw["notes"].append("PBT is not measured: it is not built yet.")

@@ -170,7 +170,7 @@ def test_every_variant_is_a_valid_sweep_of_the_same_sets(task: str) -> None:
     from sweeper.space import random_point
     from sweeper.spec import parse_spec_dict
 
-    size = compute.SIZES["tiny"]
+    size = compute.task_size(compute.SIZES["default"], task)
     parsed = {v: parse_spec_dict(compute.spec_for(task, v, size, 7, "/tmp/l"), source="<t>")
               for v in compute.VARIANTS if v != "asha" or compute.asha_available() is None}
     assert {p.pruner.type for v, p in parsed.items() if "hyperband" in v} == {"hyperband"}
@@ -179,9 +179,12 @@ def test_every_variant_is_a_valid_sweep_of_the_same_sets(task: str) -> None:
     assert all(pts == points["none"] for pts in points.values())
 
 
+SIZED = compute.task_size(compute.SIZES["default"], "curve")
+
+
 def test_the_asha_variant_asks_for_promotion_with_the_pruners_resources() -> None:
-    spec = compute.spec_for("curve", "asha", compute.SIZES["default"], 0, "/tmp/l")
-    hb = compute.spec_for("curve", "hyperband", compute.SIZES["default"], 0, "/tmp/l")
+    spec = compute.spec_for("curve", "asha", SIZED, 0, "/tmp/l")
+    hb = compute.spec_for("curve", "hyperband", SIZED, 0, "/tmp/l")
     assert spec["pruner"] == {"type": "none"}
     assert spec["scheduler"] == {"type": "asha", "mode": "promotion",
                                  **{k: v for k, v in hb["pruner"].items() if k != "type"}}
@@ -230,13 +233,23 @@ def test_an_asha_run_that_paused_nothing_is_reported_not_judged() -> None:
 
 
 def test_figures_take_the_target_from_the_no_pruning_run() -> None:
-    # index 0..9 fully trained by "none", one step each; the 1st best of 10 is the target.
+    # "none" trains indexes 0..9 (index i ends at (10 - i) / 10); the best tenth: index 9.
     none = {"counts": {"COMPLETE": 10},
             "events": [[i, 1, (10 - i) / 10] for i in range(10)]}
-    other = {"counts": {"COMPLETE": 2, "PRUNED": 8},
-             "events": [[9, 1, 0.5], [0, 1, 0.2], [3, 1, 0.1]]}
-    f = compute.figures({"none": none, "hyperband": other})
-    assert f["target"] == pytest.approx(0.1)
-    assert f["variants"]["none"] == {"epochs": 10, "to_target": 10,
-                                     "best": pytest.approx(0.1), "counts": none["counts"]}
+    hyperband = {"counts": {"COMPLETE": 2, "PRUNED": 8},
+                 "events": [[9, 1, 0.5], [0, 1, 0.2], [3, 1, 0.1], [3, 2, 0.05]]}
+    asha = {"counts": {"COMPLETE": 1, "PRUNED": 9},
+            "events": [[9, 1, 0.5], [8, 1, 0.3], [9, 2, 0.15]]}
+    f = compute.figures({"none": none, "hyperband": hyperband, "asha": asha})
+    assert f["target"] == pytest.approx(0.1) and f["good"] == [9]
+    assert f["variants"]["none"] == {"epochs": 10, "to_target": 10, "best": pytest.approx(0.1),
+                                     "counts": none["counts"], "good_trained_to": [1],
+                                     "to_asha_best": 10}
     assert f["variants"]["hyperband"]["to_target"] == 3
+    assert f["variants"]["hyperband"]["good_trained_to"] == [1]
+    assert f["variants"]["asha"]["to_target"] is None
+    assert f["variants"]["asha"]["good_trained_to"] == [2]
+    # compute at equal score: ASHA's best (0.15), reached by hyperband at its 3rd epoch
+    assert f["asha_best"] == 0.15
+    assert f["variants"]["hyperband"]["to_asha_best"] == 3
+    assert f["variants"]["asha"]["to_asha_best"] == 3
