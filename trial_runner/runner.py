@@ -108,7 +108,8 @@ def acquire(sweep: Sweep, index: int, settings: RunnerSettings,
             got = Claimed(latest.trial_id, latest.attempt) \
                 if storage.claim(latest.trial_id) else None
         elif latest.state == TrialState.RUNNING:               # wait, or fail a stale one
-            _running(storage, index, latest, settings, sleep)
+            _running(storage, index, latest, settings, sleep,
+                     requeue=sweep.study_id if sweep.spec.scheduler.enabled else None)
         elif latest.state == TrialState.FAIL:                  # the next attempt
             got = _next_attempt(sweep, index, latest)
         if got is not None:
@@ -132,10 +133,15 @@ def _first_attempt(sweep: Sweep, index: int) -> Claimed | Outcome | None:
 
 
 def _running(storage: Any, index: int, latest: Attempt, settings: RunnerSettings,
-             sleep: Callable[[float], None]) -> None:
-    """A RUNNING attempt: FAIL it if its heartbeat is stale, else wait a while."""
+             sleep: Callable[[float], None], *, requeue: int | None = None) -> None:
+    """A RUNNING attempt: FAIL it if its heartbeat is stale, else wait a while. Under a
+    scheduler (``requeue``: the study) a stale promotion goes back to WAITING, paused, instead:
+    the next look finds it paused (the index is done for now)."""
     age = latest.heartbeat_age_s
     if age is not None and age > settings.grace_period_s:
+        if requeue is not None and \
+                latest.trial_id in storage.requeue_stale(requeue, settings.grace_period_s):
+            return
         storage.mark_failed(latest.trial_id, f"heartbeat {age:.0f}s old: the runner died or froze")
     else:
         logger.info("index %d: trial #%d is running elsewhere; waiting", index, latest.number)

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import pytest
-from optuna.trial import TrialState
+from optuna.trial import FrozenTrial, TrialState, create_trial
 
+from sweeper.protocol import RUNG_ATTR
 from sweeper.spec import SchedulerSpec
 from sweeper.study.values import RungTrial
-from trial_runner.asha import promotable, promotions, rung_entries
+from trial_runner.asha import PromotionPruner, promotable, promotions, rung_entries
 
 ASHA = SchedulerSpec(type="asha", min_resource=1, max_resource=27, reduction_factor=3)
 
@@ -87,3 +88,48 @@ def test_promotions_come_top_rung_first_then_best_first() -> None:
                _t(18, {1: 0.9, 3: 0.85}, state=done)]
     # rung 1: 9 entries, top 3 includes trial 6, which comes first (the top rung first)
     assert [t.number for t in promotions(trials, ASHA, maximize=False)][:1] == [6]
+
+
+class _Store:
+    """The one read the pruner makes: the trials with a value at a rung's step."""
+
+    def __init__(self, trials: list[RungTrial]) -> None:
+        self.trials, self.reads = trials, 0
+
+    def rung_trials(self, study_id: int, steps: list[int]) -> list[RungTrial]:
+        self.reads += 1
+        return self.trials
+
+
+def _frozen(number: int, values: dict[int, float], rung: int | None = None) -> FrozenTrial:
+    t = create_trial(state=TrialState.RUNNING, intermediate_values=values,
+                     user_attrs={} if rung is None else {RUNG_ATTR: rung})
+    t.number = number
+    return t
+
+
+def test_the_pruner_decides_once_per_rung_and_says_where_to_pause() -> None:
+    rung0 = [_t(n, {1: v}) for n, v in ((1, 0.1), (2, 0.2))]
+    store = _Store(rung0)
+    pruner = PromotionPruner(store, 1, ASHA, "minimize")  # type: ignore[arg-type]
+    assert not pruner.prune(None, _frozen(0, {0: 0.9}))  # type: ignore[arg-type]
+    assert store.reads == 0  # no rung reached: nothing read
+    # step 1 ends rung 0: with trials 1, 2 there, 0.05 is the top 1 of 3: it goes on
+    assert not pruner.prune(None, _frozen(0, {0: 0.9, 1: 0.05}))  # type: ignore[arg-type]
+    assert not pruner.prune(None, _frozen(0, {0: 0.9, 1: 0.05, 2: 0.04}))  # type: ignore[arg-type]
+    assert store.reads == 1 and pruner.paused_rung(0) is None  # decided once
+    # 0.3 is not in the top 1 of 3: pause at rung 0
+    assert pruner.prune(None, _frozen(3, {1: 0.3}))  # type: ignore[arg-type]
+    assert pruner.paused_rung(3) == 0 and pruner.paused_rung(3) is None
+
+
+def test_a_promoted_trial_goes_on_at_its_rung_and_decides_the_next() -> None:
+    store = _Store([_t(n, {1: 0.1, 3: 0.01}) for n in (1, 2)])
+    pruner = PromotionPruner(store, 1, ASHA, "minimize")  # type: ignore[arg-type]
+    # paused at rung 0, promoted: step 1 again (its code re-reported it) is not a decision
+    assert not pruner.prune(None, _frozen(5, {1: 0.5}, rung=0))  # type: ignore[arg-type]
+    assert store.reads == 0
+    # resumed from a checkpoint at step 3 that its dead promoter saved before deciding rung 1:
+    # the first report after it decides rung 1 (0.5 is third of three: pause there)
+    assert pruner.prune(None, _frozen(5, {1: 0.5, 3: 0.5, 4: 0.4}, rung=0))  # type: ignore[arg-type]
+    assert pruner.paused_rung(5) == 1

@@ -126,6 +126,12 @@ def test_a_promotion_is_claimed_again_after_its_promoter_is_killed(
     t0 = sweep.study().trials[0]
     assert t0.state == TrialState.RUNNING and sorted(t0.intermediate_values) == [0, 1, 2]
     _until_stale(sweep, t0.number, grace=1.0)
+    # Index 0's own runner, relaunched, finds its trial's promoter dead: it puts the trial
+    # back (paused at its rung, not FAIL: no new attempt) and leaves it to the promotions.
+    own = run_index(sweep, 0, curve, settings(tmp_path, grace=1.0))
+    assert (own.exit_code, own.state) == (protocol.EXIT_OK, protocol.PAUSED)
+    t0 = sweep.study().trials[0]
+    assert t0.state == TrialState.WAITING and t0.user_attrs[protocol.PAUSED_ATTR] is True
     assert promote(sweep, curve, settings(tmp_path, grace=1.0)) is None
     t0 = sweep.study().trials[0]
     # Back to WAITING, claimed again, resumed from the step the killed run saved (2), paused
