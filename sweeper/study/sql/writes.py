@@ -89,8 +89,11 @@ def claim_waiting(conn: sa.Connection, trial_id: int, token: str, *, start: date
         "WHERE trial_id = :t AND state = 'WAITING'"), {"t": trial_id, "now": start}).rowcount
     if won == 1:
         if heartbeat:
+            # An upsert: a WAITING trial has no heartbeat row, but a paused one whose frozen
+            # promoter beat once more after the put-back (sweeper.study.sql.paused) may.
             conn.execute(sa.text("INSERT INTO trial_heartbeats (trial_id, heartbeat) "
-                                 "VALUES (:t, CURRENT_TIMESTAMP)"), {"t": trial_id})
+                                 "VALUES (:t, CURRENT_TIMESTAMP) ON CONFLICT (trial_id) "
+                                 "DO UPDATE SET heartbeat = CURRENT_TIMESTAMP"), {"t": trial_id})
         conn.execute(record(token, trial_id=trial_id))
         return True
     return find(conn, token) is not None
@@ -129,7 +132,8 @@ _CLAIM_ALONE = sa.text(
     "WITH won AS (UPDATE trials SET state = 'RUNNING', datetime_start = :now "
     "WHERE trial_id = :t AND state = 'WAITING' RETURNING trial_id), "
     "beat AS (INSERT INTO trial_heartbeats (trial_id, heartbeat) "
-    "SELECT trial_id, CURRENT_TIMESTAMP FROM won WHERE :beat), "
+    "SELECT trial_id, CURRENT_TIMESTAMP FROM won WHERE :beat "
+    "ON CONFLICT (trial_id) DO UPDATE SET heartbeat = CURRENT_TIMESTAMP), "
     "mine AS (INSERT INTO sweeper_writes (token, trial_id) SELECT :token, trial_id FROM won) "
     "SELECT (SELECT COUNT(*) FROM won) + (SELECT COUNT(*) FROM sweeper_writes "
     "WHERE token = :token), (SELECT state FROM trials WHERE trial_id = :t)")
