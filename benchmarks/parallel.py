@@ -48,7 +48,7 @@ def _space(name: str, dims: int) -> dict[str, Any]:
     return {f"x{k + 1}": FloatDistribution(lo, hi) for k in range(dims)}
 
 
-def _qmc_plan(name: str, dims: int, trials: int, seed: int) -> list[dict[str, Any]]:
+def qmc_plan(name: str, dims: int, trials: int, seed: int) -> list[dict[str, Any]]:
     """sweeper's qmc sets for this space (what ``sweeper run`` enqueues)."""
     from sweeper.qmc import qmc_sets
     from sweeper.spec import parse_spec_dict
@@ -107,7 +107,7 @@ def simulate(method: str, name: str, dims: int, trials: int, workers: int, seed:
     space = _space(name, dims)
     study = optuna.create_study()
     if mode == "sweeper" and method == "qmc":
-        for params in _qmc_plan(name, dims, trials, seed):
+        for params in qmc_plan(name, dims, trials, seed):
             study.enqueue_trial(params)
     samplers = _Samplers(method, mode, seed, 1 if mode == "sequential" else workers,
                          factory)
@@ -139,9 +139,8 @@ def simulate(method: str, name: str, dims: int, trials: int, workers: int, seed:
 def normalised(best: dict[str, dict[str, dict[str, list[float]]]], dims: int,
                functions: Sequence[str], method: str, mode: str,
                picks: dict[str, list[int]] | None = None) -> float:
-    """Mean over functions of (mean regret of ``mode``) / (mean regret of sequential random
-    search... here: of the method's own sequential run is the ratio; this is the regret
-    normalised by the function's regret of random search)."""
+    """Mean over functions of: the mean regret of (method, mode) over the seeds (``picks``:
+    which seeds, with repeats, for the bootstrap), divided by sequential random search's."""
     out = []
     for f in functions:
         opt = optimum(f, dims)
