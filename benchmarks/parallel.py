@@ -16,7 +16,8 @@ sampler as such) until the clock reaches its end, then it is told. Only the samp
 * ``sequential``: one worker, the sampler seeded ``seed``.
 
 Simulating the clock makes the figures independent of the machine's load (2 shared cores) and
-lets ``--full`` run 10 seeds; whether the real runners sample as the simulation does is a
+lets ``--full`` run 10 seeds (the (function, seed) pairs run in as many processes as there
+are cores, or ``SWEEPER_BENCH_JOBS``); whether the real runners sample as the simulation does is a
 separate check (``python -m benchmarks.parallel --real``: sweeper's local backend against
 plain Optuna's processes on PostgreSQL, both through ``benchmarks.quality``).
 """
@@ -265,7 +266,8 @@ def run(sizes: dict[str, Any], log: Callable[[str], None]) -> tuple[list[Row], d
     seeds = list(range(sizes["p_seeds"]))
     methods = sizes.get("p_methods") or METHODS
     functions = sizes.get("p_functions") or tuple(FUNCTIONS)
-    jobs = sizes.get("p_jobs") or os.cpu_count() or 1
+    jobs = int(os.environ.get("SWEEPER_BENCH_JOBS") or sizes.get("p_jobs")
+               or os.cpu_count() or 1)
     log(f"parallel: {', '.join(methods)} at W={workers} and sequentially, {len(functions)} "
         f"functions x {len(seeds)} seeds, {trials} trials, {jobs} processes")
     best = collect(methods, functions, dims, trials, workers, seeds, log, jobs=jobs)

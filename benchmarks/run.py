@@ -69,7 +69,7 @@ SIZES: dict[str, dict[str, Any]] = {
         "conn_w": 32, "conn_n": 64, "conn_t": 1.0,
         "dup_side": 8, "dup_w": 8, "dup_t": 0.1,
         "q_dims": 5, "q_trials": 100, "q_seeds": 5, "q_w": 8, "q_delay": 0.2,
-        "p_dims": 5, "p_trials": 60, "p_seeds": 3, "p_w": 8,
+        "p_dims": 5, "p_trials": 60, "p_seeds": 2, "p_w": 8,
         "m_dims": 5, "m_trials": 60, "m_seeds": 2, "m_w": 8, "m_delay": 0.2,
         "mo_dims": 5, "mo_trials": 120, "mo_population": 20, "mo_seeds": 2,
         "c_trials": 100, "c_seeds": 3,
