@@ -77,6 +77,22 @@ def noise(seed: int, index: int, step: int, sd: float = NOISE_SD) -> float:
     return random.Random(f"{seed}/{index}/{step}").gauss(0.0, sd)
 
 
+def random_configuration(rng: random.Random) -> dict[str, float]:
+    """A configuration drawn uniformly from ``CURVE_SPACE`` (lr log-uniform)."""
+    return {"lr": 10.0 ** rng.uniform(-4.0, 0.0), "width": rng.random(),
+            "warmup": rng.random()}
+
+
+def rank_agreement(steps: Sequence[int], end: int, n: int = 2000,
+                   seed: int = 0) -> list[float]:
+    """Spearman's correlation of the family's ranking at each of ``steps`` with that at
+    ``end``, over ``n`` random configurations: how much an early rung predicts the end."""
+    rng = random.Random(seed)
+    cfgs = [random_configuration(rng) for _ in range(n)]
+    final = [quality(c, end) for c in cfgs]
+    return [spearman([quality(c, s) for c in cfgs], final) for s in steps]
+
+
 # --------------------------------------------------------------------------- the ledger
 
 
