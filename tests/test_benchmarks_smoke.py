@@ -77,6 +77,14 @@ def test_tiny_run_writes_every_item(pg_admin: sa.Engine, tmp_path: Path) -> None
         m: {"sequential", "sweeper", "plain"} for m in ("tpe", "gp", "cmaes", "qmc")}
     assert len([r for r in rows if r["item"].startswith("parallel price")]) == 4
 
+    # compute: every variant trained the synthetic curves; no pruning trains every step once
+    compute = raw["compute"]["tasks"]["curve"][0]
+    size = raw["compute"]["size"]["tasks"]["curve"]
+    assert compute["variants"]["none"]["epochs"] == size["trials"] * size["steps"]
+    for figures in compute["variants"].values():
+        assert sum(figures["counts"].values()) == size["trials"]
+        assert 0 < figures["epochs"] <= size["trials"] * size["steps"]
+
     text = md.read_text()
     assert "| item | measured | target | result |" in text
     assert "python -m benchmarks.run --tiny" in text
