@@ -11,10 +11,10 @@ Runner i:
      next); the promoted trial runs with ITS index's context (checkpoint directory, mirror),
      restored before the user's code runs, on the same Optuna trial; it pauses at a higher
      rung, completes at ``max_resource``, or fails like any attempt;
-  3. repeats 2 until nothing is promotable; then, if no trial is running and every index has
-     finished, failed or paused, the sweep is over: every paused trial ends PRUNED (its rung
-     and values kept). A runner that sees a trial still running leaves the end to the runner
-     of that trial, which looks again when it pauses or finishes.
+  3. repeats 2 until nothing is promotable (or a stop rule fired); then, if no trial is
+     running and every index has finished, failed or paused, the sweep is over: every paused
+     trial ends PRUNED (its rung and values kept). A runner that sees a trial still running
+     leaves the end to the runner of that trial, which looks again when it pauses or finishes.
 
 Index i's own trial goes first (unlike ASHA's get_job, which prefers promotions): the local
 backend's watchdog kills a worker that was handed an index and claims nothing for a while.
@@ -28,7 +28,7 @@ from typing import Any
 
 from sweeper import protocol
 from sweeper.protocol import ATTEMPT_ATTR, PAUSED_ATTR
-from sweeper.study import Sweep
+from sweeper.study import Sweep, stop
 from sweeper.study.values import RungTrial
 from trial_runner.asha import promotions
 from trial_runner.context import TrialContext
@@ -64,6 +64,8 @@ def promote(sweep: Sweep, objective: Callable[[TrialContext], Any], settings: Ru
     steps = list(spec.scheduler.rung_steps)
     maximize = spec.objectives[0].direction == "maximize"
     while True:
+        if spec.stop.any and stop.before_start(store, study_id, spec) is not None:
+            return None  # a stop rule fired: promote nothing more (paused trials stay paused)
         store.requeue_stale(study_id, settings.grace_period_s)
         trials = store.rung_trials(study_id, steps)
         ran = None
