@@ -9,6 +9,9 @@ query):
   RUNNING, stale       -> that attempt died: mark it FAIL and look again;
   FAIL                 -> create the next attempt with the same params, linked to it;
   nothing (adaptive)   -> create attempt 0 and ask the sampler.
+Under a scheduler (trial_runner.promotion): a claimed trial that is paused is put back (the
+index is done for now); a stale RUNNING one with a rung goes back to WAITING, paused, not FAIL;
+a trial the pruner ranks out at a rung pauses (WAITING, ``sweeper:rung``) instead of PRUNED.
 After its trial finishes it evaluates the stop rules; the first to fire is recorded.
 """
 
