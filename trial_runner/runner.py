@@ -111,13 +111,18 @@ def acquire(sweep: Sweep, index: int, settings: RunnerSettings,
             got = Claimed(latest.trial_id, latest.attempt) \
                 if storage.claim(latest.trial_id) else None
         elif latest.state == TrialState.RUNNING:               # wait, or fail a stale one
-            _running(storage, index, latest, settings, sleep,
-                     requeue=sweep.study_id if sweep.spec.scheduler.enabled else None)
+            _running(storage, index, latest, settings, sleep, requeue=_requeues(sweep))
         elif latest.state == TrialState.FAIL:                  # the next attempt
             got = _next_attempt(sweep, index, latest)
         if got is not None:
             return got
         atts = storage.attempts(sweep.study_id, index)
+
+
+def _requeues(sweep: Sweep) -> int | None:
+    """The study whose stale promotions go back to WAITING (a scheduler's sweep), or None."""
+    scheduler = getattr(sweep.spec, "scheduler", None)  # a stand-in spec may have none
+    return sweep.study_id if scheduler is not None and scheduler.enabled else None
 
 
 def _already_done(index: int, last: Attempt) -> Outcome:
