@@ -96,3 +96,14 @@ def test_a_row_passes_only_within_the_target_and_at_or_below_plain() -> None:
     assert status(1.05, 1.2) == "PASS"
     assert status(1.2, 1.3) == "MISS"   # over 1.10x sequential
     assert status(1.05, 1.0) == "MISS"  # worse than plain parallel Optuna
+
+
+def test_a_planned_methods_price_is_against_its_own_plan_at_w1() -> None:
+    opt = optimum("sphere", 2)
+    best = {"sphere": {"random": {"sequential": [opt + 10.0]},
+                       "qmc": {"sequential": [opt + 1.0], "plain": [opt + 1.0],
+                               "sweeper": [opt + 3.0], "sweeper_sequential": [opt + 3.0]}}}
+    row = parallel.rows_of(best, ["qmc"], ["sphere"], 2, 10, 8, 1)[0]
+    assert row.figures["ratio"] == pytest.approx(1.0)
+    assert row.figures["plain_ratio"] == pytest.approx(1.0)
+    assert row.status == "PASS"
