@@ -112,6 +112,8 @@ def _old_hash(record: dict[str, Any]) -> str:
                                        "sampler", "pruner", "parameters")}
     identity["trial"] = {k: record["trial"].get(k) for k in ("entrypoint", "command", "fixed")}
     identity["parameter_order"] = list(record["parameters"])
+    if "scheduler" in record:  # newer than the formula (issue 29): only a spec that sets one
+        identity["scheduler"] = record["scheduler"]
     blob = json.dumps(identity, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
