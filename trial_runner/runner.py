@@ -29,7 +29,7 @@ from optuna.trial import TrialState
 from sweeper import protocol
 from sweeper._optuna_compat import trial_id_of
 from sweeper.artifacts import cached_artifact_store
-from sweeper.errors import ArtifactError, SpecError, StorageError
+from sweeper.errors import SpecError, StorageError
 from sweeper.protocol import (
     FAILED_FOR_GOOD_ATTR,
     FIXED_PARAMS_ATTR,
@@ -63,6 +63,7 @@ from trial_runner.finish import _fail, _finish_pruned, _jsonable, _superseded, _
 from trial_runner.outcome import Claimed, Interrupted, Outcome, RunnerSettings
 from trial_runner.params import planned, provenance, suggest_active
 from trial_runner.reports import ReportWriter
+from trial_runner.resume import _history_so_far, _restore
 from trial_runner.watchdog import Heartbeat, after_trial, start_timeout
 
 logger = logging.getLogger(__name__)
@@ -196,6 +197,7 @@ def run_claimed(sweep: Sweep, index: int, got: Claimed, objective: Callable[[Tri
     put back at once (only ``promotion``, a claim of :mod:`trial_runner.promotion`, runs it)."""
     trial_id, attempt, taken = got.trial_id, got.attempt, got.taken
     spec = sweep.spec
+    rung: int | None = None  # a promoted trial's: an interruption pauses it there again
     try:
         pruner = PromotionPruner(sweep.storage, sweep.study_id, spec.scheduler,
                                  spec.objectives[0].direction) \
@@ -205,6 +207,7 @@ def run_claimed(sweep: Sweep, index: int, got: Claimed, objective: Callable[[Tri
         number = trial.number
         if trial.user_attrs.get(PAUSED_ATTR) and not promotion:  # not the index's to run
             return _pause(sweep, index, trial_id, number, trial.user_attrs.get(RUNG_ATTR, 0))
+        rung = trial.user_attrs.get(RUNG_ATTR)
         if trial_hook is not None:
             trial_hook(trial_id, number, attempt)
         with Heartbeat(sweep, trial_id, settings.heartbeat_interval_s):
@@ -215,7 +218,10 @@ def run_claimed(sweep: Sweep, index: int, got: Claimed, objective: Callable[[Tri
         _fail_claimed(sweep, trial_id, e)
         return Outcome(index, protocol.EXIT_RETRY, "FAIL", None, f"index {index}: {e}")
     except BaseException as e:
-        _fail_claimed(sweep, trial_id, e)
+        if isinstance(e, Interrupted) and rung is not None:  # paused again, for the next one
+            sweep.storage.pause(trial_id, rung)
+        else:
+            _fail_claimed(sweep, trial_id, e)
         raise
     after_trial(sweep, failed=outcome.state == "FAIL")
     return outcome
@@ -295,8 +301,9 @@ def _run_trial(sweep: Sweep, study: optuna.Study, trial: optuna.Trial, index: in
         return _evaluate(study, ctx, objective, writer, fail, own=own)
     except Interrupted as e:
         writer.flush_quietly()
-        _fail(storage, index, trial_id, number, f"interrupted by {e}; resumable",
-              protocol.EXIT_RETRY)
+        if RUNG_ATTR not in trial.user_attrs:  # a promotion is put back (run_claimed)
+            _fail(storage, index, trial_id, number, f"interrupted by {e}; resumable",
+                  protocol.EXIT_RETRY)
         raise
     except (StorageError, SpecError):
         raise
@@ -351,15 +358,6 @@ def _pruned(study: optuna.Study, writer: ReportWriter, trial_id: int, index: int
         return _finish_pruned(study, trial_id, index, number, trial=own)
 
 
-def _history_so_far(trial: optuna.Trial) -> dict[str, list[list[float]]]:
-    """A promoted trial's metric history before its pause, which its reports extend (empty for
-    a trial that never paused: a retry is a new trial)."""
-    if RUNG_ATTR not in trial.user_attrs:
-        return {}
-    return {k: [list(p) for p in v] for k, v in
-            (trial.user_attrs.get(protocol.HISTORY_ATTR) or {}).items()}
-
-
 def _final(code: int, attempt: int, retries: int) -> bool:
     """Whether a failure with exit ``code`` on ``attempt`` leaves its index without another
     attempt (what ``stop.max_failed_trials`` counts)."""
@@ -377,22 +375,6 @@ def _exit_code_of(e: Exception) -> int:
     if isinstance(e, ProgramFailed) or (isinstance(e, DataError) and e.retryable):
         return protocol.EXIT_RETRY
     return protocol.EXIT_CONFIG
-
-
-def _restore(mirror: CheckpointMirror | None, ctx: TrialContext) -> str | None:
-    """A retry's (and a promotion's) first step: the latest checkpoint of the previous
-    attempts into this pod, before user code runs (the user's ``ctx.load_checkpoint()`` then
-    records the step it resumes from). Returns why it could not, or None."""
-    if mirror is None or (ctx.attempt == 0 and RUNG_ATTR not in ctx.trial.user_attrs):
-        return None  # the first attempt, not resumed from a rung
-    try:
-        meta = mirror.pull(ctx.checkpoint_dir)
-    except ArtifactError as e:
-        return f"cannot restore the checkpoint: {e}"
-    if meta is not None:
-        logger.info("index %d: restored the checkpoint of step %s (trial #%s) from %s",
-                    ctx.index, meta.get("step"), meta.get("trial_number"), mirror.where)
-    return None
 
 
 __all__ = ["Claimed", "Interrupted", "Outcome", "RunnerSettings", "_tell", "acquire",

@@ -152,3 +152,29 @@ def _until_stale(sweep: Sweep, number: int, grace: float) -> None:
         if (t.heartbeat_age_s or 0.0) > grace:
             return
         time.sleep(0.2)
+
+
+def test_an_interrupted_promotion_is_paused_again_not_failed(
+        sqlite_url: str, tmp_path: Path) -> None:
+    import signal
+
+    from trial_runner.outcome import Interrupted
+
+    sweep, _ = create_or_resume(open_storage(sqlite_url), _spec())
+    for i in range(3):
+        assert run_index(sweep, i, curve, settings(tmp_path)).state == "PAUSED"
+
+    def evicted(ctx: Any) -> float:  # SIGTERM arrives in the promoted run, after a report
+        if ctx.load_checkpoint() is not None:
+            ctx.report(2, loss=0.4)
+            raise Interrupted(signal.SIGTERM)
+        return curve(ctx)
+
+    with pytest.raises(Interrupted):
+        promote(sweep, evicted, settings(tmp_path))
+    t0 = sweep.study().trials[0]  # paused at its rung again, its report kept, no FAIL
+    assert t0.state == TrialState.WAITING and t0.user_attrs[protocol.PAUSED_ATTR] is True
+    assert t0.user_attrs[protocol.RUNG_ATTR] == 0 and sorted(t0.intermediate_values) == [0, 1, 2]
+    assert promote(sweep, curve, settings(tmp_path)) is None  # the next promoter resumes it
+    t0 = sweep.study().trials[0]
+    assert t0.state == TrialState.WAITING and t0.user_attrs[protocol.RUNG_ATTR] == 1
