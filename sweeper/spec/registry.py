@@ -70,6 +70,10 @@ METHOD_INFO: Mapping[str, MethodInfo] = {
     "nsga2": MethodInfo("NSGAIISampler", "NSGAIISampler", planned=False, objectives="multi"),
     "nsga3": MethodInfo("NSGAIIISampler", "NSGAIIISampler", planned=False, objectives="multi"),
 }
+#: Methods whose runners' asks wait for the asks of runners that started before them: GP's
+#: ask takes seconds, and runners asking at once would not see each other's pending points
+#: (issue 29; docs/parallel.md).
+ASKS_IN_ORDER = frozenset({"gp"})
 #: TPE's defaults (kept under this name: the tests quote them).
 TPE_DEFAULTS: Mapping[str, Any] = METHOD_INFO["tpe"].defaults
 #: Added for a conditional space: TPE's ``group`` decomposes the search space by which
@@ -147,12 +151,18 @@ def make_pruner(spec: SweepSpec) -> BasePruner:
 
 def make_sampler(spec: SweepSpec, index: int) -> BaseSampler:
     """Seeded per index: the same seed everywhere would make parallel TPE runners propose
-    identical start points."""
+    identical start points. A method in :data:`ASKS_IN_ORDER` samples after the runners that
+    started before it (``sweeper.samplers.AfterEarlierAsks``)."""
     from sweeper._optuna_compat import experimental_on_purpose
 
     with experimental_on_purpose():  # nsga3, a conditional tpe, ...: chosen, not news
-        return build_sampler(spec.method, spec.sampler, index_seed(spec.seed, index),
-                             conditional=spec.is_conditional)
+        sampler = build_sampler(spec.method, spec.sampler, index_seed(spec.seed, index),
+                                conditional=spec.is_conditional)
+    if spec.method in ASKS_IN_ORDER and spec.parallelism > 1:
+        from sweeper.samplers import AfterEarlierAsks
+
+        return AfterEarlierAsks(sampler)
+    return sampler
 
 
 def keyword_names(cls: type) -> set[str]:

@@ -10,6 +10,7 @@ import optuna
 import pytest
 
 from sweeper.errors import SpecError
+from sweeper.samplers import AfterEarlierAsks
 from sweeper.spec import PRUNERS, registry
 from sweeper.spec.seeds import index_seed
 from tests.support.helpers import make_spec
@@ -142,8 +143,20 @@ def test_every_method_builds_its_sampler_seeded_per_index(method: str, cls: type
     over = {"objective": objective} if objective else {}
     spec = make_spec(method=method, **over)
     sampler = runner.make_sampler(spec, 3)
+    if method in registry.ASKS_IN_ORDER:  # parallel runners ask one after the other
+        assert isinstance(sampler, AfterEarlierAsks)
+        sampler = sampler.sampler
     assert type(sampler) is cls
     assert spec.is_adaptive is (method != "qmc")
+
+
+def test_gp_asks_in_order_only_when_runners_run_side_by_side() -> None:
+    assert isinstance(runner.make_sampler(make_spec(method="gp", parallelism=4), 0),
+                      AfterEarlierAsks)
+    assert type(runner.make_sampler(make_spec(method="gp", parallelism=1), 0)) \
+        is optuna.samplers.GPSampler
+    assert type(runner.make_sampler(make_spec(method="tpe", parallelism=4), 0)) \
+        is optuna.samplers.TPESampler
 
 
 @pytest.mark.parametrize(("method", "options", "attr", "value"), [
@@ -156,7 +169,7 @@ def test_sampler_options_reach_each_method_s_sampler(method: str, options: dict[
                                                       attr: str, value: Any) -> None:
     over = {"objective": MULTI} if method.startswith("nsga") else {}
     sampler = runner.make_sampler(make_spec(method=method, sampler=options, **over), 0)
-    assert getattr(sampler, attr) == value
+    assert getattr(getattr(sampler, "sampler", sampler), attr) == value
 
 
 @pytest.mark.parametrize("method", ["gp", "cmaes", "nsga2", "nsga3", "qmc"])
