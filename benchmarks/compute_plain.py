@@ -15,10 +15,14 @@ import contextlib
 import importlib
 import json
 import os
+import subprocess
 import sys
 from collections.abc import Callable
 from contextlib import AbstractContextManager
+from pathlib import Path
 from typing import Any
+
+from benchmarks.common import REPO, fresh_database, plain_env, wait_all
 
 
 class PlainContext:
@@ -92,6 +96,42 @@ def work(job: dict[str, Any]) -> int:
         done += 1
     storage.engine.dispose()
     return done
+
+
+def plain_run(spec: dict[str, Any], tmp: Path) -> dict[str, int]:
+    """W plain-Optuna processes over the sweep's own planned sets, enqueued in index order."""
+    import optuna
+    from optuna.distributions import distribution_to_json
+
+    from benchmarks.common import optuna_storage
+    from sweeper.space import distributions, random_point
+    from sweeper.spec import parse_spec_dict
+
+    parsed = parse_spec_dict(spec, source="<benchmark>")
+    with fresh_database("compute_plain") as (_, url):
+        storage = optuna_storage(url)
+        study = optuna.create_study(study_name=spec["name"], storage=storage)
+        for i in range(parsed.trials):
+            study.enqueue_trial(random_point(parsed, i), user_attrs={"index": i})
+        job = {"url": url, "study": spec["name"], "seed": spec["seed"],
+               "pruner": {k: v for k, v in spec["pruner"].items() if k != "type"},
+               "distributions": {k: distribution_to_json(d)
+                                 for k, d in distributions(parsed).items()},
+               "entrypoint": spec["trial"]["entrypoint"], "fixed": spec["trial"]["fixed"],
+               "metric": "val_loss"}
+        log = tmp / "plain.log"
+        env = dict(plain_env(), SWEEPER_BENCH_JOB=json.dumps(job))  # not argv: a password
+        with open(log, "ab") as out:
+            procs = [subprocess.Popen([sys.executable, "-m", "benchmarks.compute_plain"],
+                                      cwd=REPO, env=env, stdin=subprocess.DEVNULL, stdout=out,
+                                      stderr=out) for _ in range(spec["parallelism"])]
+        wait_all(procs, f"plain {spec['name']}", log)
+        counts: dict[str, int] = {}
+        for t in study.get_trials(deepcopy=False):
+            if t.user_attrs.get("index") is not None:
+                counts[t.state.name] = counts.get(t.state.name, 0) + 1
+        storage.engine.dispose()
+    return counts
 
 
 def main() -> int:
