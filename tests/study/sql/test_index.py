@@ -12,14 +12,17 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
-from optuna.trial import TrialState
+from optuna.trial import FrozenTrial, TrialState
 
 from sweeper.protocol import FAIL_REASON_ATTR, INDEX_ATTR, STOP_ATTR
 from sweeper.study import open_storage
+from sweeper.study.retry import StorageFailure
+from sweeper.study.sql import index
 from sweeper.study.sql.store import SqlStore
 from tests.conftest import PG_ADMIN_URL
 from tests.support.helpers import drop_database, make_spec
@@ -118,7 +121,11 @@ def test_a_claimed_trial_has_a_heartbeat_and_its_age_comes_from_it(store: SqlSto
 def test_a_claim_is_won_once_and_a_retry_finds_its_own_win(store: SqlStore) -> None:
     sid = _sweep(store)
     tid = store.attempts(sid, 2)[0].trial_id
+    before = datetime.now(timezone.utc).replace(tzinfo=None)
     assert store.claim(tid, token="first-call")
+    started = store.get_trial(tid).datetime_start  # the claim starts the trial
+    assert started is not None and before <= started <= datetime.now(timezone.utc).replace(
+        tzinfo=None)
     assert not store.claim(tid, token="second-call")
     assert store.claim(tid, token="first-call")  # its acknowledgement was lost: it won
     assert not store.claim(tid)
@@ -332,3 +339,55 @@ def test_the_watcher_fails_only_running_trials_with_a_stale_heartbeat(
     assert store.get_trial(done).state == TrialState.COMPLETE
     assert store.get_trial(elsewhere).state == TrialState.RUNNING
     assert store.fail_stale_trials(sid, -1) == []  # nothing left running
+
+
+def test_a_running_trial_without_a_heartbeat_is_aged_from_its_start(store: SqlStore) -> None:
+    """A RUNNING trial that no runner of sweeper claimed (Optuna's own ``optimize``, say) has
+    no heartbeat row: its age is counted from its start."""
+    sid = _sweep(store)
+    start = datetime.now(timezone.utc).replace(tzinfo=None) - timedelta(minutes=10)
+    store.create_new_trial(sid, FrozenTrial(
+        number=0, state=TrialState.RUNNING, value=None, datetime_start=start,
+        datetime_complete=None, params={}, distributions={}, user_attrs={INDEX_ATTR: 20},
+        system_attrs={}, intermediate_values={}, trial_id=0))
+    [old] = store.attempts(sid, 20)
+    assert old.state == TrialState.RUNNING
+    assert old.heartbeat_age_s is not None and 600 <= old.heartbeat_age_s < 3600
+    assert store.fail_stale_trials(sid, -1) == []  # the watcher goes by heartbeats alone
+
+
+# ---- what a step that fails for good says
+
+
+@pytest.mark.parametrize("step", ["find index", "claim", "create attempt", "mark failed",
+                                  "find stale trials"])
+def test_a_step_that_fails_for_good_names_itself(tmp_path: Path, step: str) -> None:
+    path = tmp_path / "sweeps.db"
+    store = _open(f"sqlite:///{path}")
+    sid = _sweep(store)
+    tid = _running(store, sid, 0)  # the step's token table is ready: the step itself fails
+    store.engine.dispose()
+    path.unlink()  # the next connection opens an empty database: no such table
+    calls = {"find index": lambda: store.attempts(sid, 1),
+             "claim": lambda: store.claim(tid),
+             "create attempt": lambda: store.new_attempt(sid, 0, after=None, params=None),
+             "mark failed": lambda: store.mark_failed(tid, "boom"),
+             "find stale trials": lambda: index.fail_stale_trials(store, sid, 60)}
+    with pytest.raises(StorageFailure, match=f"^database error during {step}: no such table"):
+        calls[step]()
+    store.close()
+
+
+def test_take_that_fails_for_good_names_the_claim(pg_store: SqlStore) -> None:
+    sid = _sweep(pg_store)
+    _running(pg_store, sid, 0)  # the token table is ready: take's own statement fails
+    admin = sa.create_engine(pg_store.engine.url, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(sa.text("ALTER TABLE sweeper_writes RENAME TO sweeper_writes_away"))
+        try:
+            with pytest.raises(StorageFailure,
+                               match=r'^database error during claim: relation "sweeper_writes"'):
+                pg_store.take(sid, 1)
+        finally:
+            conn.execute(sa.text("ALTER TABLE sweeper_writes_away RENAME TO sweeper_writes"))
+    admin.dispose()
