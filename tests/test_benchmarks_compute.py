@@ -239,16 +239,16 @@ def test_figures_take_the_target_from_the_no_pruning_run() -> None:
     hyperband = {"counts": {"COMPLETE": 2, "PRUNED": 8},
                  "events": [[9, 1, 0.5], [0, 1, 0.2], [3, 1, 0.1], [3, 2, 0.05]]}
     asha = {"counts": {"COMPLETE": 1, "PRUNED": 9},
-            "events": [[9, 1, 0.5], [8, 1, 0.3], [9, 2, 0.15]]}
+            "events": [[9, 1, 0.5], [8, 1, 0.3], [9, 3, 0.15]]}
     f = compute.figures({"none": none, "hyperband": hyperband, "asha": asha})
     assert f["target"] == pytest.approx(0.1) and f["good"] == [9]
     assert f["variants"]["none"] == {"epochs": 10, "to_target": 10, "best": pytest.approx(0.1),
-                                     "counts": none["counts"], "good_trained_to": [1],
+                                     "counts": none["counts"], "good_epochs": [1],
                                      "to_asha_best": 10}
     assert f["variants"]["hyperband"]["to_target"] == 3
-    assert f["variants"]["hyperband"]["good_trained_to"] == [1]
+    assert f["variants"]["hyperband"]["good_epochs"] == [1]
     assert f["variants"]["asha"]["to_target"] is None
-    assert f["variants"]["asha"]["good_trained_to"] == [2]
+    assert f["variants"]["asha"]["good_epochs"] == [2]  # epochs trained, not its last step
     # compute at equal score: ASHA's best (0.15), reached by hyperband at its 3rd epoch
     assert f["asha_best"] == 0.15
     assert f["variants"]["hyperband"]["to_asha_best"] == 3
