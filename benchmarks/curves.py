@@ -162,14 +162,6 @@ def steps_per_index(events: Iterable[Event]) -> dict[int, int]:
     return out
 
 
-def last_step_by_index(events: Iterable[Event]) -> dict[int, int]:
-    """How far each index trained (its highest step)."""
-    out: dict[int, int] = {}
-    for e in events:
-        out[e.index] = max(e.step, out.get(e.index, e.step))
-    return out
-
-
 def spearman(xs: Sequence[float], ys: Sequence[float]) -> float:
     """Spearman's rank correlation (no ties expected: continuous values)."""
     def ranks(v: Sequence[float]) -> list[float]:
