@@ -1,0 +1,88 @@
+"""Promotion ASHA on Kubernetes, against the local control plane: each index's pod runs its own
+trial to a rung and pauses it there (the pod exits 0 and holds nothing), and the pods still
+running promote paused trials of other indexes, resuming them from the checkpoint volume (a
+claim bound to an NFS PersistentVolume, which every pod mounts). The Job completes once no
+trial can be promoted, with every trial finished and none created for a promotion.
+
+Local control plane only: its pods append to a file of this machine (``$ASHA_LOG``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from optuna.trial import TrialState
+
+from sweeper import protocol
+from sweeper.backends.kubernetes import job_info
+from tests.support.k8s_cluster import Cluster
+
+pytestmark = pytest.mark.postgres
+
+NAME = "k8s-asha"
+
+
+def _spec(claim: str, log: Path) -> str:
+    return f"""
+name: {NAME}
+method: grid
+objective: {{metric: loss, direction: minimize}}
+parallelism: 3
+scheduler: {{type: asha, mode: promotion, min_resource: 1, max_resource: 9,
+             reduction_factor: 3}}
+trial:
+  entrypoint: tests.support.asha_objectives:curve
+  fixed: {{steps: 9}}
+  retries: 1
+parameters:
+  a: {{type: int, low: 0, high: 8}}
+kubernetes:
+  volumes: [{{name: ckpt, mount_path: /ckpt, pvc: {claim}}}]
+  checkpoint_volume: ckpt
+  env: {{ASHA_LOG: '{log}'}}
+"""
+
+
+def test_paused_trials_hold_no_pod_and_are_promoted_from_the_checkpoint_volume(
+        cluster: Cluster, tmp_path: Path) -> None:
+    assert cluster.local is not None, "needs the local control plane: its pods write $ASHA_LOG"
+    log = tmp_path / "asha.log"
+    with cluster.bound_claim("asha", {"nfs": {"server": "nfs.internal", "path": "/asha"}},
+                             ["ReadWriteMany"], "1Gi") as (claim, directory):
+        result = cluster.sweeper("run", cluster.spec(_spec(claim, log)), "--backend",
+                                 "kubernetes")
+        assert result.exit_code == 0, result.output
+        assert "checkpoints go to the pod's" not in result.output  # durable: no warning
+
+        (job,) = cluster.jobs(NAME)
+        assert job_info(job, 9).state == "Complete", job["status"]
+        pods = cluster.pods(NAME)
+        # One pod per index, each ended once: a paused trial kept no pod waiting for it.
+        assert len(pods) == 9 and {p["status"]["phase"] for p in pods} == {"Succeeded"}
+
+        trials = cluster.trials(NAME)
+        # One trial per index: a promotion resumed the same trial, it made no new one.
+        assert {i: len(ts) for i, ts in trials.items()} == {i: 1 for i in range(9)}
+        by_a = {int(t.params["a"]): t for ts in trials.values() for t in ts}
+        assert {t.state for t in by_a.values()} <= {TrialState.COMPLETE, TrialState.PRUNED}
+        best = by_a[0]  # the best curve: promoted through both rungs, trained to step 9
+        assert best.state == TrialState.COMPLETE and best.value == pytest.approx(0.1)
+        assert sorted(best.intermediate_values) == list(range(10))
+        assert best.user_attrs[protocol.RUNG_ATTR] == 1
+        for t in by_a.values():  # every run of a trial went on from where the last stopped
+            assert sorted(t.intermediate_values) == list(range(len(t.intermediate_values)))
+        assert sum(t.user_attrs[protocol.RUNG_ATTR] >= 1 for t in by_a.values()) >= 3
+
+        # Each promotion resumed from the checkpoint its index saved at the rung's step, in
+        # whichever pod claimed it (the index's directory on the shared volume).
+        number_of = {t.number: a for a, t in by_a.items()}
+        resumed = [(number_of[int(n)], int(step)) for n, step in
+                   (line.split() for line in log.read_text().splitlines()) if int(step) >= 0]
+        assert (0, 1) in resumed and (0, 3) in resumed, resumed
+        assert {step for _, step in resumed} <= {1, 3}
+        assert len(resumed) == len(set(resumed)), resumed  # each promotion ran once
+        assert len(list(directory.glob("checkpoints/*/index-*/checkpoint.pt"))) == 9
+
+        status = cluster.sweeper("status", NAME)
+        assert status.exit_code == 0, status.output
+        assert "rungs" in status.output, status.output
