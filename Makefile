@@ -90,7 +90,7 @@ MUTANTS ?= 'sweeper.protocol.*' 'sweeper.messages.*' 'sweeper.study.stop.*' \
 	'sweeper.study.sql.index.*' \
 	$(foreach f,acquire _recorded_stop _already_done _first_attempt _running _next_attempt \
 	  _final _exit_code_of,'trial_runner.runner.x_$(f)__*')
-mutate: install-test
+mutate: install-test postgres
 	rm -rf mutants
 	@start=$$(date +%s); $(VENV)/bin/mutmut run --max-children $$(nproc) $(MUTANTS) >mutants.log 2>&1; \
 	rc=$$?; tail -c 300 mutants.log | tr '\r' '\n' | tail -1; \
