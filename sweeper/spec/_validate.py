@@ -151,7 +151,7 @@ class _Validator(Checks):
         dataset = data_section(self, m.get("data"), ("data",), artifacts)
         stop = stop_spec(self, m.get("stop"), ("stop",), objectives)
         scheduler = scheduler_spec(self, m.get("scheduler"), ("scheduler",), pruner, objectives,
-                                   trial.nodes)
+                                   trial.nodes, population=(trials, parallelism))
         return SweepSpec(
             name=name, method=method, objectives=objectives,  # type: ignore[arg-type]
             trials=trials, parameters=params, trial=trial, parallelism=parallelism, seed=seed,

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from sweeper.spec.k8s_model import KubernetesSpec
+from sweeper.spec.pbt_model import PbtOptions
 
 METHODS = ("grid", "random", "tpe", "gp", "cmaes", "qmc", "nsga2", "nsga3")
 #: Methods whose sets are a pure function of (spec, index), enqueued up front; the others are
@@ -102,20 +103,21 @@ class Pruner:
     options: Mapping[str, Any] = field(default_factory=dict)
 
 
-SCHEDULER_TYPES = ("asha",)
+SCHEDULER_TYPES = ("asha", "pbt")
 SCHEDULER_MODES = ("promotion",)
 
 
 @dataclass(frozen=True)
 class SchedulerSpec:
     """``scheduler:``: promotion ASHA (a trial pauses at a rung with its checkpoint, resumed
-    when it ranks in the top 1/eta there); ``type`` none: no scheduler. In the spec hash."""
+    when it ranks in the top 1/eta there), or PBT (``pbt``); ``type`` none: no scheduler."""
 
     type: str = "none"
     mode: str = "promotion"
     min_resource: int = 1
     max_resource: int = 1
     reduction_factor: int = 3
+    pbt: PbtOptions = field(default_factory=PbtOptions)
 
     @property
     def enabled(self) -> bool:
@@ -126,14 +128,16 @@ class SchedulerSpec:
         """The step that ends each rung: min_resource * eta**k below max_resource."""
         out: list[int] = []
         step = self.min_resource
-        while self.enabled and step < self.max_resource:
+        while self.type == "asha" and step < self.max_resource:
             out.append(step)
             step *= self.reduction_factor
         return tuple(out)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"type": self.type, "mode": self.mode, "min_resource": self.min_resource,
-                "max_resource": self.max_resource, "reduction_factor": self.reduction_factor}
+        return {"type": "pbt", "max_resource": self.max_resource, **self.pbt.to_dict()} \
+            if self.type == "pbt" else {"type": self.type, "mode": self.mode,
+            "min_resource": self.min_resource, "max_resource": self.max_resource,
+            "reduction_factor": self.reduction_factor}
 
 
 LAUNCHERS = ("process", "torchrun")
@@ -141,8 +145,7 @@ LAUNCHERS = ("process", "torchrun")
 
 @dataclass(frozen=True)
 class Resources:
-    #: GPUs per trial: a whole number, or (local backend only) a fraction 1/k that packs k
-    #: workers onto one GPU.
+    #: GPUs per trial: a whole number, or (local backend only) a fraction 1/k: k workers a GPU.
     gpu: int | float = 0
     cpu: str | None = None
     memory: str | None = None
@@ -179,8 +182,7 @@ class TrialSpec:
 
     @property
     def ranks(self) -> int:
-        """How many processes the trial runs as on each of its nodes (1 unless launched by
-        torchrun)."""
+        """How many processes the trial runs as on each of its nodes (1 unless torchrun)."""
         if self.launcher != "torchrun":
             return 1
         return self.nproc or max(1, int(self.resources.gpu) // self.nodes)

@@ -39,6 +39,7 @@ from sweeper.spec.model import (
     SweepSpec,
     TrialSpec,
 )
+from sweeper.spec.pbt_model import PBT_KEYS, PbtOptions
 from sweeper.spec.registry import PRUNERS
 
 _TYPES: Mapping[str, tuple[str, Callable[[Any], bool]]] = {
@@ -302,6 +303,8 @@ class _Reader:
         if not m:
             return SchedulerSpec()
         path: Path_ = ("scheduler",)
+        if m.get("type") == "pbt":
+            return self.pbt(m, path)
         self.mapping(m, path, ("type", "mode", "min_resource", "max_resource",
                                "reduction_factor"))
         return SchedulerSpec(type=self.choice(m, "type", path, SCHEDULER_TYPES),
@@ -309,6 +312,18 @@ class _Reader:
                              min_resource=self.get(m, "min_resource", path, "int"),
                              max_resource=self.get(m, "max_resource", path, "int"),
                              reduction_factor=self.get(m, "reduction_factor", path, "int"))
+
+    def pbt(self, m: dict[str, Any], path: Path_) -> SchedulerSpec:
+        self.mapping(m, path, ("type", "max_resource", *PBT_KEYS))
+        factors = self.get(m, "perturbation_factors", path, "list")
+        if len(factors) != 2 or not all(isinstance(f, int | float) for f in factors):
+            raise self.err((*path, "perturbation_factors"), "expected two numbers")
+        return SchedulerSpec(type="pbt", max_resource=self.get(m, "max_resource", path, "int"),
+                             pbt=PbtOptions(
+            perturbation_interval=self.get(m, "perturbation_interval", path, "int"),
+            quantile_fraction=float(self.get(m, "quantile_fraction", path, "number")),
+            resample_probability=float(self.get(m, "resample_probability", path, "number")),
+            perturbation_factors=(float(factors[0]), float(factors[1]))))
 
 
 def _float(value: float | int | None) -> float | None:
