@@ -68,6 +68,10 @@ RUNG_ATTR = "sweeper:rung"
 PAUSED_ATTR = "sweeper:paused"
 #: Outcome state of a runner whose trial paused at a rung (the index is done for now).
 PAUSED = "PAUSED"
+#: Trial user attr (``scheduler: {type: pbt}``): the member's lineage, a list of segments
+#: ``{"from_step", "params", "parent", "parent_step"}``: the params it trains with from
+#: ``from_step`` on, and the trial number and checkpoint step it copied (null for the first).
+PBT_ATTR = "sweeper:pbt"
 #: Study user attr: how many Kubernetes Jobs this sweep has launched (the next resume's N).
 LAUNCHES_ATTR = "sweeper:k8s_launches"
 #: Study user attr: the backend of the latest launch (``local`` or ``kubernetes``), so that
