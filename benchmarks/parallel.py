@@ -284,8 +284,15 @@ def run(sizes: dict[str, Any], log: Callable[[str], None]) -> tuple[list[Row], d
         f"functions x {len(seeds)} seeds, {trials} trials, {jobs} processes")
     best = collect(methods, functions, dims, trials, workers, seeds, log, jobs=jobs)
     rows = rows_of(best, methods, functions, dims, trials, workers, len(seeds))
+    notes = [
+        f"parallel: {len(seeds)} seed(s) per function here; `python -m benchmarks.run --full "
+        "--only parallel` runs 10 (GP's pending-point asks take most of the time: about 40 "
+        "minutes of one core; the (function, seed) pairs run on every core, or "
+        "SWEEPER_BENCH_JOBS processes). The clock is simulated, so two runners never ask at "
+        "the same instant here: on real runners they do, and GP's asks (seconds each) would "
+        "then miss each other's points without sweeper's ordered asks (docs/parallel.md)."]
     return rows, {"dims": dims, "trials": trials, "workers": workers, "seeds": seeds,
-                  "best_values": best}
+                  "best_values": best, "notes": notes}
 
 
 def main(argv: Sequence[str]) -> int:
