@@ -33,6 +33,7 @@ from sweeper.study.values import RungTrial
 from trial_runner.asha import promotions
 from trial_runner.context import TrialContext
 from trial_runner.outcome import Claimed, Outcome, RunnerSettings
+from trial_runner.pbt import pbt_objective
 from trial_runner.runner import run_claimed, run_index
 
 logger = logging.getLogger(__name__)
@@ -48,6 +49,9 @@ def run_scheduled(sweep: Sweep, index: int, objective: Callable[[TrialContext], 
     none is promotable (see the module docstring). The outcome is the index's own, unless a
     promoted trial failed: then that failure's (the launcher retries this runner, which finds
     its index done and promotes again)."""
+    if sweep.spec.scheduler.type == "pbt":  # a member trains to the end: nothing to promote
+        return run_index(sweep, index, pbt_objective(sweep, objective), settings,
+                         trial_hook=trial_hook)
     own = run_index(sweep, index, objective, settings, trial_hook=trial_hook)
     if not sweep.spec.scheduler.enabled or own.exit_code != protocol.EXIT_OK \
             or own.state == protocol.STOPPED:

@@ -48,7 +48,7 @@ from sweeper.study import (
     unwritten,
     write_trial,
 )
-from trial_runner.asha import PromotionPruner, paused_rung
+from trial_runner.asha import paused_rung
 from trial_runner.checkpoints import CheckpointMirror
 from trial_runner.context import (
     InvalidResult,
@@ -62,6 +62,7 @@ from trial_runner.data import DataError, data_dir
 from trial_runner.finish import _fail, _finish_pruned, _jsonable, _superseded, _tell
 from trial_runner.outcome import Claimed, Interrupted, Outcome, RunnerSettings
 from trial_runner.params import planned, provenance, suggest_active
+from trial_runner.pbt import scheduler_pruner
 from trial_runner.reports import ReportWriter
 from trial_runner.resume import _history_so_far, _restore
 from trial_runner.watchdog import Heartbeat, after_trial, start_timeout
@@ -199,9 +200,7 @@ def run_claimed(sweep: Sweep, index: int, got: Claimed, objective: Callable[[Tri
     spec = sweep.spec
     rung: int | None = None  # a promoted trial's: an interruption pauses it there again
     try:
-        pruner = PromotionPruner(sweep.storage, sweep.study_id, spec.scheduler,
-                                 spec.objectives[0].direction) \
-            if spec.scheduler.enabled else make_pruner(spec)
+        pruner = scheduler_pruner(sweep) if spec.scheduler.enabled else make_pruner(spec)
         study = sweep.runner_study(make_sampler(spec, index), pruner)
         trial = _open(study, trial_id, taken)
         number = trial.number
