@@ -21,6 +21,7 @@ from sweeper.protocol import (
     DEVICE_ATTR,
     HASH_ATTR,
     HISTORY_ATTR,
+    PBT_ATTR,
     RETRY_OF_ATTR,
 )
 from sweeper.report import trial_record
@@ -59,6 +60,8 @@ def trial_export_record(t: FrozenTrial, metrics: Sequence[str]) -> dict[str, Any
         "spec_hash": attrs.get(HASH_ATTR),
         "artifacts": [{"artifact_id": a.artifact_id, "filename": a.filename,
                        "mimetype": a.mimetype} for a in trial_artifacts(t)],
+        # A PBT member's lineage (scheduler: {type: pbt}): its segments, as stored.
+        **({"pbt": attrs[PBT_ATTR]} if PBT_ATTR in attrs else {}),
     })
 
 
@@ -85,8 +88,9 @@ def csv_columns(doc: dict[str, Any]) -> list[str]:
             if name not in params:
                 params.append(name)
     user = sorted({k for r in doc["trials"] for k in r["user_attrs"]})
+    pbt = ["pbt"] if any("pbt" in r for r in doc["trials"]) else []
     return [*CSV_HEAD, *(f"values.{m}" for m in metrics), *(f"params.{p}" for p in params),
-            *CSV_TAIL, *(f"user_attrs.{k}" for k in user)]
+            *CSV_TAIL, *pbt, *(f"user_attrs.{k}" for k in user)]
 
 
 def csv_rows(doc: dict[str, Any]) -> list[dict[str, str]]:
@@ -101,6 +105,8 @@ def csv_rows(doc: dict[str, Any]) -> list[dict[str, str]]:
         for k in CSV_TAIL:
             row[k] = r[k]
         row["artifacts"] = [a["filename"] for a in r["artifacts"]] or None
+        if "pbt" in r:  # the segments as one JSON cell
+            row["pbt"] = r["pbt"]
         for k, v in r["user_attrs"].items():
             row[f"user_attrs.{k}"] = v
         out.append({k: _cell(v) for k, v in row.items()})

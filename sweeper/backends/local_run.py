@@ -204,7 +204,10 @@ class LocalRun:
         """Hand a busy worker its next index while its trial runs, so that it starts it as
         soon as it is done instead of waiting for this loop to read its Done and answer. Only
         while more indexes are pending than there are workers: at the end of a sweep every
-        index goes to whichever worker is free first."""
+        index goes to whichever worker is free first. Never under PBT: its population trains
+        at the same time, and an index queued behind another would start only after it."""
+        if getattr(self.sweep.spec.scheduler, "type", None) == "pbt":
+            return
         for w in self.workers:
             if len(self.pending) <= len(self.workers):
                 return

@@ -53,6 +53,7 @@ def status(name: str, storage: str | None, fmt: str, kube: bool | None, namespac
 
     stopped = sweep.storage.stop_state(sweep.study_id)
     sched = _scheduler_view(sweep)
+    pbt = _pbt_view(sweep)
     if fmt == "json":
         click.echo(json.dumps({
             "name": sweep.name, "method": sweep.spec.method, "indexes": sweep.spec.trials,
@@ -64,7 +65,8 @@ def status(name: str, storage: str | None, fmt: str, kube: bool | None, namespac
                            "values": dict(zip(metrics, s.values, strict=False))
                            if s.values else None,
                            "fail_reason": s.fail_reason,
-                           **(_rung_record(sched[0].get(s.trial_number)) if sched else {})}
+                           **(_rung_record(sched[0].get(s.trial_number)) if sched else {}),
+                           **({"pbt": pbt.get(s.trial_number)} if pbt is not None else {})}
                           for s in table],
             **({"rungs": [asdict(r) for r in sched[1]]} if sched else {})}, indent=2))
         return
@@ -87,6 +89,12 @@ def status(name: str, storage: str | None, fmt: str, kube: bool | None, namespac
         headers.append("rung")
         for row, s in zip(rows, table, strict=True):
             row.append(rung_cell(sched[0].get(s.trial_number)))
+    if pbt is not None:  # PBT: the lineage's last copy, "from #3 at step 7"
+        from sweeper.pbt_lineage import describe
+
+        headers.append("pbt")
+        for row, s in zip(rows, table, strict=True):
+            row.append(describe(pbt.get(s.trial_number)))
     if any(s.fail_reason for s in table):
         headers.append("reason")
         width = _reason_width(format_table(headers[:-1], rows))
@@ -104,6 +112,15 @@ def _scheduler_view(sweep: Any) -> tuple[dict[int | None, Any], list[Any]] | Non
         return None
     trials = sweep.storage.rung_trials(sweep.study_id, steps)
     return {t.number: t for t in trials}, rungs_of(trials, steps)
+
+
+def _pbt_view(sweep: Any) -> dict[int, Any] | None:
+    """A PBT sweep's lineages (``sweeper:pbt``) by trial number; else None. The population
+    runs at once, so reading every trial reads a few."""
+    if sweep.spec.scheduler.type != "pbt":
+        return None
+    return {t.number: t.user_attrs.get(protocol.PBT_ATTR)
+            for t in sweep.study().get_trials(deepcopy=False)}
 
 
 def _rung_record(t: Any) -> dict[str, Any]:

@@ -25,8 +25,10 @@ _copying: dict[int, int] = {}
 def _mark_and_wait(kind: str, step: int, index: int, population: int) -> None:
     d = Path(os.environ["PBT_DIR"])
     (d / f"{kind}{step}-{index}").touch()
-    deadline = time.monotonic() + 120.0  # a bound on the wait, not a timed assertion
-    while len(list(d.glob(f"{kind}{step}-*"))) < population and time.monotonic() < deadline:
+    deadline = time.monotonic() + 90.0  # a bound on the wait, not a timed assertion
+    while len(list(d.glob(f"{kind}{step}-*"))) < population:
+        if time.monotonic() > deadline:  # a member never came: the population did not run
+            raise RuntimeError(f"member {index}: not every member reached {kind}{step}")
         time.sleep(0.05)
 
 
