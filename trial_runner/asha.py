@@ -71,7 +71,7 @@ class PromotionPruner(optuna.pruners.BasePruner):
 
     def __init__(self, store: IndexStore, study_id: int, scheduler: SchedulerSpec,
                  direction: str) -> None:
-        self._store, self._study_id, self._scheduler = store, study_id, scheduler
+        self._store, self._sweep_study_id, self._scheduler = store, study_id, scheduler
         self._maximize = direction == "maximize"
         self._steps = scheduler.rung_steps
         self._lock = threading.Lock()
@@ -96,7 +96,7 @@ class PromotionPruner(optuna.pruners.BasePruner):
             return False
         k = reached[-1]
         at = self._steps[k]
-        rung = rung_entries(self._store.rung_trials(self._study_id, [at]), at)
+        rung = rung_entries(self._store.rung_trials(self._sweep_study_id, [at]), at)
         me = (trial.intermediate_values[at], trial.number)
         go_on = promotable(me, rung, self._scheduler.reduction_factor, maximize=self._maximize)
         with self._lock:
