@@ -159,6 +159,8 @@ FIELD_KEYS: Mapping[str, tuple[str, ...]] = {
     "DataSpec.bucket": ("s3",), "DataSpec.prefix": ("s3",),
     "Objective.metric": ("objective",), "Objective.direction": ("objective",),
     "Pruner.type": ("pruner",), "Pruner.options": ("pruner",),
+    "SchedulerSpec.pbt": ("perturbation_interval", "quantile_fraction", "resample_probability",
+                          "perturbation_factors"),
 }
 
 #: One line per key the validator accepts, by dotted path (types and defaults come from the

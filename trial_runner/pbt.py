@@ -7,8 +7,11 @@ segments (:func:`sweeper.pbt_lineage.segment`); the objective gets ``ctx.params`
 segment's params plus the spec's ``fixed``.
 
 - :class:`PbtPruner`: at a report of step s that ends an interval
-  (:meth:`PbtOptions.decides_at`), the members with a value at s are ranked
-  (:mod:`trial_runner.pbt_policy`); one in the bottom quantile gets ``should_prune()`` True.
+  (:meth:`PbtOptions.decides_at`), the member waits (bounded) until every live member has
+  reported s, then the members with a value at s are ranked (:mod:`trial_runner.pbt_policy`);
+  one in the bottom quantile gets ``should_prune()`` True. The wait keeps the population in
+  step at each interval's end (as Katib's generations do), so a member that started late is
+  compared with the others at the same step instead of missing the decision.
 - :func:`pbt_objective` wraps the user's objective: when it stops for that (``TrialPruned``,
   or a return of None), a donor is chosen from the top quantile, the donor index's latest
   checkpoint (the checkpoint and its record, read consistently) is copied into this member's
@@ -28,18 +31,20 @@ import os
 import pickle
 import shutil
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import optuna
-from optuna.trial import FrozenTrial
+from optuna.trial import FrozenTrial, TrialState
 
 from sweeper._optuna_compat import trial_id_of
 from sweeper.pbt_lineage import segment
 from sweeper.protocol import PBT_ATTR
 from sweeper.spec import SchedulerSpec
 from sweeper.study import IndexStore, Sweep
+from sweeper.study.values import RungTrial
 from trial_runner.asha import PromotionPruner, rung_entries
 from trial_runner.checkpoints import (
     CHECKPOINT_FILE,
@@ -51,6 +56,13 @@ from trial_runner.context import SuggestNotAllowed, TrialContext
 from trial_runner.pbt_policy import choose_donor, perturb, quantiles, rng_for
 
 logger = logging.getLogger(__name__)
+
+#: How long a member that ends an interval waits for the others to report that step, at most
+#: (the population trains at once, so they are close behind unless one is stuck or lost).
+WAIT_S = 600.0
+#: A running member whose heartbeat is older than this is not waited for.
+STALE_S = 60.0
+POLL_S = 0.2
 
 #: (trial numbers of the top quantile with their trial ids and indexes, the step).
 Exploit = tuple[list[tuple[int, int, int]], int]
@@ -65,8 +77,9 @@ class PbtPruner(optuna.pruners.BasePruner):
     is kept for :func:`pbt_objective` (:meth:`exploit`)."""
 
     def __init__(self, store: IndexStore, study_id: int, scheduler: SchedulerSpec,
-                 direction: str) -> None:
+                 direction: str, population: int) -> None:
         self._store, self._study_id, self._scheduler = store, study_id, scheduler
+        self._population = population
         self._maximize = direction == "maximize"
         self._lock = threading.Lock()
         self._decided: dict[int, int] = {}  # trial number -> the last step it was ranked at
@@ -81,7 +94,7 @@ class PbtPruner(optuna.pruners.BasePruner):
             if self._decided.get(trial.number, -1) >= step:  # asked again at the same step
                 return False
             self._decided[trial.number] = step
-        members = self._store.rung_trials(self._study_id, [step])
+        members = self._population_at(step)
         entries = rung_entries(members, step)
         bottom, top = quantiles(entries, self._scheduler.pbt.quantile_fraction,
                                 maximize=self._maximize)
@@ -93,6 +106,25 @@ class PbtPruner(optuna.pruners.BasePruner):
             self._exploit[trial.number] = (donors, step)
         return True
 
+    def _population_at(self, step: int) -> list[RungTrial]:
+        """The members once every live one has reported ``step`` or a later one (or after
+        :data:`WAIT_S`), with their values at ``step`` and after:
+        a member not started yet, or running with a fresh heartbeat, is waited for; one that
+        finished, failed, or whose heartbeat is older than :data:`STALE_S` is not."""
+        deadline = time.monotonic() + WAIT_S
+        # A member that copied a checkpoint saved after ``step`` went on past it: not behind.
+        later = list(range(step, self._scheduler.max_resource + 1))
+        while True:
+            members = self._store.rung_trials(self._study_id, later)
+            behind = [m for m in members if not m.values  # no report at step or after it
+                      and (m.state == TrialState.WAITING or (
+                          m.state == TrialState.RUNNING and (m.heartbeat_age_s or 0.0) < STALE_S))]
+            started = {m.index for m in members}
+            if (not behind and len(started) >= self._population) \
+                    or time.monotonic() > deadline:
+                return members
+            time.sleep(POLL_S)
+
     def exploit(self, number: int) -> Exploit | None:
         """What trial ``number`` is to copy (None: this pruner did not stop it)."""
         with self._lock:
@@ -102,8 +134,10 @@ class PbtPruner(optuna.pruners.BasePruner):
 def scheduler_pruner(sweep: Sweep) -> optuna.pruners.BasePruner:
     """The pruner of a sweep with a scheduler: PBT's or promotion ASHA's."""
     spec = sweep.spec
-    kind = PbtPruner if spec.scheduler.type == "pbt" else PromotionPruner
-    return kind(sweep.storage, sweep.study_id, spec.scheduler, spec.objectives[0].direction)
+    direction = spec.objectives[0].direction
+    if spec.scheduler.type == "pbt":
+        return PbtPruner(sweep.storage, sweep.study_id, spec.scheduler, direction, spec.trials)
+    return PromotionPruner(sweep.storage, sweep.study_id, spec.scheduler, direction)
 
 
 def pbt_objective(sweep: Sweep, objective: Callable[[TrialContext], Any]
