@@ -26,12 +26,12 @@ SCHEDULER = {"type": "pbt", "max_resource": STEPS, "perturbation_interval": INTE
 LOW, HIGH = 0.5, 8.0
 
 
-def _spec(**kw: Any) -> Any:
-    return make_spec(name="pbt", method="random", trials=N, parallelism=N, seed=3,
+def _spec(n: int = N) -> Any:
+    return make_spec(name="pbt", method="random", trials=n, parallelism=n, seed=3,
                      scheduler=SCHEDULER,
                      trial={"entrypoint": "tests.support.pbt_objectives:member",
-                            "fixed": {"steps": STEPS, "interval": INTERVAL, "population": N}},
-                     parameters={"a": {"type": "float", "low": LOW, "high": HIGH}}, **kw)
+                            "fixed": {"steps": STEPS, "interval": INTERVAL, "population": n}},
+                     parameters={"a": {"type": "float", "low": LOW, "high": HIGH}})
 
 
 def _run_population(storage_url: str, tmp_path: Path) -> None:
@@ -81,3 +81,35 @@ def test_pbt_copies_the_right_checkpoint_and_records_lineage(storage_url: str,
         assert t.intermediate_values[3] == pytest.approx(t.params["a"] + 0.25)
     copies = [(n, s["parent_step"]) for n, segs in lineage.items() for s in segs[1:]]
     assert sorted(step for _, step in copies) == [3, 7]  # one copy per interval's end
+
+
+def test_a_retried_member_goes_on_with_its_last_params_and_its_checkpoint(
+        storage_url: str, tmp_path: Path) -> None:
+    from sweeper._optuna_compat import trial_id_of
+    from sweeper.pbt_lineage import segment
+    from trial_runner.promotion import run_scheduled
+    from trial_runner.runner import RunnerSettings
+
+    sweep, _ = create_or_resume(open_storage(storage_url), _spec(2))
+    settings = RunnerSettings(heartbeat_interval_s=0.2, checkpoint_root=tmp_path / "ckpt")
+    copied = [segment(0, {"a": 3.0}), segment(4, {"a": 1.5}, 1, 3)]
+
+    def dies(ctx: Any) -> float:  # attempt 0: had copied at step 3 (its lineage says so)
+        sweep.storage.set_trial_user_attrs(trial_id_of(ctx.trial), {protocol.PBT_ATTR: copied})
+        ctx.save_checkpoint({"owner": 1, "a": 1.5, "step": 3}, step=3)
+        raise RuntimeError("the node went away")
+
+    seen: list[Any] = []
+
+    def goes_on(ctx: Any) -> float:
+        seen.append((dict(ctx.params), ctx.load_checkpoint()))
+        return 0.5
+
+    assert run_scheduled(sweep, 0, dies, settings).exit_code == protocol.EXIT_RETRY
+    assert run_scheduled(sweep, 0, goes_on, settings).state == "COMPLETE"
+    ((params, loaded),) = seen
+    assert params["a"] == 1.5  # the last segment's, not the trial's own (Optuna) params
+    assert loaded == ({"owner": 1, "a": 1.5, "step": 3}, 3)
+    retry = max(sweep.study().trials, key=lambda t: t.number)
+    assert retry.user_attrs[protocol.PBT_ATTR] == copied
+    assert retry.user_attrs[protocol.ATTEMPT_ATTR] == 1
