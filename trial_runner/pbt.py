@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 import optuna
-from optuna.trial import FrozenTrial, TrialState
+from optuna.trial import FrozenTrial
 
 from sweeper._optuna_compat import trial_id_of
 from sweeper.pbt_lineage import segment
@@ -60,8 +60,7 @@ logger = logging.getLogger(__name__)
 #: How long a member that ends an interval waits for the others to report that step, at most
 #: (the population trains at once, so they are close behind unless one is stuck or lost).
 WAIT_S = 600.0
-#: A running member whose heartbeat is older than this is not waited for.
-STALE_S = 60.0
+_ENDED = ("COMPLETE", "PRUNED", "FAIL")
 POLL_S = 0.2
 
 #: (trial numbers of the top quantile with their trial ids and indexes, the step).
@@ -78,7 +77,7 @@ class PbtPruner(optuna.pruners.BasePruner):
 
     def __init__(self, store: IndexStore, study_id: int, scheduler: SchedulerSpec,
                  direction: str, population: int) -> None:
-        self._store, self._study_id, self._scheduler = store, study_id, scheduler
+        self._store, self._sweep_study_id, self._scheduler = store, study_id, scheduler
         self._population = population
         self._maximize = direction == "maximize"
         self._lock = threading.Lock()
@@ -107,21 +106,20 @@ class PbtPruner(optuna.pruners.BasePruner):
         return True
 
     def _population_at(self, step: int) -> list[RungTrial]:
-        """The members once every live one has reported ``step`` or a later one (or after
-        :data:`WAIT_S`), with their values at ``step`` and after:
-        a member not started yet, or running with a fresh heartbeat, is waited for; one that
-        finished, failed, or whose heartbeat is older than :data:`STALE_S` is not."""
+        """The members with their values at ``step`` and after, once every live member has
+        reported ``step`` or a later one (or after :data:`WAIT_S`): an index whose latest
+        attempt is running, waiting or not created yet is waited for; one whose attempt
+        finished or failed is not (a member that copied a checkpoint saved after ``step``
+        went on past it: not behind either)."""
         deadline = time.monotonic() + WAIT_S
-        # A member that copied a checkpoint saved after ``step`` went on past it: not behind.
         later = list(range(step, self._scheduler.max_resource + 1))
         while True:
-            members = self._store.rung_trials(self._study_id, later)
-            behind = [m for m in members if not m.values  # no report at step or after it
-                      and (m.state == TrialState.WAITING or (
-                          m.state == TrialState.RUNNING and (m.heartbeat_age_s or 0.0) < STALE_S))]
-            started = {m.index for m in members}
-            if (not behind and len(started) >= self._population) \
-                    or time.monotonic() > deadline:
+            members = self._store.rung_trials(self._sweep_study_id, later)
+            ahead = {m.number for m in members if m.values}
+            table = self._store.index_table(self._sweep_study_id, self._population)
+            behind = [s.index for s in table
+                      if s.state not in _ENDED and s.trial_number not in ahead]
+            if not behind or time.monotonic() > deadline:
                 return members
             time.sleep(POLL_S)
 

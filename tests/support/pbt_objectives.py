@@ -4,8 +4,8 @@ member's current params, one report and one checkpoint (``{"owner", "a", "step"}
 The members run in separate processes; ``$PBT_DIR`` holds the file barriers that keep them in
 step at each interval's end (every member has reported the step before any decides, and none
 goes on before the one that copies has loaded its donor's checkpoint), so the decisions do
-not depend on timing, and ``loads.jsonl``: one line per checkpoint a run loaded (trial number,
-the state and step loaded, the ``a`` it goes on with)."""
+not depend on timing (``population: 1`` turns them off), and ``loads.jsonl``: one line per checkpoint a run loaded (trial number,
+the state and step loaded, the ``a`` it goes on with). ``save: false``: no checkpoints."""
 
 from __future__ import annotations
 
@@ -50,7 +50,8 @@ def member(ctx: TrialContext) -> float:
     for step in range(start, steps + 1):
         loss = a + 1.0 / (step + 1)
         ctx.report(step, loss=loss)
-        ctx.save_checkpoint({"owner": ctx.trial_number, "a": a, "step": step}, step=step)
+        if ctx.params.get("save", True):
+            ctx.save_checkpoint({"owner": ctx.trial_number, "a": a, "step": step}, step=step)
         decides = (step + 1) % interval == 0 and step < steps
         if decides:
             if ctx.writer is not None:

@@ -26,23 +26,26 @@ SCHEDULER = {"type": "pbt", "max_resource": STEPS, "perturbation_interval": INTE
 LOW, HIGH = 0.5, 8.0
 
 
-def _spec(n: int = N) -> Any:
+def _spec(n: int = N, **fixed: Any) -> Any:
+    fixed = {"steps": STEPS, "interval": INTERVAL, "population": n, **fixed}
     return make_spec(name="pbt", method="random", trials=n, parallelism=n, seed=3,
                      scheduler=SCHEDULER,
                      trial={"entrypoint": "tests.support.pbt_objectives:member",
-                            "fixed": {"steps": STEPS, "interval": INTERVAL, "population": n}},
+                            "fixed": fixed},
                      parameters={"a": {"type": "float", "low": LOW, "high": HIGH}})
 
 
-def _run_population(storage_url: str, tmp_path: Path) -> None:
+def _run_population(storage_url: str, tmp_path: Path, n: int = N) -> list[int]:
     env = {**os.environ, "SWEEPER_STORAGE": storage_url, "SWEEPER_STUDY": "pbt",
            "PBT_DIR": str(tmp_path), protocol.ENV_CHECKPOINT_DIR: str(tmp_path / "ckpt"),
            protocol.ENV_HEARTBEAT_INTERVAL: "0.5"}
     procs = [subprocess.Popen([sys.executable, "-m", "trial_runner", "--index", str(i)],
                               env=env, cwd=REPO, stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, text=True) for i in range(N)]
+                              stderr=subprocess.STDOUT, text=True) for i in range(n)]
     outs = [p.communicate(timeout=300)[0] for p in procs]
-    assert [p.returncode for p in procs] == [0] * N, "\n".join(o[-3000:] for o in outs)
+    if n == N:
+        assert [p.returncode for p in procs] == [0] * N, "\n".join(o[-3000:] for o in outs)
+    return [p.returncode for p in procs]
 
 
 def test_pbt_copies_the_right_checkpoint_and_records_lineage(storage_url: str,
@@ -113,3 +116,17 @@ def test_a_retried_member_goes_on_with_its_last_params_and_its_checkpoint(
     retry = max(sweep.study().trials, key=lambda t: t.number)
     assert retry.user_attrs[protocol.PBT_ATTR] == copied
     assert retry.user_attrs[protocol.ATTEMPT_ATTR] == 1
+
+
+def test_a_donor_without_a_checkpoint_fails_the_member_as_a_configuration_error(
+        storage_url: str, tmp_path: Path) -> None:
+    """Two members whose code saves no checkpoint (and no test barrier: the runners' own wait
+    ranks both at step 3): the worse one has nothing to copy, which every member would hit
+    alike, so it fails with the configuration exit code and says why; the better completes."""
+    sweep, _ = create_or_resume(open_storage(storage_url), _spec(2, population=1, save=False))
+    codes = _run_population(storage_url, tmp_path, n=2)
+    trials = sorted(sweep.study().trials, key=lambda t: t.params["a"])
+    assert [t.state for t in trials] == [TrialState.COMPLETE, TrialState.FAIL]
+    worse = trials[1]
+    assert codes[worse.user_attrs[protocol.INDEX_ATTR]] == protocol.EXIT_CONFIG
+    assert "has no checkpoint to copy at step 3" in worse.user_attrs[protocol.FAIL_REASON_ATTR]
