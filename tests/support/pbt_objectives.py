@@ -4,8 +4,9 @@ member's current params, one report and one checkpoint (``{"owner", "a", "step"}
 The members run in separate processes; ``$PBT_DIR`` holds the file barriers that keep them in
 step at each interval's end (every member has reported the step before any decides, and none
 goes on before the one that copies has loaded its donor's checkpoint), so the decisions do
-not depend on timing (``population: 1`` turns them off), and ``loads.jsonl``: one line per checkpoint a run loaded (trial number,
-the state and step loaded, the ``a`` it goes on with). ``save: false``: no checkpoints."""
+not depend on timing (``population: 1`` turns them off), and ``loads.jsonl``: one line per
+checkpoint a run loaded (trial number, the state and step loaded, the ``a`` it goes on with).
+``save: false``: no checkpoints."""
 
 from __future__ import annotations
 
