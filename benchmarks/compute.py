@@ -13,7 +13,8 @@ enqueued in the same order for plain Optuna), so they differ only in how they sp
   max_resource, reduction_factor}``: a trial pauses at a rung with its checkpoint and is resumed
   when promoted. Where this sweeper has no ``scheduler:`` yet, its row says so (INFO).
 
-PBT is not measured: it is not built yet.
+PBT (``scheduler: {type: pbt}``) is not a variant yet: it trains a fixed population to the
+end, so its cost is population x (max_resource + 1) epochs whatever it copies.
 
 Tasks (``benchmarks.curves``): the synthetic learning-curve family, and the digits MLP. Epochs
 are counted by the trials themselves (a ledger line per step trained, see
@@ -356,7 +357,7 @@ def run(sizes: dict[str, Any], log: Callable[[str], None]) -> tuple[list[Row], d
         rows += task_rows
         raw["notes"] += notes
         raw["tasks"][task] = per_seed
-    raw["notes"].append("PBT is not measured: it is not built yet. A larger run: "
+    raw["notes"].append("PBT is not a variant of this section yet. A larger run: "
                         "`python -m benchmarks.run --full --only compute` (both tasks N=81, "
                         "10 seeds).")
     return rows, raw
