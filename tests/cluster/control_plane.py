@@ -310,6 +310,7 @@ def down(lo: Layout) -> list[str]:
             os.kill(pid, signal.SIGKILL)
             stopped.append(f"pid {pid}")
     pgids = lo.run / "node" / "pgids"
+    killed = []
     if pgids.exists():
         for line in pgids.read_text().split():
             if alive(int(line)):
@@ -317,10 +318,20 @@ def down(lo: Layout) -> list[str]:
                     os.killpg(int(line), signal.SIGKILL)
                 except (ProcessLookupError, PermissionError):
                     continue
+                killed.append(int(line))
                 stopped.append(f"pod process group {line}")
+    _await_death(killed)
     shutil.rmtree(lo.run, ignore_errors=True)
     lo.kubeconfig.unlink(missing_ok=True)
     return stopped
+
+
+def _await_death(pids: list[int], timeout_s: float = 10.0) -> None:
+    """SIGKILL is delivered asynchronously: wait (bounded) until the killed pods' group leaders
+    are gone, so that down returns with nothing of the cluster left running."""
+    deadline = time.monotonic() + timeout_s
+    while any(alive(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.05)
 
 
 def leftovers(lo: Layout) -> list[str]:
