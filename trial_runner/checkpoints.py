@@ -20,6 +20,7 @@ import io
 import json
 import logging
 import os
+import pickle
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -109,6 +110,18 @@ class CheckpointMirror:
                                 f"{type(e).__name__}: {e}") from None
         write_atomically(local_meta, json.dumps(meta).encode())
         return dict(meta)
+
+
+def read_checkpoint(path: Path) -> Any:
+    """The payload ``ctx.save_checkpoint`` wrote at ``path`` (``{"state", "step", ...}``): a
+    torch file, or a pickle where torch is missing or could not write the state."""
+    try:
+        import torch
+
+        return torch.load(path, map_location="cpu", weights_only=False)
+    except Exception:  # noqa: BLE001 - no torch, or not a torch file: saved by pickle
+        with open(path, "rb") as f:
+            return pickle.load(f)
 
 
 def write_atomically(path: Path, data: bytes) -> None:

@@ -18,7 +18,13 @@ from typing import Any
 import optuna
 
 from sweeper.protocol import DEVICE_ATTR, HISTORY_ATTR, RESUMED_ATTR
-from trial_runner.checkpoints import CHECKPOINT_FILE, META_FILE, CheckpointMirror, write_atomically
+from trial_runner.checkpoints import (
+    CHECKPOINT_FILE,
+    META_FILE,
+    CheckpointMirror,
+    read_checkpoint,
+    write_atomically,
+)
 from trial_runner.reports import ReportWriter
 
 logger = logging.getLogger(__name__)
@@ -256,13 +262,7 @@ class TrialContext:
         path = self.checkpoint_dir / CHECKPOINT_FILE
         if not path.exists():
             return None
-        try:
-            import torch
-
-            payload = torch.load(path, map_location="cpu", weights_only=False)
-        except Exception:  # noqa: BLE001 - no torch, or not a torch file: saved by pickle
-            with open(path, "rb") as f:
-                payload = pickle.load(f)
+        payload = read_checkpoint(path)
         step = int(payload["step"])
         self.resumed_from_step = step
         # A promoted trial's history (trial_runner.runner): the steps after the checkpoint's

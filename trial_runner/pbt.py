@@ -28,7 +28,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import pickle
 import shutil
 import threading
 import time
@@ -50,6 +49,7 @@ from trial_runner.checkpoints import (
     CHECKPOINT_FILE,
     META_FILE,
     CheckpointMirror,
+    read_checkpoint,
     write_atomically,
 )
 from trial_runner.context import SuggestNotAllowed, TrialContext
@@ -246,14 +246,7 @@ def copy_local(src: Path, dst: Path) -> bool:
 def checkpoint_step(directory: Path) -> int:
     """The step the checkpoint in ``directory`` holds (read from the checkpoint itself, as
     ``ctx.load_checkpoint`` reads it); its record (``checkpoint.json``) is made to match."""
-    path = directory / CHECKPOINT_FILE
-    try:
-        import torch
-
-        payload = torch.load(path, map_location="cpu", weights_only=False)
-    except Exception:  # noqa: BLE001 - no torch, or not a torch file: saved by pickle
-        with open(path, "rb") as f:
-            payload = pickle.load(f)
+    payload = read_checkpoint(directory / CHECKPOINT_FILE)
     step = int(payload["step"])
     write_atomically(directory / META_FILE, json.dumps(
         {"step": step, "trial_number": payload.get("trial_number"), "copied": True}).encode())
