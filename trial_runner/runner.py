@@ -123,7 +123,7 @@ def acquire(sweep: Sweep, index: int, settings: RunnerSettings,
 
 def _requeues(sweep: Sweep) -> int | None:
     """The study whose stale promotions go back to WAITING (a scheduler's sweep), or None."""
-    scheduler = getattr(sweep.spec, "scheduler", None)  # a stand-in spec may have none
+    scheduler = sweep.spec.scheduler
     return sweep.study_id if scheduler is not None and scheduler.enabled else None
 
 

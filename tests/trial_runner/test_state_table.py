@@ -89,7 +89,7 @@ def store() -> Store:
 
 
 def sweep(store: Store, *, adaptive: bool = False, trials: int = 4) -> Any:
-    spec = SimpleNamespace(is_adaptive=adaptive, trials=trials)
+    spec = SimpleNamespace(is_adaptive=adaptive, trials=trials, scheduler=None)
     return SimpleNamespace(spec=spec, name="grid-sweep", storage=store, study_id=1)
 
 
@@ -99,7 +99,8 @@ STOPPED = {"state": "stopped", "rule": "value", "reason": "reached", "at": "2030
 
 
 def stopped_sweep(store: Store, *, rules: bool = False, brake: int | None = None) -> Any:
-    spec = SimpleNamespace(stop=SimpleNamespace(any=rules, max_failed_trials=brake))
+    spec = SimpleNamespace(stop=SimpleNamespace(any=rules, max_failed_trials=brake),
+                           scheduler=None)
     return SimpleNamespace(spec=spec, storage=store, study_id=1)
 
 
@@ -247,7 +248,8 @@ def test_which_failures_a_retry_can_fix() -> None:
 
 
 def first_look(store: Store, taken: Taken) -> Any:
-    spec = SimpleNamespace(stop=SimpleNamespace(any=False, max_failed_trials=0), spec_hash="h")
+    spec = SimpleNamespace(stop=SimpleNamespace(any=False, max_failed_trials=0), spec_hash="h",
+                           scheduler=None)
     store.taken = taken
     sweep = SimpleNamespace(spec=spec, storage=store, study_id=1)
     got = acquire(sweep, 3, RunnerSettings(), sleep=lambda s: None)
