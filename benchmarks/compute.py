@@ -11,10 +11,13 @@ enqueued in the same order for plain Optuna), so they differ only in how they sp
   one study (``benchmarks.compute_plain``);
 * ``asha``: sweeper's promotion ASHA, ``scheduler: {type: asha, mode: promotion, min_resource,
   max_resource, reduction_factor}``: a trial pauses at a rung with its checkpoint and is resumed
-  when promoted. Where this sweeper has no ``scheduler:`` yet, its row says so (INFO).
-
-PBT (``scheduler: {type: pbt}``) is not a variant yet: it trains a fixed population to the
-end, so its cost is population x (max_resource + 1) epochs whatever it copies.
+  when promoted. Where this sweeper has no ``scheduler:`` yet, its row says so (INFO);
+* ``pbt`` (the synthetic task only): ``scheduler: {type: pbt, max_resource,
+  perturbation_interval}``, a population of W members (the first W of the same
+  configurations) trained at once; at each interval's end the bottom quarter copies a top
+  member's checkpoint and perturbs its params. Its cost is at most W x max_resource epochs
+  whatever it copies. Not on digits: that space has the hidden width, which a copied
+  checkpoint fixes (PBT perturbs what a checkpoint can take: learning rates, dropout).
 
 Tasks (``benchmarks.curves``): the synthetic learning-curve family, and the digits MLP. Epochs
 are counted by the trials themselves (a ledger line per step trained, see
@@ -47,9 +50,14 @@ from benchmarks.common import (
 )
 from benchmarks.compute_plain import plain_run
 
-VARIANTS = ("none", "hyperband", "plain_hyperband", "asha")
+VARIANTS = ("none", "hyperband", "plain_hyperband", "asha", "pbt")
 LABELS = {"none": "no pruning", "hyperband": "sweeper hyperband",
-          "plain_hyperband": "plain Optuna HyperbandPruner", "asha": "sweeper promotion ASHA"}
+          "plain_hyperband": "plain Optuna HyperbandPruner", "asha": "sweeper promotion ASHA",
+          "pbt": "sweeper PBT"}
+#: The variants that run on a task (PBT's perturbations need a space a checkpoint can take).
+TASK_VARIANTS = {"curve": VARIANTS, "digits": tuple(v for v in VARIANTS if v != "pbt")}
+#: PBT's interval: its population decides after steps 3, 6, ... (ASHA's rungs: 1, 3, 9).
+PBT_INTERVAL = 3
 TASKS = {"curve": ("benchmarks.curves:curve", curves.CURVE_SPACE),
          "digits": ("benchmarks.curves:digits", curves.DIGITS_SPACE)}
 #: The target: as good as the best tenth of the seed's configurations, fully trained.
@@ -89,7 +97,10 @@ def how(steps: int) -> str:
             f"{REDUCTION_FACTOR}, max_resource = the task's steps. Epochs are counted by the "
             "trials (a ledger line per step trained; a promoted trial resumes after its "
             "checkpoint, so its steps count once); epochs to the target are all trials' steps, "
-            "in time order, until one reaches it. The target of a seed: as good as the top "
+            "in time order, until one reaches it. PBT (synthetic task) trains a population of "
+            f"W of those configurations, perturbing every {PBT_INTERVAL} steps; a copied "
+            "checkpoint carries the donor's loss, which then moves under the member's new "
+            "params. The target of a seed: as good as the top "
             f"{TOP_FRACTION:.0%} of the no-pruning run's configurations (best loss at any step; "
             "synthetic: the noise-free curve, digits: the reported validation loss; digits "
             "reports epoch e as step e - 1, so its rungs fall after 2, 4 and 10 epochs). The "
@@ -115,7 +126,7 @@ def spec_for(task: str, variant: str, size: dict[str, Any], seed: int,
                  "save_model": False}
     spec: dict[str, Any] = {
         "name": f"compute-{task}-{variant.replace('_', '-')}", "method": "random",
-        "trials": size["trials"], "parallelism": size["w"], "seed": seed,
+        "trials": trials_of(variant, size), "parallelism": size["w"], "seed": seed,
         "objective": {"metric": "val_loss", "direction": "minimize"},
         "trial": {"entrypoint": entrypoint, "fixed": fixed, "retries": 0},
         "parameters": space, "pruner": {"type": "none"}}
@@ -123,7 +134,15 @@ def spec_for(task: str, variant: str, size: dict[str, Any], seed: int,
         spec["pruner"] = {"type": "hyperband", **schedule(size["steps"])}
     elif variant == "asha":
         spec["scheduler"] = {"type": "asha", "mode": "promotion", **schedule(size["steps"])}
+    elif variant == "pbt":
+        spec["scheduler"] = {"type": "pbt", "max_resource": size["steps"],
+                             "perturbation_interval": min(PBT_INTERVAL, size["steps"])}
     return spec
+
+
+def trials_of(variant: str, size: dict[str, Any]) -> int:
+    """The configurations a variant trains: N, or PBT's population of W."""
+    return min(size["w"], size["trials"]) if variant == "pbt" else int(size["trials"])
 
 
 def asha_available() -> str | None:
@@ -172,7 +191,7 @@ def one_run(task: str, variant: str, size: dict[str, Any], seed: int) -> dict[st
         counts = plain_run(spec, Path(tmp)) if variant == "plain_hyperband" \
             else _sweeper_run(spec, Path(tmp))
         wall = time.perf_counter() - started
-        if counts.get("COMPLETE", 0) + counts.get("PRUNED", 0) != size["trials"]:
+        if counts.get("COMPLETE", 0) + counts.get("PRUNED", 0) != trials_of(variant, size):
             raise Disturbed(f"compute {task} {variant} seed {seed}: trials by state {counts}")
         events = curves.read_ledger(ledger)
     return {"counts": counts, "wall_s": wall,
@@ -286,7 +305,7 @@ def notes_for(task: str, per_seed: list[dict[str, Any]], variants: tuple[str, ..
                "the end (best first; seeds split by /) were trained for these epochs: "
                + "; ".join(f"{LABELS[v]} " + " / ".join(
                    ",".join(map(str, f["variants"][v]["good_epochs"])) for f in per_seed)
-                   for v in variants if v != "none") + ".")
+                   for v in variants if v not in ("none", "pbt")) + ".")
     if missing is not None:
         out.append(f"compute {task}: promotion ASHA not judged: {missing}.")
     elif "asha" in variants:
@@ -296,7 +315,28 @@ def notes_for(task: str, per_seed: list[dict[str, Any]], variants: tuple[str, ..
                        f"{LABELS[v]} {_per_seed(per_seed, v, 'to_asha_best')}"
                        for v in variants) + ".")
         out.append(why(task, per_seed))
+    if "pbt" in variants:
+        out.append(pbt_note(task, per_seed))
     return out
+
+
+def pbt_note(task: str, per_seed: list[dict[str, Any]]) -> str:
+    """PBT against the stopping pruner, from the figures: what it spent and reached."""
+    def total(v: str) -> int:
+        return sum(f["variants"][v]["epochs"] for f in per_seed)
+
+    both = [(f["variants"]["pbt"]["to_target"], f["variants"]["hyperband"]["to_target"])
+            for f in per_seed if f["variants"]["pbt"]["to_target"] is not None
+            and f["variants"]["hyperband"]["to_target"] is not None]
+    hits = sum(f["variants"]["pbt"]["to_target"] is not None for f in per_seed)
+    paired = (f"{sum(a for a, _ in both) / sum(h for _, h in both):.2f}x sweeper hyperband's "
+              f"epochs to the target on the {len(both)} seed(s) both reached it"
+              if both else "no seed where both reached it")
+    return (f"compute {task}, PBT: a population of W trained {total('pbt')} epochs in all "
+            f"({total('pbt') / total('hyperband'):.2f}x sweeper hyperband's "
+            f"{total('hyperband')}) and reached the target in {hits}/{len(per_seed)} seeds; "
+            f"{paired}. PBT searches from W starting points by copying and perturbing, so it "
+            "reaches the target only when the population's neighbourhood holds it.")
 
 
 def why(task: str, per_seed: list[dict[str, Any]]) -> str:
@@ -341,13 +381,14 @@ def run(sizes: dict[str, Any], log: Callable[[str], None]) -> tuple[list[Row], d
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     size = dict(SIZES[sizes.get("size", "default")])
     missing = asha_available()
-    variants = tuple(v for v in VARIANTS if v != "asha" or missing is None)
     rows: list[Row] = []
-    raw: dict[str, Any] = {"size": size, "variants": variants, "asha_missing": missing,
+    raw: dict[str, Any] = {"size": size, "variants": {}, "asha_missing": missing,
                            "tasks": {},
                            "notes": [how(task_size(size, "curve")["steps"])]}
     for task in size["tasks"]:
         per_seed, sized = [], task_size(size, task)
+        variants = tuple(v for v in TASK_VARIANTS[task] if v != "asha" or missing is None)
+        raw["variants"][task] = variants
         for seed in range(sized["seeds"]):
             log(f"compute: {task} seed {seed}: {', '.join(variants)}")
             runs = {v: undisturbed(partial(one_run, task, v, sized, seed),
@@ -357,7 +398,6 @@ def run(sizes: dict[str, Any], log: Callable[[str], None]) -> tuple[list[Row], d
         rows += task_rows
         raw["notes"] += notes
         raw["tasks"][task] = per_seed
-    raw["notes"].append("PBT is not a variant of this section yet. A larger run: "
-                        "`python -m benchmarks.run --full --only compute` (both tasks N=81, "
-                        "10 seeds).")
+    raw["notes"].append("A larger run: `python -m benchmarks.run --full --only compute` (both "
+                        "tasks N=81, 10 seeds).")
     return rows, raw

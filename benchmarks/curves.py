@@ -182,24 +182,34 @@ def spearman(xs: Sequence[float], ys: Sequence[float]) -> float:
 # --------------------------------------------------------------------------- entrypoints
 
 
+def advance(params: Mapping[str, Any], loss: float) -> float:
+    """One step of training from ``loss`` under ``params``: a share 1 - e^(-1/tau) of the way
+    to the floor. From ``START`` with fixed params, step s gives ``quality(params, s)``; params
+    that change on the way (PBT's perturbations) bend the curve from where it is."""
+    lo = floor(params)
+    return lo + (loss - lo) * math.exp(-1.0 / time_constant(params))
+
+
 def curve(ctx: TrialContext) -> float:
     """One trial of the synthetic family: ``steps`` steps of ``step_s`` seconds each, a report
-    and a checkpoint per step, resumed after its checkpoint when it has one."""
+    and a checkpoint (step and loss) per step, resumed from its checkpoint when it has one: the
+    loss goes on from the checkpoint's under the params the trial has now."""
     p = ctx.params
     steps, step_s, seed = int(p["steps"]), float(p.get("step_s", 0.0)), int(p.get("seed", 0))
-    start = 1
+    start, score = 1, START
     resumed = ctx.load_checkpoint()
     if resumed is not None:
-        start = resumed[1] + 1
+        state, last = resumed
+        start, score = last + 1, float(state.get("loss", quality(p, last)))
     value = math.nan
     for step in range(start, steps + 1):
         if step_s > 0:
             time.sleep(step_s)  # the "training" of this step
-        score = quality(p, step)
+        score = advance(p, score)
         value = score + noise(seed, ctx.index, step)
         record(p["ledger"], ctx.index, step, value, score)
         ctx.report(step, val_loss=value)
-        ctx.save_checkpoint({"step": step}, step=step)
+        ctx.save_checkpoint({"step": step, "loss": score}, step=step)
         if ctx.should_prune():
             from optuna import TrialPruned
 

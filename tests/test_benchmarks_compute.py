@@ -110,21 +110,23 @@ def test_ledger_files_of_several_processes_read_back_in_time_order(tmp_path: Pat
 class _Ctx:
     """A trial context that records what the curve trial does and may stop it."""
 
-    def __init__(self, params: dict[str, Any], index: int, resume_at: int | None,
+    def __init__(self, params: dict[str, Any], index: int, resume: tuple[Any, int] | None,
                  prune_at: int | None = None) -> None:
         self.params, self.index = params, index
-        self.resume_at, self.prune_at = resume_at, prune_at
+        self.resume, self.prune_at = resume, prune_at
         self.reports: list[tuple[int, float]] = []
         self.saved: list[int] = []
+        self.last: tuple[Any, int] | None = None
 
     def load_checkpoint(self) -> tuple[Any, int] | None:
-        return None if self.resume_at is None else ({"step": self.resume_at}, self.resume_at)
+        return self.resume
 
     def report(self, step: int, **metrics: float) -> None:
         self.reports.append((step, metrics["val_loss"]))
 
     def save_checkpoint(self, state: Any, step: int) -> None:
         self.saved.append(step)
+        self.last = (state, step)
 
     def should_prune(self) -> bool:
         return self.prune_at is not None and self.reports[-1][0] >= self.prune_at
@@ -133,24 +135,43 @@ class _Ctx:
 def test_curve_trial_resumes_after_its_checkpoint_and_counts_each_step_once(
         tmp_path: Path) -> None:
     params = {**_cfg(0.01, 0.5, 0.0), "steps": 9, "seed": 4, "ledger": str(tmp_path)}
-    whole = _Ctx(params, index=2, resume_at=None)
+    whole = _Ctx(params, index=2, resume=None)
     curves.curve(whole)  # type: ignore[arg-type]
     assert [s for s, _ in whole.reports] == list(range(1, 10)) == whole.saved
 
     ledger = tmp_path / "second"
     ledger.mkdir()
-    first = _Ctx({**params, "ledger": str(ledger)}, index=2, resume_at=None, prune_at=3)
+    first = _Ctx({**params, "ledger": str(ledger)}, index=2, resume=None, prune_at=3)
     from optuna import TrialPruned
 
     with pytest.raises(TrialPruned):
         curves.curve(first)  # type: ignore[arg-type]
-    second = _Ctx({**params, "ledger": str(ledger)}, index=2, resume_at=3)
+    assert first.last is not None and first.last[1] == 3
+    second = _Ctx({**params, "ledger": str(ledger)}, index=2, resume=first.last)
     value = curves.curve(second)  # type: ignore[arg-type]
     # The paused-and-resumed trial reports what the whole one did, step for step.
     assert first.reports + second.reports == whole.reports
     assert value == whole.reports[-1][1]
     assert [e.step for e in curves.read_ledger(ledger)] == list(range(1, 10))
     assert curves.read_ledger(ledger)[0].score == curves.quality(params, 1)
+    assert [e.score for e in curves.read_ledger(ledger)] == pytest.approx(
+        [curves.quality(params, s) for s in range(1, 10)], rel=1e-12)
+
+
+def test_a_curve_resumed_under_new_params_goes_on_from_its_checkpoints_loss(
+        tmp_path: Path) -> None:
+    # PBT: a member copies a donor's checkpoint and trains on under perturbed params; the loss
+    # bends from the donor's, it does not jump to the new params' own curve at that step.
+    donor = {**_cfg(0.01, 1.0, 0.0), "steps": 6, "seed": 1, "ledger": str(tmp_path)}
+    copied = ({"step": 3, "loss": curves.quality(donor, 3)}, 3)
+    worse = {**donor, "lr": 1e-4}
+    member = _Ctx(worse, index=0, resume=copied)
+    curves.curve(member)  # type: ignore[arg-type]
+    scores = [e.score for e in curves.read_ledger(tmp_path)]
+    assert len(scores) == 3
+    assert scores[0] == pytest.approx(curves.advance(worse, curves.quality(donor, 3)))
+    assert scores[0] < curves.quality(worse, 4)  # the donor's progress is kept
+    assert scores[-1] > curves.quality(donor, 6)  # and the worse lr slows what follows
 
 
 def test_the_plain_context_reports_the_metric_to_the_optuna_trial() -> None:
@@ -172,11 +193,21 @@ def test_every_variant_is_a_valid_sweep_of_the_same_sets(task: str) -> None:
 
     size = compute.task_size(compute.SIZES["default"], task)
     parsed = {v: parse_spec_dict(compute.spec_for(task, v, size, 7, "/tmp/l"), source="<t>")
-              for v in compute.VARIANTS if v != "asha" or compute.asha_available() is None}
+              for v in compute.TASK_VARIANTS[task]
+              if v != "asha" or compute.asha_available() is None}
     assert {p.pruner.type for v, p in parsed.items() if "hyperband" in v} == {"hyperband"}
     assert parsed["none"].pruner.type == "none"
-    points = {v: [random_point(p, i) for i in range(size["trials"])] for v, p in parsed.items()}
-    assert all(pts == points["none"] for pts in points.values())
+    points = {v: [random_point(p, i) for i in range(p.trials)] for v, p in parsed.items()}
+    assert all(pts == points["none"][:len(pts)] for pts in points.values())
+    assert ("pbt" in parsed) == (task == "curve")
+
+
+def test_the_pbt_variant_is_a_population_of_w_that_perturbs_every_few_steps() -> None:
+    spec = compute.spec_for("curve", "pbt", SIZED, 0, "/tmp/l")
+    assert spec["trials"] == spec["parallelism"] == SIZED["w"] < SIZED["trials"]
+    assert spec["pruner"] == {"type": "none"}
+    assert spec["scheduler"] == {"type": "pbt", "max_resource": SIZED["steps"],
+                                 "perturbation_interval": compute.PBT_INTERVAL}
 
 
 SIZED = compute.task_size(compute.SIZES["default"], "curve")
@@ -199,10 +230,14 @@ def _seed(target: float, **to: tuple[int | None, int, int]) -> dict[str, Any]:
 SIZE = {"trials": 27, "steps": 27, "w": 8, "seeds": 2}
 
 
+#: The variants of the ASHA verdict (PBT's figures are not part of it).
+JUDGED = tuple(v for v in compute.VARIANTS if v != "pbt")
+
+
 def _verdict(per_seed: list[dict[str, Any]]) -> compute.Row:
-    rows = compute.rows_for("curve", SIZE, per_seed, compute.VARIANTS,
-                            compute.not_in_effect(per_seed, compute.VARIANTS))
-    assert len(rows) == len(compute.VARIANTS) + 1
+    rows = compute.rows_for("curve", SIZE, per_seed, JUDGED,
+                            compute.not_in_effect(per_seed, JUDGED))
+    assert len(rows) == len(JUDGED) + 1
     return rows[-1]
 
 
@@ -253,3 +288,15 @@ def test_figures_take_the_target_from_the_no_pruning_run() -> None:
     assert f["asha_best"] == 0.15
     assert f["variants"]["hyperband"]["to_asha_best"] == 3
     assert f["variants"]["asha"]["to_asha_best"] == 3
+
+
+def test_the_pbt_note_compares_with_hyperband_on_the_seeds_both_reached() -> None:
+    common = {"none": (300, 729, 0), "plain_hyperband": (200, 400, 9), "asha": (90, 240, 18)}
+    per_seed = [_seed(0.2, **common, hyperband=(200, 400, 9), pbt=(50, 216, 0)),
+                _seed(0.2, **common, hyperband=(300, 500, 9), pbt=(None, 216, 0))]
+    note = compute.pbt_note("curve", per_seed)
+    assert "432 epochs in all (0.48x sweeper hyperband's 900)" in note
+    assert "reached the target in 1/2 seeds" in note
+    assert "0.25x sweeper hyperband's epochs to the target on the 1 seed(s)" in note
+    rows = compute.rows_for("curve", SIZE, per_seed, compute.VARIANTS, None)
+    assert [r.status for r in rows if "PBT" in r.item] == ["INFO"]

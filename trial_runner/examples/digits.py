@@ -49,6 +49,21 @@ def _distributed() -> tuple[int, int]:
     return 0, 1
 
 
+def _resume(ctx: TrialContext, model: Any, opt: Any, lr: float) -> int:
+    """Load the trial's checkpoint, if it has one, into ``model`` and ``opt``; the first epoch
+    to train. The optimizer goes on at ``lr``, the trial's lr now: under PBT the checkpoint
+    may be another member's, and this member's lr a perturbation of that member's."""
+    resumed = ctx.load_checkpoint()
+    if resumed is None:
+        return 0
+    state, step = resumed
+    model.load_state_dict(state["model"])
+    opt.load_state_dict(state["optimizer"])
+    for group in opt.param_groups:
+        group["lr"] = lr
+    return int(step) + 1
+
+
 def train(ctx: TrialContext) -> dict[str, float | None]:
     import torch
     from torch import nn
@@ -79,13 +94,7 @@ def train(ctx: TrialContext) -> dict[str, float | None]:
     loss_fn = nn.CrossEntropyLoss()
     scaler = ctx.grad_scaler()  # scales only for fp16 autocast; a pass-through otherwise
 
-    start = 0
-    resumed = ctx.load_checkpoint()
-    if resumed is not None:
-        state, step = resumed
-        model.load_state_dict(state["model"])
-        opt.load_state_dict(state["optimizer"])
-        start = step + 1
+    start = _resume(ctx, model, opt, lr)
     ctx.set("start_epoch", start)
 
     val_loss = val_acc = float("nan")
