@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from benchmarks import compute, curves
+from benchmarks import compute, compute_figures, curves
 from benchmarks.compute_plain import PlainContext
 
 
@@ -231,12 +231,12 @@ SIZE = {"trials": 27, "steps": 27, "w": 8, "seeds": 2}
 
 
 #: The variants of the ASHA verdict (PBT's figures are not part of it).
-JUDGED = tuple(v for v in compute.VARIANTS if v != "pbt")
+JUDGED = tuple(v for v in compute_figures.VARIANTS if v != "pbt")
 
 
-def _verdict(per_seed: list[dict[str, Any]]) -> compute.Row:
-    rows = compute.rows_for("curve", SIZE, per_seed, JUDGED,
-                            compute.not_in_effect(per_seed, JUDGED))
+def _verdict(per_seed: list[dict[str, Any]]) -> compute_figures.Row:
+    rows = compute_figures.rows_for("curve", SIZE, per_seed, JUDGED,
+                            compute_figures.not_in_effect(per_seed, JUDGED))
     assert len(rows) == len(JUDGED) + 1
     return rows[-1]
 
@@ -275,7 +275,7 @@ def test_figures_take_the_target_from_the_no_pruning_run() -> None:
                  "events": [[9, 1, 0.5], [0, 1, 0.2], [3, 1, 0.1], [3, 2, 0.05]]}
     asha = {"counts": {"COMPLETE": 1, "PRUNED": 9},
             "events": [[9, 1, 0.5], [8, 1, 0.3], [9, 3, 0.15]]}
-    f = compute.figures({"none": none, "hyperband": hyperband, "asha": asha})
+    f = compute_figures.figures({"none": none, "hyperband": hyperband, "asha": asha})
     assert f["target"] == pytest.approx(0.1) and f["good"] == [9]
     assert f["variants"]["none"] == {"epochs": 10, "to_target": 10, "best": pytest.approx(0.1),
                                      "counts": none["counts"], "good_epochs": [1],
@@ -294,9 +294,9 @@ def test_the_pbt_note_compares_with_hyperband_on_the_seeds_both_reached() -> Non
     common = {"none": (300, 729, 0), "plain_hyperband": (200, 400, 9), "asha": (90, 240, 18)}
     per_seed = [_seed(0.2, **common, hyperband=(200, 400, 9), pbt=(50, 216, 0)),
                 _seed(0.2, **common, hyperband=(300, 500, 9), pbt=(None, 216, 0))]
-    note = compute.pbt_note("curve", per_seed)
+    note = compute_figures.pbt_note("curve", per_seed)
     assert "432 epochs in all (0.48x sweeper hyperband's 900)" in note
     assert "reached the target in 1/2 seeds" in note
     assert "0.25x sweeper hyperband's epochs to the target on the 1 seed(s)" in note
-    rows = compute.rows_for("curve", SIZE, per_seed, compute.VARIANTS, None)
+    rows = compute_figures.rows_for("curve", SIZE, per_seed, compute_figures.VARIANTS, None)
     assert [r.status for r in rows if "PBT" in r.item] == ["INFO"]
