@@ -157,7 +157,7 @@ def pbt_objective(sweep: Sweep, objective: Callable[[TrialContext], Any]
                 if pruned:
                     raise optuna.TrialPruned()
                 return result
-            lineage = _exploit(sweep, ctx, lineage, plan)
+            lineage = copy_and_perturb(sweep, ctx, lineage, plan)
 
     return member
 
@@ -187,20 +187,34 @@ def _lineage(sweep: Sweep, ctx: TrialContext) -> list[dict[str, Any]]:
     return lineage
 
 
-def _exploit(sweep: Sweep, ctx: TrialContext, lineage: list[dict[str, Any]], plan: Exploit
-             ) -> list[dict[str, Any]]:
+def copy_and_perturb(sweep: Sweep, ctx: TrialContext, lineage: list[dict[str, Any]],
+                     plan: Exploit) -> list[dict[str, Any]]:
     """Copy a donor's checkpoint, perturb its params, record the segment."""
     spec = sweep.spec
     donors, step = plan
     rng = rng_for(spec.seed, ctx.index, step)
     number = choose_donor([n for n, _, _ in donors], rng)
-    _, donor_id, donor_index = next(d for d in donors if d[0] == number)
-    parent_step = _copy_checkpoint(sweep, ctx, donor_index)
-    if parent_step is None:
-        raise NoDonorCheckpoint(
-            f"PBT: trial #{number} (index {donor_index}) has no checkpoint to copy at step "
-            f"{step}: the objective must ctx.save_checkpoint(...) at least every "
-            f"perturbation_interval steps")
+    # The chosen donor first, then the others: one that trained to the end since the decision
+    # holds a checkpoint with no step left to train (the member would go on from past it).
+    for n, donor_id, donor_index in sorted(donors, key=lambda d: (d[0] != number, d[0])):
+        parent_step = _copy_checkpoint(sweep, ctx, donor_index)
+        if parent_step is None:
+            raise NoDonorCheckpoint(
+                f"PBT: trial #{n} (index {donor_index}) has no checkpoint to copy at step "
+                f"{step}: the objective must ctx.save_checkpoint(...) at least every "
+                f"perturbation_interval steps")
+        if parent_step != _FINISHED:
+            return _perturbed(sweep, ctx, lineage, (n, donor_id, parent_step), rng, step)
+    logger.info("index %d: trial #%d goes on with its own checkpoint and params at step %d: "
+                "every donor has trained to the end", ctx.index, ctx.trial_number, step)
+    return lineage
+
+
+def _perturbed(sweep: Sweep, ctx: TrialContext, lineage: list[dict[str, Any]],
+               donor: tuple[int, int, int], rng: Any, step: int) -> list[dict[str, Any]]:
+    """The donor's params perturbed, as this member's next segment (recorded)."""
+    spec = sweep.spec
+    number, donor_id, parent_step = donor
     donor_lineage = sweep.storage.get_trial(donor_id).user_attrs.get(PBT_ATTR)
     donor_params = donor_lineage[-1]["params"] if donor_lineage else lineage[-1]["params"]
     params = perturb(donor_params, spec.parameters, spec.scheduler.pbt, rng)
@@ -211,16 +225,31 @@ def _exploit(sweep: Sweep, ctx: TrialContext, lineage: list[dict[str, Any]], pla
     return lineage
 
 
+#: What :func:`_copy_checkpoint` returns for a donor's checkpoint of its last step.
+_FINISHED = -1
+
+
 def _copy_checkpoint(sweep: Sweep, ctx: TrialContext, donor_index: int) -> int | None:
     """The donor index's latest checkpoint into this member's directory (and its mirror); the
-    step it holds, or None when there is none."""
-    mirror = CheckpointMirror.for_index(sweep.spec, sweep.storage.url, donor_index,
-                                        sweep.state_key)
-    if mirror is not None:
-        if mirror.pull(ctx.checkpoint_dir) is None:
+    step it holds, None when there is none, or :data:`_FINISHED` (nothing copied) when it is of
+    ``max_resource`` or later. It is fetched into a staging directory beside the member's and
+    moved in only when it is taken, so the member's own checkpoint stays otherwise."""
+    staging = ctx.checkpoint_dir.parent / f".pbt-staging-{ctx.index}-{os.getpid()}"
+    shutil.rmtree(staging, ignore_errors=True)
+    try:
+        mirror = CheckpointMirror.for_index(sweep.spec, sweep.storage.url, donor_index,
+                                            sweep.state_key)
+        if mirror is not None:
+            if mirror.pull(staging) is None:
+                return None
+        elif not copy_local(ctx.checkpoint_dir.parent / f"index-{donor_index}", staging):
             return None
-    elif not copy_local(ctx.checkpoint_dir.parent / f"index-{donor_index}", ctx.checkpoint_dir):
-        return None
+        if checkpoint_step(staging) >= sweep.spec.scheduler.max_resource:
+            return _FINISHED
+        ctx.checkpoint_dir.mkdir(parents=True, exist_ok=True)
+        os.replace(staging / CHECKPOINT_FILE, ctx.checkpoint_dir / CHECKPOINT_FILE)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
     step = checkpoint_step(ctx.checkpoint_dir)
     if ctx.checkpoint_mirror is not None:
         ctx.checkpoint_mirror.push(ctx.checkpoint_dir)
