@@ -74,11 +74,13 @@ def rows_for(task: str, size: dict[str, Any], per_seed: list[dict[str, Any]],
     n = len(per_seed)
     where = (f"{task}, N={size['trials']} trials x {size['steps']} steps, W={size['w']}, "
              f"{n} seed(s)")
+    pbt_where = where.replace(f"N={size['trials']} trials", f"a population of {size['w']}")
     rows = []
     for variant in variants:
         to, hit = _mean_to_target(per_seed, variant)
         total = statistics.fmean(f["variants"][variant]["epochs"] for f in per_seed)
-        rows.append(Row(f"compute: {LABELS[variant]} ({where})",
+        rows.append(Row(f"compute: {LABELS[variant]} "
+                        f"({pbt_where if variant == 'pbt' else where})",
                         f"epochs to target {to:.0f} (reached in {hit}/{n} seeds); "
                         f"epochs in all {total:.0f}", "-", "INFO",
                         {"task": task, "variant": variant, "to_target": to, "reached": hit,
