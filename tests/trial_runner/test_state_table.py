@@ -82,6 +82,12 @@ class Store:
         self.calls.append(("get_trial", trial_id))
         return self.frozen
 
+    requeued: list[int] = field(default_factory=list)
+
+    def requeue_stale(self, study_id: int, grace_s: float) -> list[int]:
+        self.calls.append(("requeue_stale", study_id, grace_s))
+        return self.requeued
+
 
 @pytest.fixture
 def store() -> Store:
@@ -142,6 +148,38 @@ def run_row(store: Store, age: float | None, *, grace: float = 30.0,
 def test_a_heartbeat_older_than_the_grace_period_fails_that_attempt(store: Store) -> None:
     assert run_row(store, 30.5) == []
     assert store.calls == [("mark_failed", 7, "heartbeat 30s old: the runner died or froze")]
+
+
+def test_under_a_scheduler_a_stale_promotion_goes_back_not_to_fail(store: Store) -> None:
+    """A promoted trial whose promoter died is put back (WAITING, paused) by the store; the
+    runner must not FAIL it too. The store is asked with the study and the grace period."""
+    store.requeued = [7]
+    slept: list[float] = []
+    settings = RunnerSettings(heartbeat_interval_s=5.0, grace_period_s=30.0)
+    _running(store, 4, attempt(7, RUNNING, age=30.5), settings, slept.append, requeue=1)
+    assert store.calls == [("requeue_stale", 1, 30.0)] and slept == []
+
+
+def test_under_a_scheduler_a_stale_trial_not_put_back_fails(store: Store) -> None:
+    """A stale trial that is no promotion (the store put back others, or none) fails."""
+    store.requeued = [8]
+    settings = RunnerSettings(heartbeat_interval_s=5.0, grace_period_s=30.0)
+    _running(store, 4, attempt(7, RUNNING, age=30.5), settings, lambda s: None, requeue=1)
+    assert store.calls == [("requeue_stale", 1, 30.0),
+                           ("mark_failed", 7, "heartbeat 30s old: the runner died or froze")]
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_the_first_look_puts_back_a_stale_promotion_only_under_a_scheduler(
+        store: Store, enabled: bool) -> None:
+    done = attempt(4, TrialState.COMPLETE)
+    store.looks, store.requeued = [[done]], [4]
+    got = first_look(store, Taken(attempts=[attempt(4, RUNNING, age=31.0)]),
+                     scheduler=SimpleNamespace(enabled=enabled))
+    assert got == _already_done(3, done)
+    asked = [c for c in store.calls if c[0] in ("requeue_stale", "mark_failed")]
+    assert asked == ([("requeue_stale", 1, 30.0)] if enabled else
+                     [("mark_failed", 4, "heartbeat 31s old: the runner died or froze")])
 
 
 @pytest.mark.parametrize("age", [30.0, 29.9, 0.0, None], ids=["at-grace", "fresh", "zero",
@@ -247,12 +285,12 @@ def test_which_failures_a_retry_can_fix() -> None:
 # --------------------------------------------------------------------------- the first look
 
 
-def first_look(store: Store, taken: Taken) -> Any:
+def first_look(store: Store, taken: Taken, scheduler: Any = None) -> Any:
     spec = SimpleNamespace(stop=SimpleNamespace(any=False, max_failed_trials=0), spec_hash="h",
-                           scheduler=None)
+                           scheduler=scheduler)
     store.taken = taken
     sweep = SimpleNamespace(spec=spec, storage=store, study_id=1)
-    got = acquire(sweep, 3, RunnerSettings(), sleep=lambda s: None)
+    got = acquire(sweep, 3, RunnerSettings(grace_period_s=30.0), sleep=lambda s: None)
     assert store.calls[0] == ("take", 1, 3, provenance(spec))
     return got
 
