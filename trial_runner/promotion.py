@@ -11,10 +11,15 @@ Runner i:
      next); the promoted trial runs with ITS index's context (checkpoint directory, mirror),
      restored before the user's code runs, on the same Optuna trial; it pauses at a higher
      rung, completes at ``max_resource``, or fails like any attempt;
-  3. repeats 2 until nothing is promotable (or a stop rule fired); then, if no trial is
-     running and every index has finished, failed or paused, the sweep is over: every paused
-     trial ends PRUNED (its rung and values kept). A runner that sees a trial still running
-     leaves the end to the runner of that trial, which looks again when it pauses or finishes.
+  3. repeats 2 until nothing is promotable; then, if no trial is running and every index has
+     finished, failed or paused, the sweep is over: every paused trial ends PRUNED (its rung
+     and values kept). A runner that sees a trial still running leaves the end to the runner
+     of that trial, which looks again when it pauses or finishes.
+Once a stop rule has fired (``stop:``), nothing is promoted and nothing new starts, so the
+sweep is over as soon as no trial is running (an index not started stays so, and is no reason
+to wait): the paused trials end PRUNED then, by the runner of the last trial to finish or a
+runner that the stop kept from starting its index. (``--ignore-stop`` afterwards runs the
+indexes not started; a paused trial that ended PRUNED stays so.)
 
 Index i's own trial goes first (unlike ASHA's get_job, which prefers promotions): the local
 backend's watchdog kills a worker that was handed an index and claims nothing for a while.
@@ -27,6 +32,7 @@ from collections.abc import Callable
 from typing import Any
 
 from sweeper import protocol
+from sweeper.errors import StorageError
 from sweeper.protocol import ATTEMPT_ATTR, PAUSED_ATTR
 from sweeper.study import Sweep, stop
 from sweeper.study.values import RungTrial
@@ -53,8 +59,10 @@ def run_scheduled(sweep: Sweep, index: int, objective: Callable[[TrialContext], 
         return run_index(sweep, index, pbt_objective(sweep, objective), settings,
                          trial_hook=trial_hook)
     own = run_index(sweep, index, objective, settings, trial_hook=trial_hook)
-    if not sweep.spec.scheduler.enabled or own.exit_code != protocol.EXIT_OK \
-            or own.state == protocol.STOPPED:
+    if not sweep.spec.scheduler.enabled or own.exit_code != protocol.EXIT_OK:
+        return own
+    if own.state == protocol.STOPPED:
+        _end_stopped(sweep, settings)
         return own
     failed = promote(sweep, objective, settings, trial_hook=trial_hook)
     return failed if failed is not None else own
@@ -68,20 +76,32 @@ def promote(sweep: Sweep, objective: Callable[[TrialContext], Any], settings: Ru
     steps = list(spec.scheduler.rung_steps)
     maximize = spec.objectives[0].direction == "maximize"
     while True:
-        if spec.stop.any and stop.before_start(store, study_id, spec) is not None:
-            return None  # a stop rule fired: promote nothing more (paused trials stay paused)
         store.requeue_stale(study_id, settings.grace_period_s)
         trials = store.rung_trials(study_id, steps)
+        # A stop rule fired: promote nothing more; the sweep ends once no trial runs.
+        stopped = spec.stop.any and stop.before_start(store, study_id, spec) is not None
         ran = None
-        for cand in promotions(trials, spec.scheduler, maximize=maximize):
+        for cand in [] if stopped else promotions(trials, spec.scheduler, maximize=maximize):
             if _claim(sweep, cand):
                 ran = _run_promoted(sweep, cand, objective, settings, trial_hook)
                 break
         if ran is None:
-            _end_if_over(sweep, trials)
+            _end_if_over(sweep, trials, stopped=stopped)
             return None
         if ran.exit_code not in _GO_ON:
             return ran
+
+
+def _end_stopped(sweep: Sweep, settings: RunnerSettings) -> None:
+    """A runner that the stop kept from starting its index ends the sweep if no trial runs:
+    the stop may have fired after the last trial ended (at a runner's or the launcher's check
+    before a start), when no runner of a trial is left to look."""
+    try:
+        sweep.storage.requeue_stale(sweep.study_id, settings.grace_period_s)
+        _end_if_over(sweep, [], stopped=True)
+    except StorageError as e:  # the index's outcome stands; the next runner looks again
+        logger.warning("sweep %s: could not end the stopped sweep's paused trials: %s",
+                       sweep.name, e)
 
 
 def _claim(sweep: Sweep, cand: RungTrial) -> bool:
@@ -109,18 +129,20 @@ def _run_promoted(sweep: Sweep, cand: RungTrial, objective: Callable[[TrialConte
     return out
 
 
-def _end_if_over(sweep: Sweep, trials: list[RungTrial]) -> None:
+def _end_if_over(sweep: Sweep, trials: list[RungTrial], *, stopped: bool = False) -> None:
     """Nothing is promotable: if no trial runs and every index finished, failed or paused
-    (as of ``trials``, read before), nothing can become promotable: prune the paused trials."""
+    (as of ``trials``, read before), nothing can become promotable: prune the paused trials.
+    ``stopped`` (a stop rule fired): nothing will be promoted or started, so it is over as
+    soon as no trial runs."""
     store, study_id = sweep.storage, sweep.study_id
     paused = {t.number for t in trials if t.paused}
     for s in store.index_table(study_id, sweep.spec.trials):
-        if s.state in ("COMPLETE", "PRUNED", "FAIL"):
+        if s.state in ("COMPLETE", "PRUNED", "FAIL") or (stopped and s.state != "RUNNING"):
             continue
         if s.state == "WAITING" and s.trial_number in paused:
             continue
         return  # running, not started, or paused after ``trials`` was read: not over yet
     ended = store.finish_paused(study_id)
     if ended:
-        logger.info("sweep %s: nothing can be promoted any more; %d paused trial(s) end "
-                    "PRUNED", sweep.name, len(ended))
+        why = "the sweep is stopped" if stopped else "nothing can be promoted any more"
+        logger.info("sweep %s: %s; %d paused trial(s) end PRUNED", sweep.name, why, len(ended))

@@ -178,3 +178,79 @@ def test_an_interrupted_promotion_is_paused_again_not_failed(
     assert promote(sweep, curve, settings(tmp_path)) is None  # the next promoter resumes it
     t0 = sweep.study().trials[0]
     assert t0.state == TrialState.WAITING and t0.user_attrs[protocol.RUNG_ATTR] == 1
+
+
+# --------------------------------------------------------------------------- a stop rule fired
+
+STOP = {"value": 0.5}
+
+
+def _reaches_the_stop_value(ctx: Any) -> float:
+    """A trial whose code reports nothing and returns a loss below ``stop.value``: it completes,
+    and the stop rule fires when it does."""
+    return 0.05
+
+
+def _by_a(sweep: Sweep) -> dict[int, Any]:
+    return {int(t.params["a"]): t for t in sweep.study().trials if "a" in t.params}
+
+
+def _stop_fires_with_a_promotable_paused_trial(sweep: Sweep, tmp_path: Path) -> None:
+    for i in range(3):  # three trials paused at rung 0; the best (a = 0) is promotable
+        assert run_index(sweep, i, curve, settings(tmp_path)).state == protocol.PAUSED
+    done = run_index(sweep, 4, _reaches_the_stop_value, settings(tmp_path))
+    assert done.state == "COMPLETE"
+    state = sweep.storage.stop_state(sweep.study_id)
+    assert state is not None and state.stopped and state.rule == "value"
+
+
+def test_nothing_is_promoted_once_a_stop_rule_fired_and_the_last_runner_ends_the_sweep(
+        storage_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from trial_runner.outcome import Claimed
+    from trial_runner.runner import run_claimed
+
+    log = _log(tmp_path, monkeypatch)
+    sweep, _ = create_or_resume(open_storage(storage_url), _spec(stop=STOP))
+    # Another runner holds index 3's trial (claimed, not finished) when the stop fires.
+    held = sweep.storage.attempts(sweep.study_id, 3)[-1].trial_id
+    assert sweep.storage.claim(held)
+    _stop_fires_with_a_promotable_paused_trial(sweep, tmp_path)
+    assert promote(sweep, curve, settings(tmp_path)) is None
+    t0 = _by_a(sweep)[0]  # promotable, not promoted: still paused at rung 0, nothing reported
+    assert t0.state == TrialState.WAITING and t0.user_attrs[protocol.PAUSED_ATTR] is True
+    assert t0.user_attrs[protocol.RUNG_ATTR] == 0 and sorted(t0.intermediate_values) == [0, 1]
+    assert [step for _, step in _resumes(log)] == [-1, -1, -1]  # no run resumed a checkpoint
+    # The runner of index 3 goes on: its trial pauses at rung 0, and it looks (as
+    # run_scheduled does after its index): nothing runs, so the stopped sweep is over.
+    out = run_claimed(sweep, 3, Claimed(held, 0), curve, settings(tmp_path))
+    assert out.state == protocol.PAUSED
+    assert promote(sweep, curve, settings(tmp_path)) is None
+    trials = _by_a(sweep)
+    for a in range(4):  # every paused trial ends PRUNED at its rung, with its values
+        assert trials[a].state == TrialState.PRUNED
+        assert trials[a].user_attrs[protocol.RUNG_ATTR] == 0
+        assert sorted(trials[a].intermediate_values) == [0, 1]
+    assert trials[4].state == TrialState.COMPLETE
+    # The indexes the stop kept from starting stay as planned (not run, not pruned).
+    waiting = [t for t in sweep.study().trials if t.state == TrialState.WAITING]
+    assert sorted(t.user_attrs[protocol.INDEX_ATTR] for t in waiting) == [5, 6, 7, 8]
+    assert not any(protocol.PAUSED_ATTR in t.user_attrs for t in waiting)
+    assert [step for _, step in _resumes(log)] == [-1] * 4
+
+
+def test_a_runner_the_stop_kept_from_starting_ends_the_stopped_sweep(
+        storage_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The stop fired in a runner that does not promote (here run_index alone): the paused
+    trials wait until a runner looks; the next one, stopped before its index, does."""
+    log = _log(tmp_path, monkeypatch)
+    sweep, _ = create_or_resume(open_storage(storage_url), _spec(stop=STOP))
+    _stop_fires_with_a_promotable_paused_trial(sweep, tmp_path)
+    assert _by_a(sweep)[0].state == TrialState.WAITING
+    out = run_scheduled(sweep, 5, curve, settings(tmp_path))
+    assert (out.exit_code, out.state) == (protocol.EXIT_OK, protocol.STOPPED)
+    trials = _by_a(sweep)
+    assert [trials[a].state for a in range(3)] == [TrialState.PRUNED] * 3
+    assert [sorted(trials[a].intermediate_values) for a in range(3)] == [[0, 1]] * 3
+    (five,) = [t for t in sweep.study().trials if t.user_attrs[protocol.INDEX_ATTR] == 5]
+    assert five.state == TrialState.WAITING and not five.intermediate_values  # not started
+    assert [step for _, step in _resumes(log)] == [-1, -1, -1]
