@@ -151,13 +151,19 @@ def make_pruner(spec: SweepSpec) -> BasePruner:
 
 def make_sampler(spec: SweepSpec, index: int) -> BaseSampler:
     """Seeded per index: the same seed everywhere would make parallel TPE runners propose
-    identical start points. A method in :data:`ASKS_IN_ORDER` samples after the runners that
+    identical start points. Under promotion ASHA an adaptive method sees each paused trial
+    as PRUNED at its rung (``sweeper.samplers.PausedAsPruned``), as it sees a trial a
+    stopping pruner stopped. A method in :data:`ASKS_IN_ORDER` samples after the runners that
     started before it (``sweeper.samplers.AfterEarlierAsks``)."""
     from sweeper._optuna_compat import experimental_on_purpose
 
     with experimental_on_purpose():  # nsga3, a conditional tpe, ...: chosen, not news
         sampler = build_sampler(spec.method, spec.sampler, index_seed(spec.seed, index),
                                 conditional=spec.is_conditional)
+    if spec.is_adaptive and spec.scheduler.type == "asha":
+        from sweeper.samplers import PausedAsPruned
+
+        sampler = PausedAsPruned(sampler)
     if spec.method in ASKS_IN_ORDER and spec.parallelism > 1:
         from sweeper.samplers import AfterEarlierAsks
 

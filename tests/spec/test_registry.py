@@ -73,6 +73,25 @@ def test_tpe_gets_sweepers_defaults_the_specs_options_and_a_seed_per_index(
                       "multivariate": False, "n_startup_trials": 3}]
 
 
+@pytest.mark.parametrize(("method", "scheduler", "wrapped"), [
+    ("tpe", {"type": "asha", "mode": "promotion", "min_resource": 1, "max_resource": 9}, True),
+    ("tpe", None, False),
+    ("random", {"type": "asha", "mode": "promotion", "min_resource": 1, "max_resource": 9},
+     False),
+])
+def test_under_promotion_asha_an_adaptive_sampler_sees_paused_trials(
+        method: str, scheduler: dict[str, Any] | None, wrapped: bool) -> None:
+    from sweeper.samplers import PausedAsPruned
+
+    spec = make_spec(method=method, **({"scheduler": scheduler} if scheduler else {}))
+    sampler = runner.make_sampler(spec, 0)
+    if wrapped:
+        assert isinstance(sampler, PausedAsPruned)
+        assert isinstance(sampler.sampler, optuna.samplers.TPESampler)
+    else:
+        assert not isinstance(sampler, PausedAsPruned)
+
+
 def test_tpe_defaults_reach_the_real_sampler() -> None:
     sampler = runner.make_sampler(make_spec(method="tpe"), 0)
     assert isinstance(sampler, optuna.samplers.TPESampler)
