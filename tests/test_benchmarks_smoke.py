@@ -83,9 +83,12 @@ def test_tiny_run_writes_every_item(pg_admin: sa.Engine, tmp_path: Path) -> None
     compute = raw["compute"]["tasks"]["curve"][0]
     size = raw["compute"]["size"]["tasks"]["curve"]
     assert compute["variants"]["none"]["epochs"] == size["trials"] * size["steps"]
-    for figures in compute["variants"].values():
-        assert sum(figures["counts"].values()) == size["trials"]
-        assert 0 < figures["epochs"] <= size["trials"] * size["steps"]
+    w = raw["compute"]["size"]["w"]
+    for variant, figures in compute["variants"].items():
+        trained = w if variant == "pbt" else size["trials"]  # PBT: a population of W
+        assert sum(figures["counts"].values()) == trained, variant
+        assert 0 < figures["epochs"] <= trained * size["steps"], variant
+    assert set(compute["variants"]) == {"none", "hyperband", "plain_hyperband", "asha", "pbt"}
 
     text = md.read_text()
     assert "| item | measured | target | result |" in text

@@ -78,8 +78,13 @@ def test_paused_trials_hold_no_pod_and_are_promoted_from_the_checkpoint_volume(
         number_of = {t.number: a for a, t in by_a.items()}
         resumed = [(number_of[int(n)], int(step)) for n, step in
                    (line.split() for line in log.read_text().splitlines()) if int(step) >= 0]
-        assert (0, 1) in resumed and (0, 3) in resumed, resumed
+        # The best pauses at rung 1 (step 3), where it is the first to arrive, and is promoted
+        # from there. At rung 0 it pauses too unless its pod reports step 1 after two others
+        # (then it is the top third already and goes on): the pods' start order decides.
+        assert (0, 3) in resumed, resumed
         assert {step for _, step in resumed} <= {1, 3}
+        assert {a for a, step in resumed if step == 1} >= {
+            a for a, t in by_a.items() if t.user_attrs[protocol.RUNG_ATTR] >= 1 and a != 0}
         assert len(resumed) == len(set(resumed)), resumed  # each promotion ran once
         assert len(list(directory.glob("checkpoints/*/index-*/checkpoint.pt"))) == 9
 
