@@ -42,17 +42,11 @@ MAX_WAIT_S = 60.0
 POLL_S = 0.2
 
 
-class AfterEarlierAsks(BaseSampler):
-    """``sampler``, whose relative sampling waits for the running trials numbered before this
-    one to have their params (see the module's docstring)."""
+class Wrapped(BaseSampler):
+    """``sampler`` itself: every call passed on. The wrappers below change what they name."""
 
-    def __init__(self, sampler: BaseSampler, *, max_wait_s: float = MAX_WAIT_S,
-                 poll_s: float = POLL_S,
-                 sleep: Callable[[float], None] = time.sleep,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, sampler: BaseSampler) -> None:
         self.sampler = sampler
-        self._max_wait_s, self._poll_s = max_wait_s, poll_s
-        self._sleep, self._clock = sleep, clock
 
     def infer_relative_search_space(self, study: optuna.Study,
                                     trial: FrozenTrial) -> dict[str, BaseDistribution]:
@@ -60,8 +54,6 @@ class AfterEarlierAsks(BaseSampler):
 
     def sample_relative(self, study: optuna.Study, trial: FrozenTrial,
                         search_space: dict[str, BaseDistribution]) -> dict[str, Any]:
-        if search_space:
-            self.wait_for_earlier_asks(study, trial, search_space)
         return self.sampler.sample_relative(study, trial, search_space)
 
     def sample_independent(self, study: optuna.Study, trial: FrozenTrial, param_name: str,
@@ -77,6 +69,25 @@ class AfterEarlierAsks(BaseSampler):
 
     def reseed_rng(self) -> None:
         self.sampler.reseed_rng()
+
+
+class AfterEarlierAsks(Wrapped):
+    """``sampler``, whose relative sampling waits for the running trials numbered before this
+    one to have their params (see the module's docstring)."""
+
+    def __init__(self, sampler: BaseSampler, *, max_wait_s: float = MAX_WAIT_S,
+                 poll_s: float = POLL_S,
+                 sleep: Callable[[float], None] = time.sleep,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        super().__init__(sampler)
+        self._max_wait_s, self._poll_s = max_wait_s, poll_s
+        self._sleep, self._clock = sleep, clock
+
+    def sample_relative(self, study: optuna.Study, trial: FrozenTrial,
+                        search_space: dict[str, BaseDistribution]) -> dict[str, Any]:
+        if search_space:
+            self.wait_for_earlier_asks(study, trial, search_space)
+        return self.sampler.sample_relative(study, trial, search_space)
 
     def wait_for_earlier_asks(self, study: optuna.Study, trial: FrozenTrial,
                               search_space: dict[str, BaseDistribution]) -> float:
@@ -108,12 +119,9 @@ def is_paused(trial: FrozenTrial) -> bool:
         and bool(trial.intermediate_values)
 
 
-class PausedAsPruned(BaseSampler):
+class PausedAsPruned(Wrapped):
     """``sampler``, shown every paused trial as PRUNED at its rung (see the module's
     docstring). Only its reads change: what it writes goes to the study as ever."""
-
-    def __init__(self, sampler: BaseSampler) -> None:
-        self.sampler = sampler
 
     def infer_relative_search_space(self, study: optuna.Study,
                                     trial: FrozenTrial) -> dict[str, BaseDistribution]:
@@ -127,13 +135,3 @@ class PausedAsPruned(BaseSampler):
                            param_distribution: BaseDistribution) -> Any:
         return self.sampler.sample_independent(PrunedView(study, is_paused), trial, param_name,
                                                param_distribution)
-
-    def before_trial(self, study: optuna.Study, trial: FrozenTrial) -> None:
-        self.sampler.before_trial(study, trial)
-
-    def after_trial(self, study: optuna.Study, trial: FrozenTrial, state: TrialState,
-                    values: Sequence[float] | None) -> None:
-        self.sampler.after_trial(study, trial, state, values)
-
-    def reseed_rng(self) -> None:
-        self.sampler.reseed_rng()

@@ -65,3 +65,22 @@ def clean_aws_env() -> dict[str, str | None]:
     """Environment overrides that keep a developer's AWS settings out of a test."""
     return {k: None for k in ("AWS_PROFILE", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3",
                               "AWS_SESSION_TOKEN") if k in os.environ}
+
+
+@contextmanager
+def s3_in_env(monkeypatch: Any) -> Iterator[S3Server]:
+    """:func:`moto_s3`, with this process's environment pointed at it (a developer's AWS
+    settings taken out) and sweeper's cached artifact stores cleared before and after."""
+    from sweeper.artifacts import cached_artifact_store
+
+    with moto_s3() as server:
+        for key, value in {**server.env(), **clean_aws_env()}.items():
+            if value is None:
+                monkeypatch.delenv(key, raising=False)
+            else:
+                monkeypatch.setenv(key, value)
+        cached_artifact_store.cache_clear()
+        try:
+            yield server
+        finally:
+            cached_artifact_store.cache_clear()

@@ -12,11 +12,10 @@ import pytest
 import yaml
 
 from sweeper import protocol
-from sweeper.artifacts import cached_artifact_store
 from sweeper.entrypoint import load_entrypoint
 from sweeper.study import create_or_resume, open_storage
 from tests.support.helpers import spec_dict
-from tests.support.s3 import S3Server, clean_aws_env, moto_s3
+from tests.support.s3 import S3Server, s3_in_env
 from trial_runner.checkpoints import CheckpointMirror
 from trial_runner.runner import RunnerSettings, run_index
 
@@ -25,15 +24,8 @@ RESUMABLE = "tests.support.cluster_objectives:resumable"
 
 @pytest.fixture
 def s3(monkeypatch: pytest.MonkeyPatch) -> Iterator[S3Server]:
-    with moto_s3() as server:
-        for key, value in {**server.env(), **clean_aws_env()}.items():
-            if value is None:
-                monkeypatch.delenv(key, raising=False)
-            else:
-                monkeypatch.setenv(key, value)
-        cached_artifact_store.cache_clear()
+    with s3_in_env(monkeypatch) as server:
         yield server
-        cached_artifact_store.cache_clear()
 
 
 def _sweep(tmp_path: Path, artifacts: dict[str, Any] | None) -> Any:

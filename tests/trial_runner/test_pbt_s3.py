@@ -19,10 +19,9 @@ from optuna import TrialPruned
 from optuna.trial import TrialState
 
 from sweeper import protocol
-from sweeper.artifacts import cached_artifact_store
 from sweeper.study import create_or_resume, open_storage
 from tests.support.helpers import make_spec
-from tests.support.s3 import S3Server, clean_aws_env, moto_s3
+from tests.support.s3 import S3Server, s3_in_env
 from trial_runner.context import TrialContext
 from trial_runner.promotion import run_scheduled
 from trial_runner.runner import RunnerSettings
@@ -36,15 +35,8 @@ BUCKET = "ckpts"
 
 @pytest.fixture
 def s3(monkeypatch: pytest.MonkeyPatch) -> Iterator[S3Server]:
-    with moto_s3() as server:
-        for key, value in {**server.env(), **clean_aws_env()}.items():
-            if value is None:
-                monkeypatch.delenv(key, raising=False)
-            else:
-                monkeypatch.setenv(key, value)
-        cached_artifact_store.cache_clear()
+    with s3_in_env(monkeypatch) as server:
         yield server
-        cached_artifact_store.cache_clear()
 
 
 def _spec(s3: S3Server) -> Any:
