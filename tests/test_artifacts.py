@@ -23,7 +23,7 @@ from sweeper.errors import ArtifactError, SpecError
 from sweeper.spec import ArtifactsSpec, parse_spec, parse_spec_dict
 from sweeper.study import create_or_resume, load_sweep, open_storage
 from tests.support.compare import invoke, isolate, quadratic_spec, run_sweep
-from tests.support.s3 import clean_aws_env, moto_s3
+from tests.support.s3 import s3_in_env
 
 BASE = """\
 name: art
@@ -206,12 +206,7 @@ def test_dashboard_store_is_the_one_the_sweeps_share(sqlite_url: str) -> None:
 def s3_endpoint(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     """moto's S3 in server mode on a free local port, dummy credentials in the environment
     (inherited by the sweep's worker processes, as a Kubernetes Secret would provide them)."""
-    with moto_s3() as server:
-        for key, value in {**server.env(), **clean_aws_env()}.items():
-            if value is None:
-                monkeypatch.delenv(key, raising=False)
-            else:
-                monkeypatch.setenv(key, value)
+    with s3_in_env(monkeypatch) as server:
         yield server.endpoint
 
 

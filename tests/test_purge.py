@@ -16,13 +16,12 @@ import yaml
 from click.testing import CliRunner, Result
 
 from sweeper import protocol
-from sweeper.artifacts import cached_artifact_store
 from sweeper.cli import cli
 from sweeper.purge import RemoteState
 from sweeper.spec import ArtifactsSpec, parse_spec
 from sweeper.study import create_or_resume, load_sweep, open_storage
 from tests.support.helpers import spec_dict
-from tests.support.s3 import S3Server, clean_aws_env, moto_s3
+from tests.support.s3 import S3Server, s3_in_env
 
 OBJECTIVE = """\
 def train(ctx):
@@ -42,16 +41,9 @@ def s3(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[S3Server]:
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("SWEEPER_CHECKPOINT_DIR", str(tmp_path / "checkpoints"))
     monkeypatch.delenv("SWEEPER_STORAGE", raising=False)
-    with moto_s3() as server:
-        for key, value in {**server.env(), **clean_aws_env()}.items():
-            if value is None:
-                monkeypatch.delenv(key, raising=False)
-            else:
-                monkeypatch.setenv(key, value)
-        cached_artifact_store.cache_clear()
+    with s3_in_env(monkeypatch) as server:
         server.client().create_bucket(Bucket=BUCKET)
         yield server
-        cached_artifact_store.cache_clear()
 
 
 def _keys(s3: S3Server) -> set[str]:

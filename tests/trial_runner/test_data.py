@@ -16,7 +16,7 @@ from click.testing import CliRunner, Result
 from sweeper.cli import cli
 from sweeper.spec import DataSpec
 from sweeper.study import driver_url
-from tests.support.s3 import S3Server, clean_aws_env, moto_s3
+from tests.support.s3 import S3Server, s3_in_env
 from trial_runner.data import DataError, cache_key, data_dir, sync
 
 DATASET = {"train/a.txt": "1", "train/b.txt": "2", "train/deep/c.txt": "3", "other.txt": "100"}
@@ -24,12 +24,7 @@ DATASET = {"train/a.txt": "1", "train/b.txt": "2", "train/deep/c.txt": "3", "oth
 
 @pytest.fixture
 def s3(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[S3Server]:
-    with moto_s3() as server:
-        for key, value in {**server.env(), **clean_aws_env()}.items():
-            if value is None:
-                monkeypatch.delenv(key, raising=False)
-            else:
-                monkeypatch.setenv(key, value)
+    with s3_in_env(monkeypatch) as server:
         client = server.client()
         client.create_bucket(Bucket="datasets")
         for key, body in DATASET.items():
