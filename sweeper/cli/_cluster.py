@@ -212,6 +212,10 @@ def cancel(name: str, storage: str | None, namespace: str | None, wait_s: float,
         click.echo("the storage was not opened: running trials stay RUNNING until their "
                    "heartbeat goes stale (then a resume retries them)", err=True)
         return
+    if result.paused_trials:  # promoted ones (scheduler:), with their rung and checkpoint
+        click.echo(f"put back {len(result.paused_trials)} promoted trial(s) paused at their "
+                   "rung (a resume promotes them again): "
+                   + ", ".join(f"#{n}" for n in result.paused_trials))
     if result.failed_trials:
         click.echo(f"marked {len(result.failed_trials)} running trial(s) FAIL (cancelled): "
                    + ", ".join(f"#{n}" for n in result.failed_trials))

@@ -8,8 +8,9 @@ thousands of pods, and a namespace may hold other sweeps.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from optuna.trial import TrialState
 
@@ -23,7 +24,7 @@ from sweeper.backends.kubernetes.jobstatus import (
     pod_name,
 )
 from sweeper.errors import BackendError
-from sweeper.protocol import INDEX_ATTR, LogHeader
+from sweeper.protocol import INDEX_ATTR, RUNG_ATTR, LogHeader
 from sweeper.runlogs import last_lines, pick, split_attempts
 from sweeper.study import Sweep, trial_id_of
 
@@ -170,13 +171,17 @@ class CancelResult:
     failed_trials: tuple[int, ...]  # numbers of the RUNNING trials marked FAIL
     unfinished: bool = False  # a Job was still being deleted when we stopped waiting
     jobsets: tuple[str, ...] = ()  # a multi-node sweep's JobSets deleted
+    #: numbers of the promoted RUNNING trials put back paused (WAITING) at their rung
+    paused_trials: tuple[int, ...] = ()
 
 
 def cancel(clients: ClientFactory, name: str, namespace: str, *, sweep: Sweep | None = None,
            wait_s: float = 60.0, poll_s: float = 0.5) -> CancelResult:
     """Delete every Job of sweep ``name`` (their pods go with them), wait for them to be gone,
     and (given the ``sweep`` record) mark the RUNNING trials of their indexes FAIL so that a
-    resume retries them at once instead of waiting for their heartbeats to go stale."""
+    resume retries them at once instead of waiting for their heartbeats to go stale; under a
+    scheduler a promoted one goes back to WAITING, paused at its rung, instead
+    (:func:`rung_kept`)."""
     api = KubeClient(clients, name)
     jobs = sweep_jobs(clients, namespace, name, sweep.spec.trials if sweep else None)
     pods = api.list_pods(namespace, m.selector(name))
@@ -194,11 +199,13 @@ def cancel(clients: ClientFactory, name: str, namespace: str, *, sweep: Sweep | 
         indexes.update(range(sweep.spec.trials))
     remaining = _wait_gone(api, namespace, deleted, wait_s, poll_s)
     remaining |= _wait_gone(api, namespace, jobsets, wait_s, poll_s, read=api.read_jobset)
+    paused: list[int] = []
     failed: list[int] = []
     if indexes and sweep is not None:
-        failed = _fail_running(sweep, indexes)
+        paused, failed = stop_running(sweep, indexes)
     return CancelResult(jobs=tuple(deleted), pods=len(pods), failed_trials=tuple(failed),
-                        unfinished=bool(remaining), jobsets=tuple(jobsets))
+                        unfinished=bool(remaining), jobsets=tuple(jobsets),
+                        paused_trials=tuple(paused))
 
 
 def _delete_jobsets(api: KubeClient, namespace: str, name: str) -> list[str]:
@@ -224,13 +231,34 @@ def _wait_gone(api: KubeClient, namespace: str, names: list[str], wait_s: float,
     return remaining
 
 
-def _fail_running(sweep: Sweep, indexes: set[int]) -> list[int]:
-    """Mark the RUNNING trials of ``indexes`` FAIL (cancelled); their trial numbers."""
+def rung_kept(user_attrs: Mapping[str, Any], *, scheduler: bool) -> int | None:
+    """The rung a cancelled RUNNING trial goes back to, paused (None: it is marked FAIL).
+
+    Only a promoted trial has one (``sweeper:rung``, written at its pause): paused there again
+    it keeps its reports and checkpoint, and a resume claims the promotion again, as after an
+    interrupted promoter or a stale promotion (``requeue_stale``). A trial in its first run
+    fails, as an interrupted runner fails it: it has no pause to go back to (a rung it went
+    on from at once would rank it again against later trials), and its retry resumes from
+    its index's checkpoint."""
+    rung = user_attrs.get(RUNG_ATTR) if scheduler else None
+    return int(rung) if rung is not None else None
+
+
+def stop_running(sweep: Sweep, indexes: set[int]) -> tuple[list[int], list[int]]:
+    """Put back paused the promoted RUNNING trials (of any index: a promotion runs in whichever
+    pod of the sweep claimed it) and mark FAIL (cancelled) the other RUNNING trials of
+    ``indexes``; their trial numbers (paused, failed)."""
+    scheduler = sweep.spec.scheduler.enabled
+    paused: list[int] = []
     failed: list[int] = []
     running = sweep.storage.get_all_trials(sweep.study_id, deepcopy=False,
                                            states=(TrialState.RUNNING,))
     for t in running:
-        if t.user_attrs.get(INDEX_ATTR) in indexes and \
+        rung = rung_kept(t.user_attrs, scheduler=scheduler)
+        if rung is not None:
+            if sweep.storage.pause(trial_id_of(t), rung):
+                paused.append(t.number)
+        elif t.user_attrs.get(INDEX_ATTR) in indexes and \
                 sweep.storage.mark_failed(trial_id_of(t), "cancelled (sweeper cancel)"):
             failed.append(t.number)
-    return failed
+    return paused, failed

@@ -1,0 +1,59 @@
+"""What ``sweeper cancel`` does with the RUNNING trials of a sweep whose Jobs it deleted
+(sweeper.backends.kubernetes.ops): the decision, and its writes on a SQLite store;
+tests/backends/test_cancel_promotion_k8s.py runs the command on the cluster."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from optuna.trial import TrialState
+
+from sweeper.backends.kubernetes.ops import rung_kept, stop_running
+from sweeper.protocol import ATTEMPT_ATTR, INDEX_ATTR, PAUSED_ATTR, RUNG_ATTR
+from sweeper.study import create_or_resume, open_storage, trial_id_of
+from tests.support.helpers import make_spec
+
+
+@pytest.mark.parametrize(("attrs", "scheduler", "kept"), [
+    # Promoted from rung 1 (claimed: paused false): paused there again, its progress kept.
+    ({INDEX_ATTR: 4, RUNG_ATTR: 1, PAUSED_ATTR: False}, True, 1),
+    ({INDEX_ATTR: 0, RUNG_ATTR: 0, PAUSED_ATTR: False}, True, 0),  # rung 0 is a rung
+    # Its first run (before any rung, or past one it went on from at once): it fails, and a
+    # resume retries it from its index's checkpoint.
+    ({INDEX_ATTR: 2, ATTEMPT_ATTR: 0}, True, None),
+    ({INDEX_ATTR: 2, ATTEMPT_ATTR: 1}, True, None),  # a retry that has not paused yet
+    ({INDEX_ATTR: 3, RUNG_ATTR: 1}, False, None),  # no scheduler: nothing to promote it
+])
+def test_only_a_promoted_trial_goes_back_paused(attrs: dict[str, Any], scheduler: bool,
+                                                kept: int | None) -> None:
+    assert rung_kept(attrs, scheduler=scheduler) == kept
+
+
+def test_promoted_trials_of_any_index_go_back_paused_the_others_of_the_jobs_fail(
+        sqlite_url: str) -> None:
+    spec = make_spec(name="asha-cancel", scheduler={
+        "type": "asha", "mode": "promotion", "min_resource": 1, "max_resource": 9,
+        "reduction_factor": 3}, trial={"entrypoint": "tests.support.asha_objectives:curve",
+                                       "fixed": {"steps": 9}},
+        parameters={"a": {"type": "int", "low": 0, "high": 3}})
+    sweep, _ = create_or_resume(open_storage(sqlite_url), spec)
+    store = sweep.storage
+    ids = {t.user_attrs[INDEX_ATTR]: trial_id_of(t) for t in sweep.study().trials}
+    number = {t.user_attrs[INDEX_ATTR]: t.number for t in sweep.study().trials}
+    assert all(store.claim(ids[i]) for i in range(4))  # every index's first run
+    for i, rung in ((0, 0), (3, 1)):  # paused at a rung, then promoted (the promotion's claim)
+        assert store.pause(ids[i], rung) and store.claim(ids[i])
+        store.set_trial_user_attrs(ids[i], {PAUSED_ATTR: False})
+
+    # The deleted Jobs covered indexes 0 and 1; index 3's promotion ran in one of their pods.
+    paused, failed = stop_running(sweep, {0, 1})
+    assert (sorted(paused), failed) == (sorted([number[0], number[3]]), [number[1]])
+    trials = {t.user_attrs[INDEX_ATTR]: t for t in sweep.study().trials}
+    for i, rung in ((0, 0), (3, 1)):
+        assert trials[i].state == TrialState.WAITING
+        assert (trials[i].user_attrs[PAUSED_ATTR], trials[i].user_attrs[RUNG_ATTR]) == (True, rung)
+    assert trials[1].state == TrialState.FAIL
+    assert trials[1].user_attrs["sweeper:fail_reason"] == "cancelled (sweeper cancel)"
+    assert trials[2].state == TrialState.RUNNING  # not the deleted Jobs' index, not promoted
+    assert stop_running(sweep, {0, 1, 2}) == ([], [number[2]])  # nothing twice
