@@ -7,8 +7,8 @@ changes the contract with trial images already built, so treat every value as pu
 - attribute keys: what sweeper stores on a study or trial (user/system attrs);
 - environment: the variables a runner reads, their defaults and which are reserved;
 - exit codes: what a runner's exit status tells a retry policy;
-- log headers: the line a runner writes before each attempt, so ``sweeper logs`` can split a
-  log (a local index file, a pod's log) into attempts;
+- log headers: the line a runner writes before each attempt (and each promoted segment of
+  one), so ``sweeper logs`` can split a log (a local index file, a pod's log) into attempts;
 - the index map: which sweep indexes job index ``k`` of an Indexed Job runs;
 - worker messages: the line protocol between the local backend and its workers.
 """
@@ -218,6 +218,9 @@ def combine_exit_codes(codes: Sequence[int]) -> int:
 # Before each attempt a runner writes one header line to its output (the local index log file,
 # which every attempt of the index appends to, or the pod's log, which may hold several indexes
 # when ``indexes_per_pod`` > 1). ``sweeper logs --attempt K`` splits a log at these lines.
+# Under a promotion scheduler an attempt may run in segments (to a rung, paused, promoted by
+# another runner): each segment starts with its own header, the same attempt's, naming the
+# rung it was promoted from.
 
 
 @dataclass(frozen=True)
@@ -225,9 +228,13 @@ class LogHeader:
     index: int
     attempt: int  # the trial's ATTEMPT_ATTR: 0 for the first attempt of the index
     trial_number: int
+    #: A segment of the attempt after its first (``scheduler:``, promotion): the rung the
+    #: paused trial was promoted from. The attempt's first run to a rung has None.
+    promoted_from: int | None = None
 
 
-_LOG_HEADER_RE = re.compile(r"^=== sweeper: index (\d+), attempt (\d+), trial #(\d+) ===$")
+_LOG_HEADER_RE = re.compile(r"^=== sweeper: index (\d+), attempt (\d+), trial #(\d+)"
+                            r"(?:, promoted from rung (\d+))? ===$")
 
 
 def state_key(name: str, uid: str | None) -> str:
@@ -243,8 +250,10 @@ def index_log_name(index: int) -> str:
 
 def encode_log_header(header: LogHeader) -> str:
     """One line, newline included."""
+    promoted = "" if header.promoted_from is None else \
+        f", promoted from rung {header.promoted_from}"
     return (f"=== sweeper: index {header.index}, attempt {header.attempt}, "
-            f"trial #{header.trial_number} ===\n")
+            f"trial #{header.trial_number}{promoted} ===\n")
 
 
 def parse_log_header(line: str) -> LogHeader | None:
@@ -252,7 +261,8 @@ def parse_log_header(line: str) -> LogHeader | None:
     match = _LOG_HEADER_RE.match(line.strip())
     if match is None:
         return None
-    return LogHeader(int(match[1]), int(match[2]), int(match[3]))
+    rung = int(match[4]) if match[4] is not None else None
+    return LogHeader(int(match[1]), int(match[2]), int(match[3]), rung)
 
 
 # --------------------------------------------------------------------------- the index map

@@ -2,9 +2,12 @@
 following one as it grows (``sweeper logs``, and the log lines in ``run``'s failure summary).
 
 A runner writes one header line (:func:`sweeper.protocol.encode_log_header`) before each
-attempt. A local index file collects every attempt of its index, one after another; a pod's log
-holds one attempt of one index, or several indexes with ``indexes_per_pod``. Pure except for
-:func:`read_local_log` and :func:`follow_file`, which read the file.
+attempt, and before each segment of an attempt that a promotion scheduler paused and another
+runner resumed (the header names the rung it was promoted from). A local index file collects
+every attempt and segment of its index, one after another, whichever worker ran it; a pod's log
+holds one attempt of one index, or several indexes with ``indexes_per_pod``, or (promotion) the
+segments of other indexes that its runner resumed. An attempt is shown with all its segments.
+Pure except for :func:`read_local_log` and :func:`follow_file`, which read the file.
 """
 
 from __future__ import annotations
@@ -21,8 +24,9 @@ from sweeper.protocol import LogHeader, index_log_name, parse_log_header
 
 @dataclass(frozen=True)
 class Section:
-    """One attempt's part of a log: from its header to the next header. ``header`` is None only
-    for a log with no header at all (written before attempts had headers)."""
+    """One attempt's (or segment's) part of a log: from its header to the next header.
+    ``header`` is None only for a log with no header at all (written before attempts had
+    headers)."""
 
     header: LogHeader | None
     text: str
@@ -50,15 +54,24 @@ def attempts_of(sections: list[Section], index: int) -> list[Section]:
     return [s for s in sections if s.header is None or s.header.index == index]
 
 
-def pick(sections: list[Section], index: int, attempt: int | None) -> Section | None:
-    """Attempt ``attempt`` of ``index`` (None: its latest) among ``sections``."""
+def segments_of(sections: list[Section], index: int, attempt: int | None) -> list[Section]:
+    """The segments of attempt ``attempt`` of ``index`` (None: its latest), in order: its first
+    run and each promoted part (``scheduler:``), every one with its header; [] if none."""
     mine = attempts_of(sections, index)
     if attempt is None:
-        return mine[-1] if mine else None
-    for s in reversed(mine):
-        if s.header is not None and s.header.attempt == attempt:
-            return s
-    return None
+        if not mine or mine[-1].header is None:
+            return mine[-1:]
+        attempt = mine[-1].header.attempt
+    return [s for s in mine if s.header is not None and s.header.attempt == attempt]
+
+
+def pick(sections: list[Section], index: int, attempt: int | None) -> Section | None:
+    """Attempt ``attempt`` of ``index`` (None: its latest) among ``sections``: one section, its
+    segments' text joined (each starts with its header line); the first segment's header."""
+    parts = segments_of(sections, index, attempt)
+    if not parts:
+        return None
+    return Section(parts[0].header, "".join(s.text for s in parts))
 
 
 def last_lines(text: str, n: int | None) -> str:
@@ -77,8 +90,9 @@ class LocalLog:
     path: Path
     section: Section
     attempts: tuple[int, ...]  # the attempts the file holds, in order
-    latest: bool  # the section is the last one in the file (new output goes on it)
+    latest: bool  # the section ends the file (new output goes on it)
     size: int  # bytes read: where following the file starts
+    segments: int = 1  # the parts the attempt ran in (promoted after a pause: more than one)
 
 
 def index_log_path(log_dir: Path, index: int) -> Path:
@@ -97,18 +111,16 @@ def read_local_log(log_dir: Path, index: int, attempt: int | None = None) -> Loc
     except OSError as e:
         raise SweeperError(f"cannot read {path}: {e.strerror}") from None
     sections = split_attempts(data.decode("utf-8", errors="replace"))
-    numbers = tuple(s.header.attempt for s in attempts_of(sections, index)
-                    if s.header is not None)
-    section = pick(sections, index, attempt)
-    if section is None:
-        if attempt is None:
-            section = Section(None, "")
-        else:
-            held = ", ".join(map(str, numbers)) or "none"
-            raise SweeperError(f"{path} holds no attempt {attempt} of index {index} "
-                               f"(attempts in it: {held})")
-    latest = not sections or section is sections[-1]
-    return LocalLog(path, section, numbers, latest, len(data))
+    numbers = tuple(dict.fromkeys(s.header.attempt for s in attempts_of(sections, index)
+                                  if s.header is not None))
+    parts = segments_of(sections, index, attempt)
+    if not parts and attempt is not None:
+        held = ", ".join(map(str, numbers)) or "none"
+        raise SweeperError(f"{path} holds no attempt {attempt} of index {index} "
+                           f"(attempts in it: {held})")
+    section = pick(sections, index, attempt) or Section(None, "")
+    latest = not sections or (bool(parts) and parts[-1] is sections[-1])
+    return LocalLog(path, section, numbers, latest, len(data), max(1, len(parts)))
 
 
 def follow_file(path: Path, offset: int, write: Callable[[str], None],

@@ -128,6 +128,18 @@ def test_log_headers_round_trip_and_other_lines_are_not_headers() -> None:
         assert protocol.parse_log_header(other) is None
 
 
+def test_a_promoted_segments_header_names_its_rung_and_round_trips() -> None:
+    header = protocol.LogHeader(index=3, attempt=1, trial_number=7, promoted_from=2)
+    line = protocol.encode_log_header(header)
+    assert line == "=== sweeper: index 3, attempt 1, trial #7, promoted from rung 2 ===\n"
+    assert protocol.parse_log_header(line) == header
+    assert protocol.parse_log_header(line.replace("rung 2", "rung 0")) == \
+        protocol.LogHeader(3, 1, 7, 0)  # rung 0 is a rung, not "not promoted"
+    for other in (line.replace("rung 2", "rung"), line.replace(", promoted", " promoted"),
+                  line.replace(" ===", ", promoted from rung 2 ===")):
+        assert protocol.parse_log_header(other) is None
+
+
 def test_a_negative_job_index_or_per_pod_below_one_runs_nothing() -> None:
     # the slice alone would hand these a chunk: [-6:-3] and [0:-1] are not empty
     assert protocol.chunk(-2, 3, None, 10) == []

@@ -14,12 +14,14 @@ from sweeper.runlogs import (
     last_lines,
     pick,
     read_local_log,
+    segments_of,
     split_attempts,
 )
 
 
-def _h(index: int, attempt: int, number: int) -> str:
-    return protocol.encode_log_header(protocol.LogHeader(index, attempt, number))
+def _h(index: int, attempt: int, number: int, promoted_from: int | None = None) -> str:
+    return protocol.encode_log_header(protocol.LogHeader(index, attempt, number,
+                                                         promoted_from))
 
 
 def test_header_round_trips_and_nothing_else_parses() -> None:
@@ -53,6 +55,31 @@ def test_pick_an_attempt_of_one_index_in_a_pod_that_ran_several() -> None:
     assert pick(sections, 5, 1) is None and pick(sections, 6, None) is None
 
 
+def test_an_attempt_is_picked_with_every_segment_it_ran_in() -> None:
+    """Promotion (scheduler:): attempt 0 of index 4 ran to rung 0, was promoted (in a pod that
+    ran index 5 first), and again; its segments come as one attempt, headers kept, nothing of
+    index 5 in between."""
+    text = (_h(4, 0, 1) + "to rung 0\n" + _h(5, 0, 2) + "five\n"
+            + _h(4, 0, 1, promoted_from=0) + "to rung 1\n"
+            + _h(4, 0, 1, promoted_from=1) + "to the end\n")
+    sections = split_attempts(text)
+    whole = _h(4, 0, 1) + "to rung 0\n" + _h(4, 0, 1, 0) + "to rung 1\n" \
+        + _h(4, 0, 1, 1) + "to the end\n"
+    for attempt in (None, 0):
+        got = pick(sections, 4, attempt)
+        assert got is not None and got.text == whole
+        assert got.header == protocol.LogHeader(4, 0, 1)  # the first segment's
+    assert [s.header for s in segments_of(sections, 4, None)] == [
+        protocol.LogHeader(4, 0, 1), protocol.LogHeader(4, 0, 1, 0),
+        protocol.LogHeader(4, 0, 1, 1)]
+    assert pick(sections, 5, None).text == _h(5, 0, 2) + "five\n"  # type: ignore[union-attr]
+    # A retry after a promoted segment failed: the latest attempt is the retry alone.
+    retried = split_attempts(text + _h(4, 1, 9) + "retry\n")
+    assert pick(retried, 4, None).text == _h(4, 1, 9) + "retry\n"  # type: ignore[union-attr]
+    assert pick(retried, 4, 0).text == whole  # type: ignore[union-attr]
+    assert segments_of(retried, 4, 2) == [] and pick(retried, 4, 2) is None
+
+
 def test_last_lines() -> None:
     assert last_lines("a\nb\nc\n", 2) == "b\nc\n"
     assert last_lines("a\nb\nc", 5) == "a\nb\nc"
@@ -72,6 +99,22 @@ def test_read_local_log_by_attempt(tmp_path: Path) -> None:
         read_local_log(tmp_path, 3, attempt=2)
     with pytest.raises(SweeperError, match=r"no log of index 4 at .*index-4\.log"):
         read_local_log(tmp_path, 4)
+
+
+def test_read_local_log_counts_an_attempts_segments_once_each(tmp_path: Path) -> None:
+    path = tmp_path / protocol.index_log_name(3)
+    path.write_text(_h(3, 0, 3) + "to rung 0\n" + _h(3, 0, 3, 0) + "promoted\n"
+                    + _h(3, 1, 8) + "retry\n" + _h(3, 1, 8, 0) + "retry promoted\n")
+    latest = read_local_log(tmp_path, 3)
+    assert latest.attempts == (0, 1) and latest.segments == 2 and latest.latest
+    assert latest.section.text == _h(3, 1, 8) + "retry\n" + _h(3, 1, 8, 0) + \
+        "retry promoted\n"
+    first = read_local_log(tmp_path, 3, attempt=0)
+    assert first.segments == 2 and not first.latest
+    assert first.section.text == _h(3, 0, 3) + "to rung 0\n" + _h(3, 0, 3, 0) + "promoted\n"
+    assert read_local_log(tmp_path, 3, attempt=1).segments == 2
+    path.write_text(_h(3, 0, 3) + "one segment\n")
+    assert read_local_log(tmp_path, 3).segments == 1
 
 
 def test_follow_writes_what_is_appended_until_the_index_ends(tmp_path: Path) -> None:

@@ -29,7 +29,7 @@ from trial_runner.context import TrialContext
 from trial_runner.launcher import follower_argv, rdzv_id, torchrun_argv
 from trial_runner.outcome import Outcome, RunnerSettings
 from trial_runner.processes import die_with_parent, terminate
-from trial_runner.runner import run_index
+from trial_runner.runner import TrialHook, run_index
 
 logger = logging.getLogger("trial_runner.gang")
 
@@ -40,7 +40,7 @@ _STOP_STATES = (protocol.STOPPED,)
 
 def run_slot(sweep: Sweep, gang: Gang, objective: Callable[[TrialContext], Any],
              settings: RunnerSettings, log: Callable[[Outcome], None],
-             hook: Callable[[int], Callable[[int, int, int], None]]) -> int:
+             hook: Callable[[int], TrialHook]) -> int:
     """Node 0: every index of the slot, then the done round. Exit code: 0 once the slot is
     through (failed indexes stay in the study, for ``sweeper resume``); a configuration
     error's code stops the JobSet."""
@@ -56,7 +56,7 @@ def run_slot(sweep: Sweep, gang: Gang, objective: Callable[[TrialContext], Any],
 
 def _run_to_end(sweep: Sweep, index: int, objective: Callable[[TrialContext], Any],
                 settings: RunnerSettings, retries: int, log: Callable[[Outcome], None],
-                hook: Callable[[int, int, int], None]) -> Outcome:
+                hook: TrialHook) -> Outcome:
     """Attempts of one index until one finishes, it fails for good, or the sweep stops.
     Counted by this node 0: a replaced node 0 (a pod that died) starts the count again,
     bounded by the child Job's backoffLimit; a resumed sweep's gangs retry what failed."""

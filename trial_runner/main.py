@@ -36,6 +36,7 @@ from trial_runner.context import TrialContext
 from trial_runner.gang import run_slot
 from trial_runner.outcome import Interrupted, Outcome, RunnerSettings
 from trial_runner.promotion import run_scheduled
+from trial_runner.runner import TrialHook
 from trial_runner.startup import open_sweep, read_spec_file
 
 logger = logging.getLogger("trial_runner")
@@ -173,8 +174,7 @@ def _run_indexes(sweep: Sweep, storage: Any, only: int | None,
         for index in indexes:
             os.environ[protocol.ENV_JOB_ID] = str(index)
             outcome = run_scheduled(sweep, index, objective, settings,
-                                    trial_hook=_header_hook(index))
-            _log_outcome(outcome)
+                                    trial_hook=_header_hook(index), log=_log_outcome)
             codes.append(outcome.exit_code)
     except Interrupted as e:
         logger.error("interrupted by %s; the trial is marked FAIL and will be retried", e)
@@ -213,10 +213,10 @@ def _follow(name: str, gang: Gang) -> int:
         return protocol.EXIT_SIGNAL_BASE + e.signum
 
 
-def _header_hook(index: int) -> Callable[[int, int, int], None]:
-    def started(trial_id: int, number: int, attempt: int) -> None:
+def _header_hook(index: int) -> TrialHook:
+    def started(trial_id: int, header: protocol.LogHeader) -> None:
         os.environ[protocol.ENV_JOB_ID] = str(index)
-        _write_log_header(index, attempt, number)
+        _write_log_header(header)
 
     return started
 
@@ -229,15 +229,22 @@ def _log_outcome(outcome: Outcome) -> None:
 def serve(sweep: Sweep, objective: Callable[[TrialContext], Any],
           settings: RunnerSettings) -> int:
     """Worker loop for the local backend: ``run I`` lines in, ``start``/``done`` lines out, on
-    two inherited pipes; each index's output goes to its own log file."""
+    two inherited pipes; each index's output goes to its own log file, a promoted trial's
+    (``scheduler:``) to its own index's file too, from its header to its outcome's line. What
+    comes between them (looking for promotions, the sweep's end) goes to the worker's log."""
     if protocol.ENV_PARENT_PID in os.environ:
         _exit_with_parent(int(os.environ[protocol.ENV_PARENT_PID]))
     cmd = os.fdopen(int(os.environ[protocol.ENV_CMD_FD]), "r")
     res = os.fdopen(int(os.environ[protocol.ENV_RESULT_FD]), "w", buffering=1)
     log_dir = os.environ.get(protocol.ENV_LOG_DIR)
+    own_log = os.dup(1)  # the worker's log (worker-N.log)
 
     def send(msg: messages.Message) -> None:
         res.write(messages.encode_message(msg))
+
+    def output_to(index: int) -> None:
+        if log_dir:
+            _redirect_output(os.path.join(log_dir, protocol.index_log_name(index)))
 
     send(messages.Ready())
     try:
@@ -247,17 +254,20 @@ def serve(sweep: Sweep, objective: Callable[[TrialContext], Any],
                 break
             index = msg.index
             os.environ[protocol.ENV_JOB_ID] = str(index)
-            if log_dir:
-                _redirect_output(os.path.join(log_dir, protocol.index_log_name(index)))
+            output_to(index)
 
-            def started(trial_id: int, number: int, attempt: int, index: int = index) -> None:
-                _write_log_header(index, attempt, number)
-                send(messages.Start(index, trial_id, number))
+            def started(trial_id: int, header: protocol.LogHeader, index: int = index) -> None:
+                output_to(header.index)  # a promoted trial's too: its index keeps its log
+                _write_log_header(header)
+                send(messages.Start(index, trial_id, header.trial_number))
 
-            outcome = run_scheduled(sweep, index, objective, settings, trial_hook=started)
-            _log_outcome(outcome)
-            sys.stdout.flush()
-            sys.stderr.flush()
+            def ended(outcome: Outcome) -> None:
+                _log_outcome(outcome)  # the last line of the trial's part of its index log
+                _redirect_output(own_log)  # what comes until the next header is the worker's
+
+            outcome = run_scheduled(sweep, index, objective, settings, trial_hook=started,
+                                    log=ended)
+            _redirect_output(own_log)
             if outcome.exit_code == protocol.EXIT_CONFIG:  # the reason first: it stops the run
                 send(messages.Error(outcome.message))
             send(messages.Done(index, outcome.exit_code, outcome.state, outcome.trial_number))
@@ -279,17 +289,24 @@ def _exit_with_parent(parent_pid: int) -> None:
         os.kill(os.getpid(), signal.SIGTERM)
 
 
-def _write_log_header(index: int, attempt: int, number: int) -> None:
-    """The line that starts an attempt's part of the log (``sweeper logs --attempt``)."""
+def _write_log_header(header: protocol.LogHeader) -> None:
+    """The line that starts an attempt's (or a promoted segment's) part of the log
+    (``sweeper logs --attempt``)."""
     sys.stderr.flush()
-    sys.stdout.write(protocol.encode_log_header(protocol.LogHeader(index, attempt, number)))
+    sys.stdout.write(protocol.encode_log_header(header))
     sys.stdout.flush()
 
 
-def _redirect_output(path: str) -> None:
+def _redirect_output(target: str | int) -> None:
+    """stdout and stderr (the descriptors: the user's subprocesses inherit them) to the file
+    at path ``target``, appended to, or to the open descriptor ``target``."""
     sys.stdout.flush()
     sys.stderr.flush()
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    if isinstance(target, int):
+        os.dup2(target, 1)
+        os.dup2(target, 2)
+        return
+    fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     os.dup2(fd, 1)
     os.dup2(fd, 2)
     os.close(fd)

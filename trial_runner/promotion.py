@@ -40,7 +40,7 @@ from trial_runner.asha import promotions
 from trial_runner.context import TrialContext
 from trial_runner.outcome import Claimed, Outcome, RunnerSettings
 from trial_runner.pbt import pbt_objective
-from trial_runner.runner import run_claimed, run_index
+from trial_runner.runner import TrialHook, run_claimed, run_index
 
 logger = logging.getLogger(__name__)
 
@@ -48,30 +48,39 @@ logger = logging.getLogger(__name__)
 _GO_ON = (protocol.EXIT_OK,)
 
 
+def _log_info(outcome: Outcome) -> None:
+    logger.info("%s", outcome.message)
+
+
 def run_scheduled(sweep: Sweep, index: int, objective: Callable[[TrialContext], Any],
-                  settings: RunnerSettings, *,
-                  trial_hook: Callable[[int, int, int], None] | None = None) -> Outcome:
+                  settings: RunnerSettings, *, trial_hook: TrialHook | None = None,
+                  log: Callable[[Outcome], None] | None = None) -> Outcome:
     """Index ``index`` as :func:`run_index` (no scheduler: just that), then promotions until
     none is promotable (see the module docstring). The outcome is the index's own, unless a
     promoted trial failed: then that failure's (the launcher retries this runner, which finds
-    its index done and promotes again)."""
-    if sweep.spec.scheduler.type == "pbt":  # a member trains to the end: nothing to promote
-        return run_index(sweep, index, pbt_objective(sweep, objective), settings,
-                         trial_hook=trial_hook)
-    own = run_index(sweep, index, objective, settings, trial_hook=trial_hook)
-    if not sweep.spec.scheduler.enabled or own.exit_code != protocol.EXIT_OK:
+    its index done and promotes again). ``log``: called with each outcome as soon as it is
+    known, the index's own before any promotion starts (its line goes to the index's output:
+    a promoted segment's header moves the local worker's output to that trial's index log)."""
+    pbt = sweep.spec.scheduler.type == "pbt"  # a member trains to the end: nothing to promote
+    own = run_index(sweep, index, pbt_objective(sweep, objective) if pbt else objective,
+                    settings, trial_hook=trial_hook)
+    if log is not None:
+        log(own)
+    if pbt or not sweep.spec.scheduler.enabled or own.exit_code != protocol.EXIT_OK:
         return own
     if own.state == protocol.STOPPED:
         _end_stopped(sweep, settings)
         return own
-    failed = promote(sweep, objective, settings, trial_hook=trial_hook)
+    failed = promote(sweep, objective, settings, trial_hook=trial_hook, log=log or _log_info)
     return failed if failed is not None else own
 
 
 def promote(sweep: Sweep, objective: Callable[[TrialContext], Any], settings: RunnerSettings,
-            *, trial_hook: Callable[[int, int, int], None] | None = None) -> Outcome | None:
+            *, trial_hook: TrialHook | None = None,
+            log: Callable[[Outcome], None] = _log_info) -> Outcome | None:
     """Claim and run promotable paused trials until there is none; then end the sweep if it is
-    over. Returns the outcome of a promoted trial that failed (this runner stops there)."""
+    over. Returns the outcome of a promoted trial that failed (this runner stops there), each
+    promoted trial's outcome given to ``log`` first."""
     store, study_id, spec = sweep.storage, sweep.study_id, sweep.spec
     steps = list(spec.scheduler.rung_steps)
     maximize = spec.objectives[0].direction == "maximize"
@@ -84,6 +93,7 @@ def promote(sweep: Sweep, objective: Callable[[TrialContext], Any], settings: Ru
         for cand in [] if stopped else promotions(trials, spec.scheduler, maximize=maximize):
             if _claim(sweep, cand):
                 ran = _run_promoted(sweep, cand, objective, settings, trial_hook)
+                log(ran)
                 break
         if ran is None:
             _end_if_over(sweep, trials, stopped=stopped)
@@ -118,15 +128,13 @@ def _claim(sweep: Sweep, cand: RungTrial) -> bool:
 
 
 def _run_promoted(sweep: Sweep, cand: RungTrial, objective: Callable[[TrialContext], Any],
-                  settings: RunnerSettings,
-                  trial_hook: Callable[[int, int, int], None] | None) -> Outcome:
+                  settings: RunnerSettings, trial_hook: TrialHook | None) -> Outcome:
+    """The claimed trial, with its own index (and so its log header); run_claimed says that
+    it was promoted once the header is written."""
     index = cand.index if cand.index is not None else -1
     attempt = int(sweep.storage.get_trial(cand.trial_id).user_attrs.get(ATTEMPT_ATTR, 0))
-    logger.info("index %d: trial #%d promoted from rung %s", index, cand.number, cand.rung)
-    out = run_claimed(sweep, index, Claimed(cand.trial_id, attempt), objective, settings,
-                      trial_hook=trial_hook, promotion=True)
-    logger.info("%s", out.message)
-    return out
+    return run_claimed(sweep, index, Claimed(cand.trial_id, attempt), objective, settings,
+                       trial_hook=trial_hook, promotion=True)
 
 
 def _end_if_over(sweep: Sweep, trials: list[RungTrial], *, stopped: bool = False) -> None:

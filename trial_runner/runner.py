@@ -35,6 +35,7 @@ from sweeper.protocol import (
     FIXED_PARAMS_ATTR,
     PAUSED_ATTR,
     RUNG_ATTR,
+    LogHeader,
 )
 from sweeper.spec.registry import make_pruner, make_sampler  # the validator's registry too
 from sweeper.study import (
@@ -68,6 +69,10 @@ from trial_runner.resume import _history_so_far, _restore
 from trial_runner.watchdog import Heartbeat, after_trial, start_timeout
 
 logger = logging.getLogger(__name__)
+
+#: Called with the trial's id and its log header once a runner has claimed a trial, before it
+#: runs: an attempt, or a promoted segment of one (the header's ``index`` is the trial's).
+TrialHook = Callable[[int, LogHeader], None]
 
 
 def _not_started(index: int, stopped: stop.StopState) -> Outcome:
@@ -167,11 +172,10 @@ def _next_attempt(sweep: Sweep, index: int, latest: Attempt) -> Claimed | None:
 
 
 def run_index(sweep: Sweep, index: int, objective: Callable[[TrialContext], Any],
-              settings: RunnerSettings, *,
-              trial_hook: Callable[[int, int, int], None] | None = None) -> Outcome:
+              settings: RunnerSettings, *, trial_hook: TrialHook | None = None) -> Outcome:
     """Run index ``index`` to exactly one finished trial (or a FAIL that says why); nothing
-    once the sweep's stop rules have stopped it. ``trial_hook(trial_id, number, attempt)``
-    is called once the attempt is claimed. A database error no retry fixed
+    once the sweep's stop rules have stopped it. ``trial_hook(trial_id, header)`` is called
+    once the attempt is claimed, before it runs. A database error no retry fixed
     (:class:`StorageError`: permanent, or an outage past the deadline) ends the index with
     one line and a retryable exit code, never a traceback."""
     try:
@@ -190,12 +194,12 @@ def run_index(sweep: Sweep, index: int, objective: Callable[[TrialContext], Any]
 
 
 def run_claimed(sweep: Sweep, index: int, got: Claimed, objective: Callable[[TrialContext], Any],
-                settings: RunnerSettings, *,
-                trial_hook: Callable[[int, int, int], None] | None = None,
+                settings: RunnerSettings, *, trial_hook: TrialHook | None = None,
                 promotion: bool = False) -> Outcome:
     """Run the trial this runner claimed (of ``index``) to its end: finished, failed, or
     paused at a rung (``scheduler:``). A paused trial claimed as its index's WAITING trial is
-    put back at once (only ``promotion``, a claim of :mod:`trial_runner.promotion`, runs it)."""
+    put back at once (only ``promotion``, a claim of :mod:`trial_runner.promotion`, runs it:
+    its header names ``index``, the trial's own, and the rung it was promoted from)."""
     trial_id, attempt, taken = got.trial_id, got.attempt, got.taken
     spec = sweep.spec
     rung: int | None = None  # a promoted trial's: an interruption pauses it there again
@@ -208,7 +212,10 @@ def run_claimed(sweep: Sweep, index: int, got: Claimed, objective: Callable[[Tri
             return _pause(sweep, index, trial_id, number, trial.user_attrs.get(RUNG_ATTR, 0))
         rung = trial.user_attrs.get(RUNG_ATTR)
         if trial_hook is not None:
-            trial_hook(trial_id, number, attempt)
+            trial_hook(trial_id, LogHeader(index, attempt, number,
+                                           rung if promotion else None))
+        if promotion:
+            logger.info("index %d: trial #%d promoted from rung %s", index, number, rung)
         with Heartbeat(sweep, trial_id, settings.heartbeat_interval_s):
             outcome = _run_trial(sweep, study, trial, index, attempt, objective, settings)
         if outcome.state == protocol.PAUSED and outcome.rung is not None:  # no beat after it

@@ -123,6 +123,8 @@ def _local_log(sweep: Any | None, log_dir: Path, index: int, attempt: int | None
     log = read_local_log(log_dir, index, attempt)
     h = log.section.header
     what = f", attempt {h.attempt}, trial #{h.trial_number}" if h is not None else ""
+    if log.segments > 1:  # promoted after a pause (scheduler:): each part has its header
+        what += f", {log.segments} segments"
     held = f"; attempts in the file: {_ranges_of(list(log.attempts))}" \
         if len(log.attempts) > 1 else ""
     click.echo(f"file {log.path} (index {index}{what}{held})", err=True)

@@ -17,6 +17,7 @@ from click.testing import CliRunner, Result
 
 from sweeper import protocol
 from sweeper.cli import cli
+from sweeper.runlogs import split_attempts
 from sweeper.study import load_sweep, open_storage
 from tests.support.helpers import write_spec
 
@@ -153,6 +154,60 @@ def test_follow_prints_the_log_while_the_index_runs_and_stops_when_it_ends(
             if proc is not None and proc.poll() is None:
                 proc.kill()
                 proc.wait()
+
+
+def test_logs_of_a_promoted_index_hold_every_segment_and_no_other_index(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sqlite_url: str,
+        no_cluster: None) -> None:
+    """Promotion ASHA on the local backend: a worker done with its own index resumes paused
+    trials of other indexes. What each promoted segment prints goes to its own index's log,
+    after a header that names the rung it was promoted from, never to the promoter's index."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "steps.py").write_text(
+        "from optuna import TrialPruned\n"
+        "def train(ctx):\n"
+        "    resumed = ctx.load_checkpoint()\n"
+        "    start = resumed[1] + 1 if resumed is not None else 0\n"
+        "    for step in range(start, 10):\n"
+        "        print(f'output of index {ctx.index} step {step}', flush=True)\n"
+        "        ctx.report(step, loss=ctx.params['a'] + 1 / (step + 1))\n"
+        "        ctx.save_checkpoint({}, step=step)\n"
+        "        if ctx.should_prune():\n"
+        "            raise TrialPruned()\n"
+        "    return ctx.params['a'] + 0.1\n")
+    spec = write_spec(tmp_path, name="promoted", trials=9, parallelism=1,
+                      scheduler={"type": "asha", "mode": "promotion", "min_resource": 1,
+                                 "max_resource": 9, "reduction_factor": 3},
+                      trial={"entrypoint": "steps:train"},
+                      parameters={"a": {"type": "int", "low": 0, "high": 8}})
+    run = sweeper("run", str(spec), "--storage", sqlite_url)
+    assert run.exit_code == 0, run.output
+    study = load_sweep(open_storage(sqlite_url), "promoted").study()
+    steps = {int(t.user_attrs[protocol.INDEX_ATTR]): sorted(t.intermediate_values)
+             for t in study.trials}
+    assert sorted(steps) == list(range(9)) and max(map(len, steps.values())) == 10
+
+    rung_steps = (1, 3)  # min_resource 1, reduction_factor 3 (max_resource 9 ends the trial)
+    for index, reported in steps.items():
+        shown = sweeper("logs", "promoted", "--index", str(index), "--storage", sqlite_url)
+        assert shown.exit_code == 0, shown.output
+        printed = re.findall(r"^output of index (\d+) step (\d+)$", shown.stdout, re.M)
+        # every step the trial ran, whichever worker ran it, once each, in order; nothing else
+        assert printed == [(str(index), str(s)) for s in reported], shown.stdout
+        segments = split_attempts(shown.stdout)
+        assert all(s.header is not None and s.header.index == index for s in segments)
+        assert segments[0].header.promoted_from is None  # type: ignore[union-attr]
+        for seg in segments[1:]:  # each promoted segment resumes after its rung's step
+            rung = seg.header.promoted_from  # type: ignore[union-attr]
+            assert rung is not None, shown.stdout
+            first = re.search(rf"^output of index {index} step (\d+)$", seg.text, re.M)
+            assert first is not None and int(first[1]) == rung_steps[rung] + 1, seg.text
+        if len(segments) > 1:
+            assert f", {len(segments)} segments)" in shown.stderr, shown.stderr
+    # One worker: index 0, the best, paused at rung 0 (the first there), was resumed by the
+    # worker of index 2 once three trials had reached the rung; so it ran in segments.
+    assert len(split_attempts(sweeper("logs", "promoted", "--index", "0", "--storage",
+                                      sqlite_url).stdout)) >= 2
 
 
 def _study_exists(url: str, name: str) -> bool:
