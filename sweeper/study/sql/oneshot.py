@@ -9,7 +9,8 @@ stamp the runner's provenance and read the trial back, whose planned params were
 it was enqueued; the finish, with the report written behind). SQLite has no data-modifying
 ``WITH``: there the steps keep their transactions. What a retry after a lost acknowledgement
 finds is unchanged: the claim's token, the upserts' rows, the finished state and values. The
-statements go to the driver's cursor, past SQLAlchemy's execution layer (see :func:`run`).
+statements go to the driver's cursor, past SQLAlchemy's execution layer (see :func:`run`),
+as server-side prepared statements (see :mod:`sweeper.study.sql.prepared`).
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ from collections.abc import Mapping
 from typing import Any
 
 import sqlalchemy as sa
+
+from sweeper.study.sql import prepared
 
 
 def alone(engine: sa.Engine) -> bool:
@@ -53,7 +56,7 @@ def run(engine: sa.Engine, statement: sa.TextClause | str,
         dbapi.autocommit = True
         cursor = raw.cursor()
         try:
-            return _execute(engine, cursor, sql, binds)
+            return _execute(engine, cursor, prepared.Statement(engine, raw, sql), binds)
         except dbapi_error as e:
             gone = engine.dialect.is_disconnect(e, dbapi, cursor)
             if gone:
@@ -69,12 +72,12 @@ def run(engine: sa.Engine, statement: sa.TextClause | str,
         raw.close()
 
 
-def _execute(engine: sa.Engine, cursor: Any, sql: str,
+def _execute(engine: sa.Engine, cursor: Any, statement: prepared.Statement,
              binds: dict[str, Any]) -> tuple[list[Any], int]:
-    events = engine.dispatch
+    events, sql = engine.dispatch, statement.sql
     if events.before_cursor_execute:
         events.before_cursor_execute(None, cursor, sql, binds, None, False)
-    cursor.execute(sql, binds)
+    statement.execute(cursor, binds)
     rows = list(cursor.fetchall()) if cursor.description is not None else []
     if events.after_cursor_execute:
         events.after_cursor_execute(None, cursor, sql, binds, None, False)
