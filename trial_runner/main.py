@@ -215,7 +215,7 @@ def _follow(name: str, gang: Gang) -> int:
 
 def _header_hook(index: int) -> TrialHook:
     def started(trial_id: int, header: protocol.LogHeader) -> None:
-        os.environ[protocol.ENV_JOB_ID] = str(index)
+        os.environ[protocol.ENV_JOB_ID] = str(header.index)  # a promoted trial's own index
         _write_log_header(header)
 
     return started

@@ -8,8 +8,9 @@ Runner i:
   2. puts back promotions whose promoter died (RUNNING with a rung, heartbeat stale -> WAITING,
      paused), reads the rungs, and claims the first promotable paused trial, top rung first
      (the index protocol's claim: WAITING -> RUNNING, one winner; a lost claim tries the
-     next); the promoted trial runs with ITS index's context (checkpoint directory, mirror),
-     restored before the user's code runs, on the same Optuna trial; it pauses at a higher
+     next); the promoted trial runs with ITS index's context (checkpoint directory, mirror,
+     ``JOB_ID`` in the environment, log header), restored before the user's code runs, on
+     the same Optuna trial; it pauses at a higher
      rung, completes at ``max_resource``, or fails like any attempt;
   3. repeats 2 until nothing is promotable; then, if no trial is running and every index has
      finished, failed or paused, the sweep is over: every paused trial ends PRUNED (its rung
@@ -28,7 +29,9 @@ backend's watchdog kills a worker that was handed an index and claims nothing fo
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+import os
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from sweeper import protocol
@@ -133,8 +136,25 @@ def _run_promoted(sweep: Sweep, cand: RungTrial, objective: Callable[[TrialConte
     it was promoted once the header is written."""
     index = cand.index if cand.index is not None else -1
     attempt = int(sweep.storage.get_trial(cand.trial_id).user_attrs.get(ATTEMPT_ATTR, 0))
-    return run_claimed(sweep, index, Claimed(cand.trial_id, attempt), objective, settings,
-                       trial_hook=trial_hook, promotion=True)
+    with own_job_id(index):
+        return run_claimed(sweep, index, Claimed(cand.trial_id, attempt), objective, settings,
+                           trial_hook=trial_hook, promotion=True)
+
+
+@contextmanager
+def own_job_id(index: int) -> Iterator[None]:
+    """``JOB_ID`` is the promoted trial's own index while it runs, not this runner's: what
+    the trial's code reads, and every process it starts (a ``command:``, torchrun's ranks)
+    inherits; this runner's is back afterwards."""
+    before = os.environ.get(protocol.ENV_JOB_ID)
+    os.environ[protocol.ENV_JOB_ID] = str(index)
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(protocol.ENV_JOB_ID, None)
+        else:
+            os.environ[protocol.ENV_JOB_ID] = before
 
 
 def _end_if_over(sweep: Sweep, trials: list[RungTrial], *, stopped: bool = False) -> None:

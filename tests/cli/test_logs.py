@@ -225,3 +225,77 @@ def _wait_for(condition: Callable[[], bool], proc: subprocess.Popen[str],
         assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
         assert time.monotonic() < deadline, "timed out waiting"
         time.sleep(0.1)
+
+
+#: A trial that prints the index its environment names and its checkpoint directory at every
+#: step, resuming after the step in its checkpoint: as a program (``command:``, its metrics on
+#: stdout) and as a Python entrypoint that also starts a program (which inherits the runner's
+#: environment).
+_PROG = (
+    "import os, subprocess, sys, time\n"
+    "def job_id():\n"
+    "    if sys.argv[1:2] == ['sub']:  # the entrypoint's child process\n"
+    "        code = 'import os; print(os.environ[\"JOB_ID\"])'\n"
+    "        return subprocess.run([sys.executable, '-c', code], capture_output=True,\n"
+    "                              text=True, check=True).stdout.strip()\n"
+    "    return os.environ['JOB_ID']\n"
+    "def steps(ckpt_dir, a, report):\n"
+    "    ckpt = os.path.join(ckpt_dir, 'step')\n"
+    "    start = int(open(ckpt).read()) + 1 if os.path.exists(ckpt) else 0\n"
+    "    for step in range(start, 10):\n"
+    "        os.makedirs(ckpt_dir, exist_ok=True)\n"
+    "        with open(ckpt + '.new', 'w') as f:\n"
+    "            f.write(str(step))\n"
+    "        os.replace(ckpt + '.new', ckpt)\n"
+    "        print(f'env JOB_ID is {job_id()} at step {step} in '\n"
+    "              f'{os.path.basename(ckpt_dir)}', flush=True)\n"
+    "        if report(step, a + 1 / (step + 1)):\n"
+    "            return None\n"
+    "    return a + 0.1\n"
+    "def train(ctx):\n"
+    "    from optuna import TrialPruned\n"
+    "    def report(step, loss):\n"
+    "        ctx.report(step, loss=loss)\n"
+    "        return ctx.should_prune()\n"
+    "    loss = steps(str(ctx.checkpoint_dir), ctx.params['a'], report)\n"
+    "    if loss is None:\n"
+    "        raise TrialPruned()\n"
+    "    return loss\n"
+    "if __name__ == '__main__':\n"
+    "    def report(step, loss):\n"
+    "        print(f'step={step} loss={loss}', flush=True)\n"
+    "        time.sleep(0.2)  # the runner stops the program at a rung, as it reads the line\n"
+    "    loss = steps(os.environ['SWEEPER_CHECKPOINT_DIR'], float(sys.argv[1]), report)\n"
+    "    print(f'loss={loss}', flush=True)\n")
+
+
+@pytest.mark.parametrize("kind", ["entrypoint", "command"])
+def test_a_promoted_trial_sees_its_own_index_in_its_environment(
+        kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sqlite_url: str,
+        no_cluster: None) -> None:
+    """Promotion ASHA: a segment resumed by another index's worker runs with its own trial's
+    JOB_ID (how a trial learns its hyperparameter set), in the runner's environment, in a
+    process the trial starts and in a ``command:``'s, and with its own index's checkpoint
+    directory, as its first run did."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    (tmp_path / "prog.py").write_text(_PROG.replace("sys.argv[1:2] == ['sub']",
+                                                    f"{kind == 'entrypoint'}"))
+    trial = {"entrypoint": "prog:train"} if kind == "entrypoint" else \
+        {"command": [sys.executable, str(tmp_path / "prog.py"), "{a}"]}
+    spec = write_spec(tmp_path, name="promotedenv", trials=9, parallelism=1,
+                      scheduler={"type": "asha", "mode": "promotion", "min_resource": 1,
+                                 "max_resource": 9, "reduction_factor": 3},
+                      trial=trial, parameters={"a": {"type": "int", "low": 0, "high": 8}})
+    run = sweeper("run", str(spec), "--storage", sqlite_url)
+    assert run.exit_code == 0, run.output
+    promoted = 0
+    for index in range(9):
+        shown = sweeper("logs", "promotedenv", "--index", str(index), "--storage", sqlite_url)
+        assert shown.exit_code == 0, shown.output
+        for seg in split_attempts(shown.stdout):
+            assert seg.header is not None and seg.header.index == index, shown.stdout
+            seen = re.findall(r"^env JOB_ID is (\d+) at step \d+ in (\S+)$", seg.text, re.M)
+            assert seen and set(seen) == {(str(index), f"index-{index}")}, seg.text
+            promoted += seg.header.promoted_from is not None
+    assert promoted >= 2  # segments resumed by other indexes' workers (three at rung 0 ...)

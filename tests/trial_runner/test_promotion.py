@@ -73,6 +73,28 @@ def test_a_sweep_pauses_promotes_from_the_checkpoint_and_ends(
     assert sorted(resumed) == [(0, 1), (0, 3), (1, 1), (2, 1)]
 
 
+def test_a_promoted_trial_runs_with_its_own_job_id_and_the_runner_gets_its_own_back(
+        sqlite_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A pod's runner (trial_runner.main: JOB_ID set to its index, the header hook): while a
+    promoted trial of another index runs, JOB_ID is the trial's index; after it, the runner's."""
+    from trial_runner.main import _header_hook  # the hook a pod's runner writes headers with
+
+    seen: list[tuple[int, str]] = []
+
+    def objective(ctx: Any) -> float:
+        seen.append((ctx.index, os.environ[protocol.ENV_JOB_ID]))
+        return curve(ctx)
+
+    sweep, _ = create_or_resume(open_storage(sqlite_url), _spec())
+    for i in range(9):
+        monkeypatch.setenv(protocol.ENV_JOB_ID, str(i))
+        out = run_scheduled(sweep, i, objective, settings(tmp_path), trial_hook=_header_hook(i))
+        assert out.exit_code == protocol.EXIT_OK
+        assert os.environ[protocol.ENV_JOB_ID] == str(i)
+    assert len(seen) == 9 + 4  # every index's first run, and four promotions (see above)
+    assert all(job_id == str(index) for index, job_id in seen), seen
+
+
 def trials_by_number(trials: dict[int, Any]) -> dict[int, int]:
     return {t.number: a for a, t in trials.items()}
 
