@@ -2,7 +2,8 @@
 
 It reads the PostgreSQL wire protocol in both directions (psycopg2 sends every statement as a
 simple Query message 'Q' with its parameters inlined, so the text says which protocol step it
-is), and when a client statement matches an armed fault it does one of:
+is; a step sweeper prepared is matched as the statement its ``EXECUTE`` runs, see
+:class:`Prepared`), and when a client statement matches an armed fault it does one of:
 
 - ``cut_request``: close the connection instead of forwarding the statement (it never runs);
 - ``cut_reply``: forward it, and when the server acknowledges the transaction's ``COMMIT``
@@ -116,6 +117,56 @@ def _statement(kind: bytes, msg: bytes) -> str | None:
     return None
 
 
+_PREPARE = re.compile(r"^\s*PREPARE\s+(\w+)\s+AS\s+(.*)$", re.IGNORECASE | re.DOTALL)
+_EXECUTE = re.compile(r"^\s*EXECUTE\s+(\w+)\s*(?:\((.*)\))?\s*$", re.IGNORECASE | re.DOTALL)
+_PARAM = re.compile(r"\$(\d+)")
+
+
+def _split_args(args: str) -> list[str]:
+    """The literals of an ``EXECUTE``'s argument list as psycopg2 inlines them: split at the
+    commas outside quotes, brackets and parentheses."""
+    parts: list[str] = []
+    depth, quoted, start = 0, False, 0
+    for i, ch in enumerate(args):
+        if ch == "'":
+            quoted = not quoted  # '' inside a string toggles twice
+        elif not quoted and ch in "([":
+            depth += 1
+        elif not quoted and ch in ")]":
+            depth -= 1
+        elif not quoted and depth == 0 and ch == ",":
+            parts.append(args[start:i].strip())
+            start = i + 1
+    parts.append(args[start:].strip())
+    return parts
+
+
+class Prepared:
+    """The statements prepared through the proxy (sweeper's one-statement steps on PostgreSQL,
+    ``sweeper.study.sql.prepared``), so that an ``EXECUTE`` is matched as the statement it
+    runs, its parameters in place, as the text it replaces was. A ``PREPARE`` is no step: no
+    fault lands on it (a fault meant for a step lands on the step's ``EXECUTE``). Names are
+    hashes of the text, the same on every connection: one table serves them all."""
+
+    def __init__(self) -> None:
+        self._texts: dict[str, str] = {}
+        self._lock = threading.Lock()
+
+    def as_run(self, sql: str) -> str | None:
+        """The statement ``sql`` runs, or None for a ``PREPARE``."""
+        if m := _PREPARE.match(sql):
+            with self._lock:
+                self._texts[m.group(1)] = m.group(2)
+            return None
+        if m := _EXECUTE.match(sql):
+            with self._lock:
+                text = self._texts.get(m.group(1))
+            if text is not None:
+                args = _split_args(m.group(2)) if m.group(2) else []
+                return _PARAM.sub(lambda p: args[int(p.group(1)) - 1], text)
+        return sql
+
+
 def _error_response(sqlstate: str, message: str) -> bytes:
     fields = b"".join(k + v.encode() + b"\0" for k, v in
                       ((b"S", "FATAL"), (b"V", "FATAL"), (b"C", sqlstate), (b"M", message)))
@@ -187,6 +238,8 @@ class _Connection:
             while not self.closed.is_set():
                 kind, msg = reader.message()
                 sql = _statement(kind, msg)
+                if sql is not None:
+                    sql = self.proxy.prepared.as_run(sql)
                 fault = self.proxy.decide(sql) if sql is not None else None
                 if fault is not None:
                     if out:
@@ -270,6 +323,7 @@ class FaultProxy:
     faults: list[Fault] = field(default_factory=list)
     policy: Policy | None = None
     injected: list[Injection] = field(default_factory=list)
+    prepared: Prepared = field(default_factory=Prepared)
 
     def __post_init__(self) -> None:
         self._lock = threading.Lock()

@@ -118,3 +118,24 @@ def test_a_statements_own_error_is_raised_as_before(engine: sa.Engine) -> None:
         oneshot.run(engine, text, {"d": 0})
     assert prepared.enabled(engine)
     assert oneshot.run(engine, text, {"d": 1})[0] == [(1,)]
+
+
+def test_a_fault_meant_for_a_step_lands_on_its_execute(pg_url: str,
+                                                      pg_admin: sa.Engine) -> None:
+    """The fault proxy (tests/support/faultproxy.py) matches a prepared step's EXECUTE as the
+    statement it runs, its parameters in place: faults armed at a step's text (the fault
+    matrix, the chaos run) still hit that step, not its one PREPARE."""
+    from tests.support.faultproxy import FaultProxy
+
+    with FaultProxy.for_url(pg_url, pg_admin) as proxy:
+        e = sa.create_engine(proxy.url(pg_url).replace("postgresql://",
+                                                       "postgresql+psycopg2://", 1))
+        try:
+            oneshot.run(e, DOUBLE, {"a": 1, "b": 2})  # PREPARE, then EXECUTE
+            proxy.arm("stall", r"CAST\(7 AS integer\) \+ 'eight'", step="double", delay=0.01)
+            with pytest.raises(sa.exc.DataError):  # 'eight' is no integer: it did run
+                oneshot.run(e, DOUBLE, {"a": 7, "b": "eight"})
+            assert [(i.kind, i.step) for i in proxy.injected] == [("stall", "double")]
+            assert "EXECUTE" not in proxy.injected[0].statement
+        finally:
+            e.dispose()
