@@ -74,6 +74,18 @@ def pick(sections: list[Section], index: int, attempt: int | None) -> Section | 
     return Section(parts[0].header, "".join(s.text for s in parts))
 
 
+def in_run_order(parts: list[tuple[str, Section]]) -> list[Section]:
+    """An attempt's segments gathered from several logs (pods), each with when its log began
+    (a key that sorts in time), in the order they ran: the first run, then each promoted part
+    by the rung it was promoted from; one rung twice (a promoter that died, the promotion
+    claimed again) by when their logs began, the order within one log kept."""
+    def key(part: tuple[str, Section]) -> tuple[int, str]:
+        h = part[1].header
+        return (-1 if h is None or h.promoted_from is None else h.promoted_from, part[0])
+
+    return [s for _, s in sorted(parts, key=key)]
+
+
 def last_lines(text: str, n: int | None) -> str:
     """The last ``n`` lines of ``text`` (all of it for None)."""
     if n is None:

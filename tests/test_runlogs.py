@@ -10,7 +10,9 @@ import pytest
 from sweeper import protocol
 from sweeper.errors import SweeperError
 from sweeper.runlogs import (
+    Section,
     follow_file,
+    in_run_order,
     last_lines,
     pick,
     read_local_log,
@@ -137,3 +139,19 @@ def test_follow_writes_what_is_appended_until_the_index_ends(tmp_path: Path) -> 
     text = "".join(out)
     assert text == "step 1\ncaf\u00e9\ncomplete\n"  # a character split across two reads
     assert "old" not in text
+
+
+def test_segments_from_several_pods_go_in_the_order_they_ran() -> None:
+    """The first run, then by the rung each segment was promoted from; a rung twice (its
+    promoter died) by when its pod started; the order within one log kept."""
+    def seg(rung: int | None, text: str) -> Section:
+        h = protocol.LogHeader(4, 0, 7, rung)
+        return Section(h, protocol.encode_log_header(h) + text)
+
+    first, r0_dead, r0, r1 = seg(None, "a"), seg(0, "b"), seg(0, "c"), seg(1, "d")
+    got = in_run_order([("2026-01-01T00:05", r1), ("2026-01-01T00:09", r0),
+                        ("2026-01-01T00:00", first), ("2026-01-01T00:02", r0_dead)])
+    assert got == [first, r0_dead, r0, r1]
+    assert in_run_order([("t", r1), ("t", r0)]) == [r0, r1]
+    assert in_run_order([("t", r0), ("t", r0_dead)]) == [r0, r0_dead]  # same pod: as read
+    assert in_run_order([]) == []

@@ -162,6 +162,7 @@ def _ended(sweep: Any, index: int) -> Any | None:
 def _pod_log(sweep: Any | None, name: str, index: int, attempt: int | None, follow: bool,
              tail: int | None, namespace: str | None, clients: Any) -> None:
     from sweeper.backends.kubernetes import follow_index_log, index_log
+    from sweeper.backends.kubernetes.promoted import promoted_attempt
     from sweeper.spec import KubernetesSpec
 
     ns = namespace or (sweep.spec.kubernetes.namespace if sweep else KubernetesSpec().namespace)
@@ -173,12 +174,21 @@ def _pod_log(sweep: Any | None, name: str, index: int, attempt: int | None, foll
         for text in stream:
             click.echo(text, nl=False)
         return
-    log = index_log(clients, ns, name, trials, index, tail_lines=tail, attempt=attempt)
+    log = index_log(clients, ns, name, trials, index, tail_lines=tail, attempt=attempt,
+                    promoted=promoted_attempt(sweep, index, attempt) if sweep else None)
     h = log.header
     what = f"attempt {h.attempt}, trial #{h.trial_number}" if h is not None else \
         f"pod attempt {log.attempt}"
+    if log.segments > 1:  # promoted after a pause (scheduler:): each part has its header
+        what += f", {log.segments} segments"
     click.echo(f"pod {ns}/{log.pod} (Job {log.job}, index {index}, {what}, {log.phase})",
                err=True)
+    if log.promoted_in:
+        click.echo(f"promoted segments from pod(s) {', '.join(log.promoted_in)}", err=True)
+    if sweep is None:
+        click.echo("note: the storage is not at hand, so only the pods of this index were "
+                   "read: under a promotion scheduler a segment that another pod resumed is "
+                   "not shown (give --storage)", err=True)
     click.echo(log.text, nl=not log.text.endswith("\n"))
 
 

@@ -5,10 +5,13 @@ reason and pod log lines in `run`'s summary."""
 
 from __future__ import annotations
 
+import re
 import time
 
 import pytest
 
+from sweeper.backends.manifests import COMPLETION_INDEX
+from sweeper.runlogs import split_attempts
 from tests.support.k8s_cluster import Cluster
 
 pytestmark = pytest.mark.postgres
@@ -83,3 +86,55 @@ def test_follow_streams_a_running_pod_until_it_ends(cluster: Cluster) -> None:
     while cluster.finished_per_index("k8s-tail").get(0) != 1:  # it ended: the index finished
         assert time.monotonic() < deadline
         time.sleep(0.1)
+
+
+def _asha(name: str, claim: str) -> str:
+    return f"""
+name: {name}
+method: grid
+objective: {{metric: loss, direction: minimize}}
+parallelism: 1
+scheduler: {{type: asha, mode: promotion, min_resource: 1, max_resource: 9,
+             reduction_factor: 3}}
+trial:
+  entrypoint: tests.support.asha_objectives:curve
+  fixed: {{steps: 9}}
+  retries: 0
+parameters:
+  a: {{type: int, low: 0, high: 8}}
+kubernetes:
+  volumes: [{{name: ckpt, mount_path: /ckpt, pvc: {claim}}}]
+  checkpoint_volume: ckpt
+"""
+
+
+def test_logs_of_a_promoted_index_hold_its_segments_from_other_pods(cluster: Cluster) -> None:
+    """Promotion ASHA, one pod at a time: index 0 (a=0, the best) pauses at rung 0 in its own
+    pod, and index 2's pod, once three trials are at the rung, promotes it (then a later pod
+    from rung 1). `sweeper logs --index 0` shows those segments too, in the order they ran,
+    each after its header, and nothing of another index."""
+    name = "k8s-asha-logs"
+    with cluster.bound_claim("asha-logs", {"nfs": {"server": "nfs.internal",
+                                                   "path": "/asha-logs"}},
+                             ["ReadWriteMany"], "1Gi") as (claim, _):
+        result = cluster.sweeper("run", cluster.spec(_asha(name, claim)), "--backend",
+                                 "kubernetes")
+        assert result.exit_code == 0, result.output
+        shown = cluster.sweeper("logs", name, "--index", "0")
+        (own,) = [p["metadata"]["name"] for p in cluster.pods(name)  # its own pod
+                  if (p["metadata"].get("labels") or {}).get(COMPLETION_INDEX) == "0"]
+    assert shown.exit_code == 0, shown.output
+    sections = split_attempts(shown.stdout)
+    headers = [s.header for s in sections]
+    assert all(h is not None and (h.index, h.attempt) == (0, 0) for h in headers), headers
+    assert [h.promoted_from for h in headers if h is not None] == [None, 0, 1], shown.stdout
+    assert "promoted from rung 0 ===" in shown.stdout
+    # the runner's lines of each segment: index 0's only; each promotion resumed at its rung
+    named = re.findall(r"\bindex (\d+)\b", shown.stdout)
+    assert named and set(named) == {"0"}, shown.stdout
+    resumed = re.findall(r"index 0 resumes from the checkpoint of step (\d+)", shown.stdout)
+    assert resumed == ["1", "3"], shown.stdout
+    assert "trial #0 complete: loss=0.1" in sections[-1].text, sections[-1].text
+    assert "3 segments" in shown.stderr and "promoted segments from pod(s)" in shown.stderr
+    assert f"pod sweeper/{own} " in shown.stderr, shown.stderr  # first, and not read twice
+    assert own not in shown.stderr.split("promoted segments from pod(s)")[1]

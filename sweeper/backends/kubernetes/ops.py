@@ -23,9 +23,10 @@ from sweeper.backends.kubernetes.jobstatus import (
     pod_attempt,
     pod_name,
 )
+from sweeper.backends.kubernetes.promoted import Promoted, other_segments, started
 from sweeper.errors import BackendError
 from sweeper.protocol import INDEX_ATTR, RUNG_ATTR, LogHeader
-from sweeper.runlogs import last_lines, pick, split_attempts
+from sweeper.runlogs import Section, in_run_order, last_lines, pick, segments_of, split_attempts
 from sweeper.study import Sweep, trial_id_of
 
 
@@ -49,6 +50,9 @@ class PodLog:
     text: str
     #: The runner's header of the attempt shown (None: the log holds none, e.g. tail only).
     header: LogHeader | None = None
+    segments: int = 1  # the parts the attempt ran in (promoted after a pause: more than one)
+    #: The other pods that ran promoted segments of it (``scheduler:``), in ``text`` too.
+    promoted_in: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -117,9 +121,12 @@ def _read(api: KubeClient, namespace: str, run: _PodRun, index: int) -> str:
 
 
 def index_log(clients: ClientFactory, namespace: str, sweep_name: str, trials: int | None,
-              index: int, tail_lines: int | None = None, attempt: int | None = None) -> PodLog:
+              index: int, tail_lines: int | None = None, attempt: int | None = None,
+              promoted: Promoted | None = None) -> PodLog:
     """The log of attempt ``attempt`` of sweep index ``index`` (None: the pod that ran it most
-    recently), only that index's part of it when the pod ran several."""
+    recently), only that index's part of it when the pod ran several. ``promoted``: the store
+    says the attempt ran promoted segments (:mod:`.promoted`): those in other pods are shown
+    too, each after its header, in the order they ran."""
     api = KubeClient(clients, sweep_name)
     runs = _pod_runs(clients, namespace, sweep_name, trials, index)
     if attempt is None:
@@ -138,10 +145,22 @@ def index_log(clients: ClientFactory, namespace: str, sweep_name: str, trials: i
         else:
             raise BackendError(f"no log of attempt {attempt} of index {index} in the "
                                f"{len(runs)} pod(s) of sweep {sweep_name} that ran it")
+    h = section.header if section is not None else None
+    parts: list[Section] = []
+    others: tuple[str, ...] = ()
+    if promoted is not None and h is not None and \
+            (h.attempt, h.trial_number) == (promoted.attempt, promoted.trial_number):
+        found = other_segments(api, namespace, sweep_name, index, promoted, chosen.pod,
+                               {pod_name(r.pod) for r in runs})
+        own = segments_of(split_attempts(text), index, h.attempt)
+        parts = in_run_order([(started(chosen.pod), s) for s in own]
+                             + [(when, s) for when, _, s in found])
+        others = tuple(dict.fromkeys(name for _, name, _ in found))
+        section = Section(h, "".join(s.text for s in parts))
     shown = section.text if section is not None else text
     return PodLog(pod=pod_name(chosen.pod), job=chosen.job, phase=_phase(chosen),
-                  attempt=chosen.key[1], text=last_lines(shown, tail_lines),
-                  header=section.header if section is not None else None)
+                  attempt=chosen.key[1], text=last_lines(shown, tail_lines), header=h,
+                  segments=max(1, len(parts)), promoted_in=others)
 
 
 def follow_index_log(clients: ClientFactory, namespace: str, sweep_name: str,
