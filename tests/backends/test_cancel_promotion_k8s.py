@@ -20,6 +20,7 @@ from optuna.trial import TrialState
 
 from sweeper import protocol
 from sweeper.study import create_or_resume, open_storage, trial_id_of
+from tests.support.asha_objectives import k8s_promotion_spec
 from tests.support.k8s_cluster import Cluster
 
 pytestmark = pytest.mark.postgres
@@ -28,26 +29,11 @@ NAME = "k8s-asha-cancel"
 
 
 def _spec(claim: str, tmp: Path) -> str:
-    return f"""
-name: {NAME}
-method: grid
-objective: {{metric: loss, direction: minimize}}
-parallelism: 1
-scheduler: {{type: asha, mode: promotion, min_resource: 1, max_resource: 9,
-             reduction_factor: 3}}
-trial:
-  entrypoint: tests.support.cancel_objectives:curve_or_hold
-  fixed: {{steps: 9}}
-  retries: 0
-parameters:
-  a: {{type: int, low: 0, high: 4}}
-kubernetes:
-  volumes: [{{name: ckpt, mount_path: /ckpt, pvc: {claim}}}]
-  checkpoint_volume: ckpt
-  termination_grace_period: 5
-  env: {{ASHA_LOG: '{tmp / "asha.log"}', ASHA_KILL: '{tmp / "killed"}',
-         HOLD: '{tmp / "hold"}'}}
-"""
+    return k8s_promotion_spec(
+        NAME, claim, entrypoint="tests.support.cancel_objectives:curve_or_hold", configs=5,
+        extra="  termination_grace_period: 5\n",
+        env={"ASHA_LOG": str(tmp / "asha.log"), "ASHA_KILL": str(tmp / "killed"),
+             "HOLD": str(tmp / "hold")})
 
 
 def _resumes(log: Path) -> list[tuple[int, int]]:

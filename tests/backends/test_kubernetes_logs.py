@@ -12,6 +12,7 @@ import pytest
 
 from sweeper.backends.manifests import COMPLETION_INDEX
 from sweeper.runlogs import split_attempts
+from tests.support.asha_objectives import k8s_promotion_spec
 from tests.support.k8s_cluster import Cluster
 
 pytestmark = pytest.mark.postgres
@@ -89,23 +90,7 @@ def test_follow_streams_a_running_pod_until_it_ends(cluster: Cluster) -> None:
 
 
 def _asha(name: str, claim: str) -> str:
-    return f"""
-name: {name}
-method: grid
-objective: {{metric: loss, direction: minimize}}
-parallelism: 1
-scheduler: {{type: asha, mode: promotion, min_resource: 1, max_resource: 9,
-             reduction_factor: 3}}
-trial:
-  entrypoint: tests.support.asha_objectives:curve
-  fixed: {{steps: 9}}
-  retries: 0
-parameters:
-  a: {{type: int, low: 0, high: 8}}
-kubernetes:
-  volumes: [{{name: ckpt, mount_path: /ckpt, pvc: {claim}}}]
-  checkpoint_volume: ckpt
-"""
+    return k8s_promotion_spec(name, claim)
 
 
 def test_logs_of_a_promoted_index_hold_its_segments_from_other_pods(cluster: Cluster) -> None:

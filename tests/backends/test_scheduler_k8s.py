@@ -15,6 +15,7 @@ from optuna.trial import TrialState
 
 from sweeper import protocol
 from sweeper.backends.kubernetes import job_info
+from tests.support.asha_objectives import k8s_promotion_spec
 from tests.support.k8s_cluster import Cluster
 
 pytestmark = pytest.mark.postgres
@@ -23,24 +24,8 @@ NAME = "k8s-asha"
 
 
 def _spec(claim: str, log: Path) -> str:
-    return f"""
-name: {NAME}
-method: grid
-objective: {{metric: loss, direction: minimize}}
-parallelism: 3
-scheduler: {{type: asha, mode: promotion, min_resource: 1, max_resource: 9,
-             reduction_factor: 3}}
-trial:
-  entrypoint: tests.support.asha_objectives:curve
-  fixed: {{steps: 9}}
-  retries: 1
-parameters:
-  a: {{type: int, low: 0, high: 8}}
-kubernetes:
-  volumes: [{{name: ckpt, mount_path: /ckpt, pvc: {claim}}}]
-  checkpoint_volume: ckpt
-  env: {{ASHA_LOG: '{log}'}}
-"""
+    return k8s_promotion_spec(NAME, claim, parallelism=3, retries=1,
+                              env={"ASHA_LOG": str(log)})
 
 
 def test_paused_trials_hold_no_pod_and_are_promoted_from_the_checkpoint_volume(

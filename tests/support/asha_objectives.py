@@ -39,3 +39,32 @@ def curve(ctx: TrialContext) -> float:
         if ctx.should_prune():
             raise TrialPruned()
     return loss
+
+
+def k8s_promotion_spec(name: str, claim: str, *, entrypoint: str = "curve", configs: int = 9,
+                       parallelism: int = 1, retries: int = 0,
+                       env: dict[str, str] | None = None, extra: str = "") -> str:
+    """A promotion-ASHA grid sweep on Kubernetes over ``a`` in 0..configs-1 (rungs at steps
+    1 and 3 of 9, eta 3), checkpoints on the volume of PVC ``claim``; ``entrypoint`` names a
+    function of this module or a ``module:function``; ``extra``: more lines of the
+    ``kubernetes:`` section; ``env``: the pods' environment."""
+    target = entrypoint if ":" in entrypoint else f"tests.support.asha_objectives:{entrypoint}"
+    pairs = ", ".join(f"{k}: '{v}'" for k, v in (env or {}).items())
+    return f"""
+name: {name}
+method: grid
+objective: {{metric: loss, direction: minimize}}
+parallelism: {parallelism}
+scheduler: {{type: asha, mode: promotion, min_resource: 1, max_resource: 9,
+             reduction_factor: 3}}
+trial:
+  entrypoint: {target}
+  fixed: {{steps: 9}}
+  retries: {retries}
+parameters:
+  a: {{type: int, low: 0, high: {configs - 1}}}
+kubernetes:
+  volumes: [{{name: ckpt, mount_path: /ckpt, pvc: {claim}}}]
+  checkpoint_volume: ckpt
+{extra}{"  env: {" + pairs + "}" if pairs else ""}
+"""
