@@ -16,7 +16,7 @@ sampler as such) until the clock reaches its end, then it is told. Only the samp
 * ``sequential``: one worker, the sampler seeded ``seed``.
 
 Simulating the clock makes the figures independent of the machine's load (2 shared cores) and
-lets ``--full`` run 10 seeds (the (function, seed) pairs run in as many processes as there
+lets ``--full`` run 30 seeds (the (function, seed) pairs run in as many processes as there
 are cores, or ``SWEEPER_BENCH_JOBS``); whether the real runners sample as the simulation does is a
 separate check (``python -m benchmarks.parallel --real``: sweeper's local backend against
 plain Optuna's processes on PostgreSQL, both through ``benchmarks.quality``).
@@ -286,8 +286,9 @@ def run(sizes: dict[str, Any], log: Callable[[str], None]) -> tuple[list[Row], d
     rows = rows_of(best, methods, functions, dims, trials, workers, len(seeds))
     notes = [
         f"parallel: {len(seeds)} seed(s) per function here; `python -m benchmarks.run --full "
-        "--only parallel` runs 10 (GP's pending-point asks take most of the time: about 40 "
-        "minutes of one core; the (function, seed) pairs run on every core, or "
+        "--only parallel` runs 30 (at 10 the ratio moved by 0.2 from one block of seeds to the "
+        "next; the section takes about 35 minutes of one core at 30, most of it GP's "
+        "pending-point asks; the (function, seed) pairs run on every core, or "
         "SWEEPER_BENCH_JOBS processes). The clock is simulated, so two runners never ask at "
         "the same instant here: on real runners they do, and GP's asks (seconds each) would "
         "then miss each other's points without sweeper's ordered asks (docs/parallel.md)."]

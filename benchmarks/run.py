@@ -84,7 +84,7 @@ SIZES: dict[str, dict[str, Any]] = {
         "conn_w": 32, "conn_n": 128, "conn_t": 1.0,
         "dup_side": 8, "dup_w": 8, "dup_t": 0.1,
         "q_dims": 5, "q_trials": 100, "q_seeds": 10, "q_w": 8, "q_delay": 0.2,
-        "p_dims": 5, "p_trials": 60, "p_seeds": 10, "p_w": 8,
+        "p_dims": 5, "p_trials": 60, "p_seeds": 30, "p_w": 8,
         "q_plain_parallel": True,
         "m_dims": 5, "m_trials": 100, "m_seeds": 3, "m_w": 8, "m_delay": 0.2,
         "mo_dims": 5, "mo_trials": 200, "mo_population": 20, "mo_seeds": 5,
