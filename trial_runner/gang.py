@@ -40,13 +40,13 @@ _STOP_STATES = (protocol.STOPPED,)
 
 def run_slot(sweep: Sweep, gang: Gang, objective: Callable[[TrialContext], Any],
              settings: RunnerSettings, log: Callable[[Outcome], None],
-             hook: Callable[[int], TrialHook]) -> int:
+             hook: TrialHook) -> int:
     """Node 0: every index of the slot, then the done round. Exit code: 0 once the slot is
     through (failed indexes stay in the study, for ``sweeper resume``); a configuration
     error's code stops the JobSet."""
     retries = sweep.spec.trial.retries
     for index in gang.indexes(sweep.spec.trials):
-        outcome = _run_to_end(sweep, index, objective, settings, retries, log, hook(index))
+        outcome = _run_to_end(sweep, index, objective, settings, retries, log, hook)
         if outcome.exit_code == protocol.EXIT_CONFIG:
             return protocol.EXIT_CONFIG
         if outcome.state in _STOP_STATES:

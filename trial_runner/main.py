@@ -36,7 +36,6 @@ from trial_runner.context import TrialContext
 from trial_runner.gang import run_slot
 from trial_runner.outcome import Interrupted, Outcome, RunnerSettings
 from trial_runner.promotion import run_scheduled
-from trial_runner.runner import TrialHook
 from trial_runner.startup import open_sweep, read_spec_file
 
 logger = logging.getLogger("trial_runner")
@@ -149,7 +148,7 @@ def main(argv: list[str] | None = None, *, inherited: InheritedSweep | None = No
             storage.close()  # close connections cleanly: __main__ skips the final GC
     if gang is not None and not gang.local and args.index is None:
         try:
-            return run_slot(sweep, gang, objective, settings, _log_outcome, _header_hook)
+            return run_slot(sweep, gang, objective, settings, _log_outcome, _write_header)
         except Interrupted as e:
             logger.error("interrupted by %s; the trial is marked FAIL and will be retried", e)
             return protocol.EXIT_SIGNAL_BASE + e.signum
@@ -174,7 +173,7 @@ def _run_indexes(sweep: Sweep, storage: Any, only: int | None,
         for index in indexes:
             os.environ[protocol.ENV_JOB_ID] = str(index)
             outcome = run_scheduled(sweep, index, objective, settings,
-                                    trial_hook=_header_hook(index), log=_log_outcome)
+                                    trial_hook=_write_header, log=_log_outcome)
             codes.append(outcome.exit_code)
     except Interrupted as e:
         logger.error("interrupted by %s; the trial is marked FAIL and will be retried", e)
@@ -213,12 +212,11 @@ def _follow(name: str, gang: Gang) -> int:
         return protocol.EXIT_SIGNAL_BASE + e.signum
 
 
-def _header_hook(index: int) -> TrialHook:
-    def started(trial_id: int, header: protocol.LogHeader) -> None:
-        os.environ[protocol.ENV_JOB_ID] = str(header.index)  # a promoted trial's own index
-        _write_log_header(header)
-
-    return started
+def _write_header(trial_id: int, header: protocol.LogHeader) -> None:
+    """The trial hook of a pod's runner: the trial's ``JOB_ID`` (a promoted trial's own
+    index, not this pod's) and its log header."""
+    os.environ[protocol.ENV_JOB_ID] = str(header.index)
+    _write_log_header(header)
 
 
 def _log_outcome(outcome: Outcome) -> None:
