@@ -13,7 +13,8 @@ run sequentially in plain Optuna (issue 11):
 
 Sweeper runs real runner processes on the local backend (``benchmarks.sweeps.run_sweep``)
 with a fixed ``delay`` per trial so the W runners overlap; plain Optuna uses the sampler class
-and defaults sweeper builds (``sweeper.spec.registry``), seeded the same way per run.
+and defaults sweeper builds (``sweeper.spec.registry``; for gp, Optuna's own
+GPSampler), seeded the same way per run.
 """
 
 from __future__ import annotations
@@ -41,11 +42,16 @@ FAMILY_BOUNDS = {"sphere": ("sp", 2, (-5.12, 5.12)), "rosenbrock": ("ro", 3, (-2
 
 
 def plain_sampler(method: str, seed: int, **options: Any) -> Any:
-    """What sweeper's runners build for ``method`` (same class, same defaults), seeded once."""
+    """Plain Optuna's sampler for ``method``: the class whose options sweeper takes, with
+    sweeper's defaults, seeded once (for ``gp``, Optuna's GPSampler, not sweeper's subclass
+    that penalises running trials: the two sample alike when no trial runs)."""
     import optuna
 
     from sweeper.spec import registry
 
+    if method == "gp":
+        return optuna.samplers.GPSampler(seed=seed, **{**registry.sampler_defaults("gp"),
+                                                       **options})
     if method == "qmc":  # sweeper plans scrambled Sobol sets itself; Optuna's own equivalent
         return optuna.samplers.QMCSampler(qmc_type="sobol", scramble=True, seed=seed)
     if method == "random":

@@ -197,14 +197,15 @@ def _job(args: tuple[Any, ...]) -> dict[str, Any]:
             out[method]["sweeper_sequential"] = simulate(method, name, dims, trials, 1, seed,
                                                          "sweeper")
     if variants:
-        from benchmarks.gp_variants import LIES, ConstantLiarGPSampler
+        from benchmarks.gp_variants import VARIANTS
 
-        for lie in LIES:
-            def factory(method: str, s: int, index: int, lie: str = lie) -> Any:
-                return ConstantLiarGPSampler(seed=s, lie=lie)
+        for variant, build in VARIANTS.items():
+            def factory(method: str, s: int, index: int,
+                        build: Callable[[int], Any] = build) -> Any:
+                return build(s)
 
-            out["gp"][f"constant_liar_{lie}"] = simulate("gp", name, dims, trials, workers,
-                                                         seed, "sweeper", factory)
+            out["gp"][variant] = simulate("gp", name, dims, trials, workers, seed, "sweeper",
+                                          factory)
     return out
 
 

@@ -107,3 +107,37 @@ def test_a_planned_methods_price_is_against_its_own_plan_at_w1() -> None:
     assert row.figures["ratio"] == pytest.approx(1.0)
     assert row.figures["plain_ratio"] == pytest.approx(1.0)
     assert row.status == "PASS"
+
+
+def _running_beside(finished: int) -> tuple[optuna.Study, list[Any]]:
+    """A study with ``finished`` sphere trials told and one RUNNING at the best one's params."""
+    from optuna.distributions import FloatDistribution
+
+    space = {"x": FloatDistribution(-2.0, 2.0), "y": FloatDistribution(-2.0, 2.0)}
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
+    for _ in range(finished):
+        trial = study.ask(space)
+        study.tell(trial, trial.params["x"] ** 2 + trial.params["y"] ** 2)
+    study.enqueue_trial(study.best_params)
+    study.ask(space)
+    return study, [study.trials[-1]]
+
+
+def test_the_gp_variants_lie_as_named() -> None:
+    from benchmarks.gp_variants import VARIANTS
+
+    study, running = _running_beside(8)
+    done = [t for t in study.trials if t.state == TrialState.COMPLETE]
+    values = sorted(t.value for t in done)
+    space = running[0].distributions
+
+    def lie(variant: str) -> float:
+        sampler = VARIANTS[variant](0)
+        return sampler.lie_value(study, done, running, space)[0]
+
+    assert lie("constant_liar_best") == values[0]
+    assert lie("constant_liar_worst") == values[-1]
+    # the GP of the finished trials, at a finished trial's point: close to its value
+    assert lie("kriging_believer") == pytest.approx(values[0], abs=0.05 * (values[-1] - values[0]))
+    assert lie("kriging_believer") not in (values[0], values[-1])
+    assert type(VARIANTS["optuna_qlogei"](0)) is optuna.samplers.GPSampler

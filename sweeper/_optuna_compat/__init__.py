@@ -62,6 +62,7 @@ __all__ = [
     "ArtifactStore",
     "FrozenStudy",
     "GrpcStorageProxyOnChannel",
+    "LocalPenaltyGPSampler",
     "RDBStoragePrivateRetries",
     "RDBTables",
     "UnsupportedOptunaError",
@@ -91,9 +92,14 @@ __all__ = [
 
 
 def __getattr__(name: str) -> Any:
-    # ArtifactStore, imported on first use: `import optuna` does not load optuna.artifacts.
+    # Imported on first use: `import optuna` does not load optuna.artifacts, and the GP
+    # sampler needs torch.
     if name == "ArtifactStore":
         from optuna.artifacts._protocol import ArtifactStore
 
         return ArtifactStore
+    if name == "LocalPenaltyGPSampler":  # imports torch: only for a gp sweep's runners
+        from sweeper._optuna_compat._gp import LocalPenaltyGPSampler
+
+        return LocalPenaltyGPSampler
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

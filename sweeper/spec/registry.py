@@ -39,8 +39,9 @@ class MethodInfo:
     #: The class in ``optuna.samplers`` whose keyword arguments ``sampler:`` takes (checked
     #: against its signature), or None when the method takes no options.
     options_class: str | None
-    #: The class a runner samples with. Planned sets are enqueued as fixed params, which any
-    #: sampler returns; a seeded RandomSampler covers anything left to sample.
+    #: The class a runner samples with, in ``optuna.samplers`` or, for a name in
+    #: :data:`OWN_SAMPLERS`, sweeper's subclass of one. Planned sets are enqueued as fixed
+    #: params, which any sampler returns; a seeded RandomSampler covers anything left to sample.
     runner_class: str
     #: Sets are a pure function of (spec, index), enqueued up front.
     planned: bool
@@ -65,7 +66,9 @@ METHOD_INFO: Mapping[str, MethodInfo] = {
     # (True), and parallel runners need it; multivariate because sweep parameters interact.
     "tpe": MethodInfo("TPESampler", "TPESampler", planned=False,
                       defaults={"constant_liar": True, "multivariate": True}),
-    "gp": MethodInfo("GPSampler", "GPSampler", planned=False),
+    # GPSampler, its running trials penalised locally instead of fantasised (issue 29;
+    # sweeper._optuna_compat._gp): the same options, the same sequential proposals.
+    "gp": MethodInfo("GPSampler", "LocalPenaltyGPSampler", planned=False),
     "cmaes": MethodInfo("CmaEsSampler", "CmaEsSampler", planned=False, objectives="single"),
     "nsga2": MethodInfo("NSGAIISampler", "NSGAIISampler", planned=False, objectives="multi"),
     "nsga3": MethodInfo("NSGAIIISampler", "NSGAIIISampler", planned=False, objectives="multi"),
@@ -74,6 +77,8 @@ METHOD_INFO: Mapping[str, MethodInfo] = {
 #: ask takes seconds, and runners asking at once would not see each other's pending points
 #: (issue 29; docs/parallel.md).
 ASKS_IN_ORDER = frozenset({"gp"})
+#: Runner classes that are sweeper's own subclasses of Optuna's (in ``sweeper._optuna_compat``).
+OWN_SAMPLERS = frozenset({"LocalPenaltyGPSampler"})
 #: TPE's defaults (kept under this name: the tests quote them).
 TPE_DEFAULTS: Mapping[str, Any] = METHOD_INFO["tpe"].defaults
 #: Added for a conditional space: TPE's ``group`` decomposes the search space by which
@@ -98,10 +103,12 @@ def pruner_class(ptype: str) -> type[BasePruner]:
 
 
 def sampler_class(method: str) -> type[BaseSampler]:
-    """The Optuna class a method's runners sample with (KeyError for an unknown method)."""
-    import optuna.samplers
+    """The class a method's runners sample with (KeyError for an unknown method)."""
+    import importlib
 
-    cls: type[BaseSampler] = getattr(optuna.samplers, METHOD_INFO[method].runner_class)
+    name = METHOD_INFO[method].runner_class
+    home = "sweeper._optuna_compat" if name in OWN_SAMPLERS else "optuna.samplers"
+    cls: type[BaseSampler] = getattr(importlib.import_module(home), name)
     return cls
 
 

@@ -9,6 +9,7 @@ from typing import Any
 import optuna
 import pytest
 
+from sweeper._optuna_compat import LocalPenaltyGPSampler
 from sweeper.errors import SpecError
 from sweeper.samplers import AfterEarlierAsks
 from sweeper.spec import PRUNERS, registry
@@ -151,7 +152,7 @@ MULTI = [{"metric": "loss", "direction": "minimize"},
 
 
 @pytest.mark.parametrize(("method", "cls", "objective"), [
-    ("gp", optuna.samplers.GPSampler, None),
+    ("gp", LocalPenaltyGPSampler, None),
     ("cmaes", optuna.samplers.CmaEsSampler, None),
     ("qmc", optuna.samplers.RandomSampler, None),  # planned: the sets are enqueued
     ("nsga2", optuna.samplers.NSGAIISampler, MULTI),
@@ -173,7 +174,7 @@ def test_gp_asks_in_order_only_when_runners_run_side_by_side() -> None:
     assert isinstance(runner.make_sampler(make_spec(method="gp", parallelism=4), 0),
                       AfterEarlierAsks)
     assert type(runner.make_sampler(make_spec(method="gp", parallelism=1), 0)) \
-        is optuna.samplers.GPSampler
+        is LocalPenaltyGPSampler
     assert type(runner.make_sampler(make_spec(method="tpe", parallelism=4), 0)) \
         is optuna.samplers.TPESampler
 
@@ -319,3 +320,12 @@ def test_runners_build_sampler_and_pruner_without_experimental_warnings(case: st
         runner.make_sampler(spec, 1)
         runner.make_pruner(spec)
     assert not [w for w in seen if issubclass(w.category, optuna.exceptions.ExperimentalWarning)]
+
+
+def test_gp_samples_with_sweepers_gpsampler_and_takes_gpsamplers_options() -> None:
+    assert issubclass(registry.sampler_class("gp"), optuna.samplers.GPSampler)
+    assert registry.options_class("gp") is optuna.samplers.GPSampler
+    sampler = registry.build_sampler("gp", {"n_startup_trials": 4,
+                                            "warn_independent_sampling": False}, 7)
+    assert type(sampler) is LocalPenaltyGPSampler
+    assert (sampler._n_startup_trials, sampler._warn_independent_sampling) == (4, False)  # noqa: SLF001
