@@ -288,11 +288,12 @@ def run(sizes: dict[str, Any], log: Callable[[str], None]) -> tuple[list[Row], d
     notes = [
         f"parallel: {len(seeds)} seed(s) per function here; `python -m benchmarks.run --full "
         "--only parallel` runs 30 (at 10 the ratio moved by 0.2 from one block of seeds to the "
-        "next; the section takes about 35 minutes of one core at 30, most of it GP's "
-        "pending-point asks; the (function, seed) pairs run on every core, or "
-        "SWEEPER_BENCH_JOBS processes). The clock is simulated, so two runners never ask at "
-        "the same instant here: on real runners they do, and GP's asks (seconds each) would "
-        "then miss each other's points without sweeper's ordered asks (docs/parallel.md)."]
+        "next; the section takes about 35 minutes of one core at 30, most of it plain "
+        "Optuna's GP asks with their Monte Carlo fantasies; the (function, seed) pairs run on "
+        "every core, or SWEEPER_BENCH_JOBS processes). The clock is simulated, so two "
+        "runners never ask at the same instant here: on real runners they do, and GP's asks "
+        "would then miss each other's points without sweeper's ordered asks "
+        "(docs/parallel.md)."]
     return rows, {"dims": dims, "trials": trials, "workers": workers, "seeds": seeds,
                   "best_values": best, "notes": notes}
 

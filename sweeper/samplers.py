@@ -1,6 +1,6 @@
 """Parallel asks that see each other (issue 29).
 
-A sampler that accounts for running trials (TPE's constant liar, GPSampler's pending points)
+A sampler that accounts for running trials (TPE's constant liar, GP's penalised running points)
 sees a running trial's point only once that trial's params are written, that is once its own
 ask is over. Runners that ask at the same moment therefore miss each other: with GP, whose ask
 takes seconds, W runners freed by trials finishing together propose the same point (measured on

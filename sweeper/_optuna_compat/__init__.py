@@ -5,7 +5,10 @@ created outside the API in a study's trial cache, to write several attributes in
 transaction, to name its RDB tables, or to open a storage without reloading its migrations;
 sweeper needs them on its hot paths. Its gRPC proxy is served alone on a port with fixed
 channel options; sweeper's serves its own service beside Optuna's and reconnects quickly.
-Each private name used here has a contract test in ``tests/study/test_optuna_compat.py``.
+GPSampler has no option for how it treats running trials; sweeper's ``gp`` penalises their
+neighbourhoods (``_gp``) instead of its Monte Carlo fantasies.
+Each private name used here has a contract test in ``tests/test_optuna_compat.py`` (the GP's in
+``tests/test_optuna_compat_gp.py``).
 Importing this module on an Optuna series it was not written for fails at once with one line:
 check the contract tests against the new series, then add it to :data:`SUPPORTED_SERIES`.
 
