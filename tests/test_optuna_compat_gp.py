@@ -90,6 +90,20 @@ def test_multi_objective_studies_keep_optunas_q_batch_acquisition(
     assert received == handed == ["LogEHVI", "qLogEHVI"]
 
 
+def test_constrained_studies_keep_optunas_q_batch_acquisition(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    received, handed = _acqf_types(monkeypatch)
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=1))
+    for _ in range(10):
+        trial = study.ask(SPACE)
+        trial.set_constraint("y_below_one", trial.params["y"] - 1.0)
+        study.tell(trial, _objective(trial.params))
+    study.sampler = LocalPenaltyGPSampler(seed=0)
+    study.ask(SPACE)
+    study.ask(SPACE)
+    assert received == handed == ["LogCEI", "qLogCEI"]
+
+
 def test_a_sequential_sweep_samples_exactly_as_gpsampler() -> None:
     proposals = []
     for cls in (GPSampler, LocalPenaltyGPSampler):
