@@ -95,13 +95,13 @@ __all__ = [
 
 
 def __getattr__(name: str) -> Any:
-    # Imported on first use: `import optuna` does not load optuna.artifacts, and the GP
-    # sampler needs torch.
+    # Imported on first use: `import optuna` does not load optuna.artifacts, and only a gp
+    # sweep needs the GP sampler.
     if name == "ArtifactStore":
         from optuna.artifacts._protocol import ArtifactStore
 
         return ArtifactStore
-    if name == "LocalPenaltyGPSampler":  # imports torch: only for a gp sweep's runners
+    if name == "LocalPenaltyGPSampler":
         from sweeper._optuna_compat._gp import LocalPenaltyGPSampler
 
         return LocalPenaltyGPSampler
