@@ -29,8 +29,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from . import realnode
+from .netns import NetError, node_net
 from .pki import make_pki
 from .procs import Proc, alive, stop_all
+from .realnode import NodeError, RealNode
 
 REPO = Path(__file__).resolve().parents[2]
 K8S_VERSION = "v1.36.3"
@@ -47,6 +50,7 @@ class Layout:
     apiserver_port: int = 16443
     node_port: int = 16450
     bin_dir: Path | None = None  # default: $CLUSTER_BIN, else ROOT/bin
+    node_kind: str = "process"  # or "real" (tests/cluster/realnode.py)
 
     @property
     def bin(self) -> Path:
@@ -72,13 +76,23 @@ class Layout:
     def server(self) -> str:
         return f"https://127.0.0.1:{self.apiserver_port}"
 
+    @property
+    def real(self) -> RealNode | None:
+        """The real node's layout, when this cluster has one (else the process node)."""
+        if self.node_kind != "real":
+            return None
+        return RealNode(self.run / "node", self.bin, self.pki,
+                        Path(os.environ.get("CLUSTER_IMAGES", self.root / "images")),
+                        node_net(self.root), self.apiserver_port)
+
 
 def default_layout() -> Layout:
     env = os.environ.get
     return Layout(Path(env("SWEEPER_CLUSTER_DIR", str(REPO / ".cluster"))),
                   int(env("SWEEPER_CLUSTER_ETCD_PORT", "12379")),
                   int(env("SWEEPER_CLUSTER_APISERVER_PORT", "16443")),
-                  int(env("SWEEPER_CLUSTER_NODE_PORT", "16450")))
+                  int(env("SWEEPER_CLUSTER_NODE_PORT", "16450")),
+                  node_kind=env("SWEEPER_CLUSTER_NODE", "process"))
 
 
 # --------------------------------------------------------------------------- commands
@@ -94,8 +108,11 @@ def _etcd(lo: Layout) -> list[str]:
 
 def _apiserver(lo: Layout) -> list[str]:
     p = lo.pki
+    # With a real node, its kubelet and pods reach the apiserver from their network namespace
+    # at this machine's end of the veth pair.
+    bind, advertise = ("0.0.0.0", lo.real.net.host_ip) if lo.real else ("127.0.0.1",) * 2
     return [str(lo.bin / "kube-apiserver"), f"--etcd-servers=http://127.0.0.1:{lo.etcd_port}",
-            "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1",
+            f"--bind-address={bind}", f"--advertise-address={advertise}",
             f"--secure-port={lo.apiserver_port}", f"--tls-cert-file={p / 'apiserver.crt'}",
             f"--tls-private-key-file={p / 'apiserver.key'}", f"--client-ca-file={p / 'ca.crt'}",
             f"--kubelet-client-certificate={p / 'admin.crt'}",
@@ -179,13 +196,17 @@ def _etcd_ok(lo: Layout) -> bool:
         return bool(json.loads(r.read()).get("health") == "true")
 
 
+def node_name(lo: Layout) -> str:
+    return realnode.NAME if lo.real else "process-node"
+
+
 def _read(lo: Layout, what: str) -> dict[str, Any]:
     from kubernetes import client, config
 
     api = config.new_client_from_config(str(lo.kubeconfig))
     try:
         core = client.CoreV1Api(api)
-        resp = (core.read_node("process-node", _preload_content=False) if what == "node" else
+        resp = (core.read_node(node_name(lo), _preload_content=False) if what == "node" else
                 core.read_namespaced_service_account("default", "default", _preload_content=False))
         return json.loads(resp.data)
     finally:
@@ -241,7 +262,8 @@ def is_up(lo: Layout) -> bool:
 
 
 def missing_binaries(lo: Layout) -> list[str]:
-    names = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler")
+    names = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler",
+             *(realnode.BINARIES if lo.real else ()))
     return [n for n in names if not (lo.bin / n).exists()]
 
 
@@ -256,17 +278,26 @@ def up(lo: Layout, *, build: bool = True, say: Callable[[str], None] = print) ->
         _build(lo)
     if missing := missing_binaries(lo):
         raise ClusterError(f"{', '.join(missing)} not built in {lo.bin}: run make cluster-up")
+    if lo.real and (packages := realnode.missing_packages()):
+        raise ClusterError(f"the real node needs Debian's {', '.join(packages)}: apt-get install "
+                           f"{' '.join(packages)} (make cluster-up installs them)")
     _check_ports(lo)
     lo.run.mkdir(parents=True, exist_ok=True)
-    make_pki(lo.pki)
-    write_kubeconfig(lo)
     procs: list[Proc] = []
     try:
+        if lo.real:
+            realnode.netns.create(lo.real.net)
+        make_pki(lo.pki, lo.real.net.host_ip if lo.real else None)
+        write_kubeconfig(lo)
         _start_all(lo, procs, say)
-    except BaseException:
+    except BaseException as e:
         stop_all(procs)
+        if lo.real:
+            realnode.clean(lo.real)
         shutil.rmtree(lo.run, ignore_errors=True)
         lo.kubeconfig.unlink(missing_ok=True)
+        if isinstance(e, (NetError, NodeError)):
+            raise ClusterError(str(e)) from None
         raise
     return time.monotonic() - start
 
@@ -280,8 +311,13 @@ def _start_all(lo: Layout, procs: list[Proc], say: Callable[[str], None]) -> Non
     _wait("kube-apiserver /readyz", lambda: _https_ok(lo, "/readyz"), 60, procs)
     start("kube-controller-manager", _controller_manager(lo))
     start("kube-scheduler", _scheduler(lo))
-    start("process-node", _node(lo), env={"PYTHONPATH": str(REPO)})
-    _wait("the node to be Ready", lambda: _node_ready(lo), 30, procs)
+    if lo.real:
+        def wait(what: str, ready: Callable[[], bool], timeout: float) -> None:
+            _wait(what, ready, timeout, procs)
+        realnode.start(lo.real, lo.kubeconfig, procs, wait, say, REPO)
+    else:
+        start("process-node", _node(lo), env={"PYTHONPATH": str(REPO)})
+    _wait("the node to be Ready", lambda: _node_ready(lo), 60, procs)
     _wait("the default service account", lambda: _default_sa(lo), 30, procs)
     from . import jobset, kueue
 
@@ -304,7 +340,7 @@ def _build(lo: Layout) -> None:
 def down(lo: Layout) -> list[str]:
     """Stop every process of ours (also after a crash of any of them); remove the state."""
     stopped = stop_all(Proc.load_all(lo.run))
-    for line in leftovers(lo):  # anything of this cluster the pid files missed
+    for line in _stray_processes(lo):  # anything of this cluster the pid files missed
         pid = int(line.split(":", 1)[0])
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(pid, signal.SIGKILL)
@@ -321,6 +357,8 @@ def down(lo: Layout) -> list[str]:
                 killed.append(int(line))
                 stopped.append(f"pod process group {line}")
     _await_death(killed)
+    if lo.real:
+        stopped += realnode.clean(lo.real)
     shutil.rmtree(lo.run, ignore_errors=True)
     lo.kubeconfig.unlink(missing_ok=True)
     return stopped
@@ -335,11 +373,18 @@ def _await_death(pids: list[int], timeout_s: float = 10.0) -> None:
 
 
 def leftovers(lo: Layout) -> list[str]:
-    """Processes of ours still running: any whose command line names this cluster's
-    directory (etcd, the apiserver, the controllers, the node, Kueue, JobSet) or whose process
-    group the node recorded for a pod. Empty after :func:`down`."""
+    """What of this cluster is still there: processes (see :func:`_stray_processes`) and the
+    real node's pods, namespaces and mounts. Empty after :func:`down`."""
+    return _stray_processes(lo) + (realnode.leftovers(lo.real) if lo.real else [])
+
+
+def _stray_processes(lo: Layout) -> list[str]:
+    """Processes of ours still running, as ``PID: COMMAND``: any whose command line names this
+    cluster's directory (etcd, the apiserver, the controllers, the node, Kueue, JobSet)."""
     found = []
-    root = str(lo.root).encode()
+    # The cluster's binaries and state, not all of lo.root: the image builds keep their
+    # storage there too (.cluster/buildah), and a build is no process of the cluster's.
+    roots = (str(lo.bin).encode(), str(lo.run).encode())
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit() or int(entry.name) == os.getpid():
             continue
@@ -347,7 +392,7 @@ def leftovers(lo: Layout) -> list[str]:
             cmdline = (entry / "cmdline").read_bytes()
         except OSError:
             continue
-        if root in cmdline and alive(int(entry.name)):
+        if any(r in cmdline for r in roots) and alive(int(entry.name)):
             command = cmdline.replace(b"\0", b" ").decode(errors="replace")
             found.append(f"{entry.name}: {command[:120]}")
     return found

@@ -33,15 +33,16 @@ class Proc:
 
     @classmethod
     def start(cls, name: str, argv: list[str], run: Path, cwd: Path,
-              env: dict[str, str] | None = None) -> Proc:
+              env: dict[str, str] | None = None, exe: str | None = None) -> Proc:
         """Start ``argv`` in the background of a short-lived shell, so that it is nobody's
-        child here (init reaps it) and leads no process group of ours."""
+        child here (init reaps it) and leads no process group of ours. ``exe``: what the
+        process's argv[0] becomes, when ``argv`` execs another program (``nsenter ... CMD``)."""
         log = run / f"{name}.log"
         shell = subprocess.run(
             ["sh", "-c", 'log=$1; shift; "$@" >>"$log" 2>&1 </dev/null & echo $!', "sh",
              str(log), *argv], cwd=cwd, env={**os.environ, **(env or {})},
             capture_output=True, text=True, start_new_session=True, check=True)
-        proc = cls(name, int(shell.stdout.split()[-1]), argv[0], log)
+        proc = cls(name, int(shell.stdout.split()[-1]), exe or argv[0], log)
         proc.wait_exec()
         (run / "pids").mkdir(parents=True, exist_ok=True)
         (run / "pids" / f"{name}.json").write_text(json.dumps(

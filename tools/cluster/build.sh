@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Build the local control plane's binaries into .cluster/bin (an ignored build output):
-# etcd, kube-apiserver, kube-controller-manager and kube-scheduler from the pinned
-# wrapper module tools/cluster/k8s, Kueue's manager from tools/cluster/kueue and JobSet's
+# Build the local cluster's binaries into .cluster/bin (an ignored build output): etcd,
+# kube-apiserver, kube-controller-manager, kube-scheduler, the node's kubelet and kube-proxy and
+# the fake GPU device plugin from the pinned wrapper module tools/cluster/k8s, CoreDNS from
+# tools/cluster/coredns, Kueue's manager from tools/cluster/kueue and JobSet's
 # from tools/cluster/jobset (each with its CRDs and webhook manifests).
 # A stamp of the inputs (go.mod, go.sum, sources, this script) makes a second run a no-op;
 # changing a pin rebuilds. Go's own build cache makes a rebuild after a small change cheap.
@@ -28,9 +29,10 @@ build_module() {
 		k8s) module=k8s.io/kubernetes ;;
 		kueue) module=sigs.k8s.io/kueue ;;
 		jobset) module=sigs.k8s.io/jobset ;;
+		coredns) module=github.com/coredns/coredns ;;
 		*) die "build_module: no version source for $name" ;;
 	esac
-	version="$(awk -v m="$module" '$1==m{print $2; exit}' "$dir/go.mod")"
+	version="$(awk -v m="$module" '$1==m{print $2; exit} $1=="require" && $2==m{print $3; exit}' "$dir/go.mod")"
 	[[ -n "$version" ]] || die "$module is not required in $dir/go.mod"
 	local major minor
 	major="$(echo "${version#v}" | cut -d. -f1)"; minor="$(echo "${version#v}" | cut -d. -f2)"
@@ -40,7 +42,7 @@ build_module() {
 			ldflags+=" -X $pkg.gitVersion=$version -X $pkg.gitMajor=$major -X $pkg.gitMinor=$minor"
 			ldflags+=" -X $pkg.gitTreeState=clean -X $pkg.buildDate=1970-01-01T00:00:00Z"
 		done
-	else
+	elif [[ "$name" != coredns ]]; then  # CoreDNS's version is a constant of its source
 		ldflags+=" -X $module/pkg/version.GitVersion=$version"
 	fi
 	echo "cluster-build: building $name ($version): $*" >&2
@@ -53,7 +55,10 @@ build_module() {
 }
 
 build_module k8s "$HERE/k8s" ./etcd k8s.io/kubernetes/cmd/kube-apiserver \
-	k8s.io/kubernetes/cmd/kube-controller-manager k8s.io/kubernetes/cmd/kube-scheduler
+	k8s.io/kubernetes/cmd/kube-controller-manager k8s.io/kubernetes/cmd/kube-scheduler \
+	k8s.io/kubernetes/cmd/kubelet k8s.io/kubernetes/cmd/kube-proxy ./fakegpu
+# The real node's DNS: CoreDNS with the plugins a cluster needs (tools/cluster/coredns).
+build_module coredns "$HERE/coredns" ./coredns
 if [[ -d "$HERE/kueue" ]]; then
 	build_module kueue "$HERE/kueue" ./kueue-manager
 	# Kueue's CRDs and webhook configurations from the same module version, for tests/cluster/kueue.py.

@@ -18,8 +18,10 @@ import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-#: The control plane's commands built from k8s.io/kubernetes (etcd comes from ./etcd).
-COMMANDS = ("kube-apiserver", "kube-controller-manager", "kube-scheduler")
+#: The commands built from k8s.io/kubernetes: the control plane's and the real node's (etcd
+#: comes from ./etcd, the fake GPU device plugin from ./fakegpu).
+COMMANDS = ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet",
+            "kube-proxy")
 STAGING = re.compile(r"^\s*(k8s\.io/[\w.\-/]+)\s+=>\s+\./staging/")
 
 
