@@ -9,7 +9,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 PG_TEST_URL ?= postgresql://sweeper:sweeper-test-pw@127.0.0.1:5432/postgres
 export SWEEPER_TEST_PG ?= $(PG_TEST_URL)
 
-.PHONY: help install install-test install-docs demo test lint docs postgres browser bench chaos clean cluster-up cluster-down cluster-build mutate
+.PHONY: help install install-test install-docs demo test lint docs postgres browser bench chaos clean cluster-up cluster-down cluster-build cluster-images mutate
 
 help:
 	@echo "make demo     create .venv, install, run a real sweep (SQLite + local processes)"
@@ -21,6 +21,7 @@ help:
 	@echo "make chaos    the fault-injection sweep at a bigger size (CHAOS_MODE=kill|database)"
 	@echo "make cluster-up    build (once) and start the local Kubernetes control plane; KUBECONFIG=.cluster/kubeconfig"
 	@echo "make cluster-down  stop it and remove its state"
+	@echo "make cluster-images  the cluster's container images (Debian base, trial runner, PostgreSQL, pause) in .cluster/images"
 
 $(VENV)/bin/activate:
 	$(PYTHON) -m venv $(VENV)
@@ -109,6 +110,14 @@ bench: install-test postgres
 # kube-scheduler, Kueue) built from Kubernetes' own Go modules, and the process node.
 cluster-build:
 	@tools/cluster/build.sh
+
+# The local cluster's container images as docker archives in .cluster/images, for `ctr -n k8s.io
+# images import`: a Debian bookworm base (debootstrap), the trial runner (./Dockerfile on it,
+# without torch), PostgreSQL (Debian's, with the official image's contract) and the pause image.
+# Debian's packages and PyPI only, no registry; needs root (debootstrap, buildah). A no-op when
+# nothing changed; a code change rebuilds the trial runner's code layer only.
+cluster-images:
+	@$(SUDO) tools/cluster/images.sh
 
 cluster-up: install-test
 	@$(PY) -m tests.cluster up
