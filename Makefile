@@ -9,7 +9,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 PG_TEST_URL ?= postgresql://sweeper:sweeper-test-pw@127.0.0.1:5432/postgres
 export SWEEPER_TEST_PG ?= $(PG_TEST_URL)
 
-.PHONY: help install install-test install-docs demo test lint docs postgres browser bench chaos clean cluster-up cluster-down cluster-build cluster-images mutate
+.PHONY: help install install-test install-docs demo test lint docs postgres browser bench chaos clean cluster-up cluster-down cluster-build cluster-images node-packages mutate
 
 help:
 	@echo "make demo     create .venv, install, run a real sweep (SQLite + local processes)"
@@ -61,6 +61,14 @@ postgres:
 	@ver=$$(pg_lsclusters -h | awk 'NR==1{print $$1}'); name=$$(pg_lsclusters -h | awk 'NR==1{print $$2}'); \
 		pg_lsclusters -h | awk 'NR==1{print $$4}' | grep -q online || $(SUDO) pg_ctlcluster $$ver $$name start
 	@for i in $$(seq 30); do $(SUDO) su postgres -c "psql -qtAc 'select 1'" >/dev/null 2>&1 && break; sleep 1; done
+	@# The local cluster's pods reach this server at their gateway, 10.250.N.1 (tests/cluster/netns.py):
+	@# listen there too, and let the test role in from those addresses (with its password).
+	@psql() { $(SUDO) su postgres -c "psql -qtAc \"$$1\""; }; hba=$$(psql 'SHOW hba_file'); \
+		grep -q '^host all sweeper 10.250.0.0/16' $$hba || { echo 'host all sweeper 10.250.0.0/16 scram-sha-256' | \
+			$(SUDO) tee -a $$hba >/dev/null && psql 'SELECT pg_reload_conf()' >/dev/null; }; \
+		if [ "$$(psql 'SHOW listen_addresses')" != '*' ]; then psql "ALTER SYSTEM SET listen_addresses = '*'" && \
+			$(SUDO) pg_ctlcluster $$(pg_lsclusters -h | awk 'NR==1{print $$1, $$2}') restart && \
+			for i in $$(seq 30); do psql 'select 1' >/dev/null 2>&1 && break; sleep 1; done; fi
 	@$(SUDO) su postgres -c "psql -qtAc \"SELECT 1 FROM pg_roles WHERE rolname='sweeper'\"" | grep -q 1 || \
 		$(SUDO) su postgres -c "psql -qc \"CREATE ROLE sweeper LOGIN CREATEDB PASSWORD 'sweeper-test-pw'\""
 	@echo "PostgreSQL ready"
@@ -72,7 +80,7 @@ browser:
 
 # The Kubernetes tests start the local control plane for the session (unless `make cluster-up`
 # already did) and stop it after; then no process of it may be left running.
-test: install-test postgres browser cluster-build
+test: install-test postgres browser cluster-build cluster-images
 	@was_up=$$($(PY) -m tests.cluster status 2>/dev/null | grep -x up); \
 	$(VENV)/bin/pytest; rc=$$?; \
 	if [ -z "$$was_up" ]; then $(PY) -m tests.cluster leaks || rc=1; fi; exit $$rc
@@ -106,8 +114,18 @@ docs: install-docs
 bench: install-test postgres
 	$(PY) -m benchmarks.run $(BENCH_ARGS)
 
-# The local Kubernetes control plane (etcd, kube-apiserver, kube-controller-manager,
-# kube-scheduler, Kueue) built from Kubernetes' own Go modules, and the process node.
+# What the real node runs and the image builds use, from Debian's packages: containerd and runc,
+# the CNI plugins, iptables and conntrack for kube-proxy, debootstrap and buildah for the images.
+NODE_PACKAGES := containerd runc containernetworking-plugins iptables conntrack debootstrap buildah
+node-packages:
+	@for c in containerd runc ctr iptables conntrack debootstrap buildah nsenter; do command -v $$c >/dev/null || missing=1; done; \
+		[ -x /usr/lib/cni/bridge ] || missing=1; \
+		[ -z "$$missing" ] || { $(SUDO) apt-get update -qq && \
+			DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $(NODE_PACKAGES) >/dev/null; }
+
+# The local Kubernetes cluster's binaries (etcd, kube-apiserver, kube-controller-manager,
+# kube-scheduler, the kubelet, kube-proxy, CoreDNS, the fake GPU device plugin, Kueue, JobSet)
+# built from their own Go modules.
 cluster-build:
 	@tools/cluster/build.sh
 
@@ -116,10 +134,10 @@ cluster-build:
 # without torch), PostgreSQL (Debian's, with the official image's contract) and the pause image.
 # Debian's packages and PyPI only, no registry; needs root (debootstrap, buildah). A no-op when
 # nothing changed; a code change rebuilds the trial runner's code layer only.
-cluster-images:
-	@$(SUDO) tools/cluster/images.sh
+cluster-images: node-packages
+	@$(SUDO) tools/cluster/images.sh >/dev/null
 
-cluster-up: install-test
+cluster-up: install-test node-packages
 	@$(PY) -m tests.cluster up
 
 cluster-down:

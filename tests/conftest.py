@@ -16,13 +16,20 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 import sqlalchemy as sa
 
-from tests.cluster.control_plane import ClusterError, default_layout, down, is_up, up
+from tests.cluster.control_plane import ClusterError, Layout, default_layout, down, is_up, up
 from tests.support.helpers import drop_database
-from tests.support.k8s_cluster import LOCAL_IMAGE, prepare_namespace, real_cluster_config
+from tests.support.k8s_cluster import (
+    LOCAL_IMAGE,
+    TEST_IMAGE,
+    prepare_namespace,
+    real_cluster_config,
+)
 
 PG_ADMIN_URL = os.environ.get(
     "SWEEPER_TEST_PG", "postgresql://sweeper:sweeper-test-pw@127.0.0.1:5432/postgres")
@@ -76,10 +83,38 @@ def storage_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 
 
 @dataclass(frozen=True)
+class RealNodeTarget:
+    """The local cluster's real node (tests/cluster/realnode.py), as the tests see it."""
+
+    image: str  # the locally built test image its pods run
+    pod_pg: str  # the test PostgreSQL server as its pods reach it (this machine's gateway)
+    #: The node selector and tolerations a pod needs to run there (the process node is in
+    #: the cluster too, and the real node is tainted), else empty.
+    placement: dict[str, Any]
+
+
+@dataclass(frozen=True)
 class Target:
     kubeconfig: Path
     image: str
     local: Path | None  # the local control plane's directory
+    real_node: RealNodeTarget | None = None
+
+
+def real_node_target(lo: Layout) -> RealNodeTarget | None:
+    if lo.real is None:
+        return None
+    from tests.cluster.realnode import LABEL, TAINT
+
+    parts = urlsplit(PG_ADMIN_URL)
+    server = parts._replace(netloc=parts.netloc.rsplit("@", 1)[0] + "@"
+                            + f"{lo.real.net.host_ip}:{parts.port or 5432}", path="")
+    placement: dict[str, Any] = {}
+    if lo.real.tainted:
+        placement = {"node_selector": {LABEL[0]: LABEL[1]},
+                     "tolerations": [{"key": TAINT["key"], "operator": "Equal",
+                                      "value": TAINT["value"], "effect": TAINT["effect"]}]}
+    return RealNodeTarget(TEST_IMAGE, urlunsplit(server), placement)
 
 
 @pytest.fixture(scope="session")
@@ -102,7 +137,8 @@ def k8s_target() -> Iterator[Target]:
         pytest.skip(msg)
     prepare_namespace(lo.kubeconfig)
     try:
-        yield Target(lo.kubeconfig, LOCAL_IMAGE, lo.root)
+        yield Target(lo.kubeconfig, LOCAL_IMAGE if lo.process_node else TEST_IMAGE, lo.root,
+                     real_node_target(lo))
     finally:
         if started:
             down(lo)

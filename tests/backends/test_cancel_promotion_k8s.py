@@ -25,6 +25,14 @@ from tests.support.k8s_cluster import Cluster
 
 pytestmark = pytest.mark.postgres
 
+
+@pytest.fixture
+def cluster(process_cluster: Cluster) -> Cluster:
+    """Not yet on the real node: its pods share control files (ASHA_LOG, ASHA_KILL, HOLD) in
+    this test's tmp_path."""
+    return process_cluster
+
+
 NAME = "k8s-asha-cancel"
 
 

@@ -20,6 +20,14 @@ from tests.support.s3 import REGION, S3Server, moto_s3
 
 pytestmark = pytest.mark.postgres
 
+
+@pytest.fixture
+def cluster(process_cluster: Cluster) -> Cluster:
+    """Not yet on the real node: its S3 server (moto) listens on this machine's loopback, which
+    a real node's pods cannot reach, and it reads the process node's per-pod directories."""
+    return process_cluster
+
+
 SPEC = """
 name: {name}
 method: grid

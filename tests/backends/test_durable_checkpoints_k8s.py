@@ -31,6 +31,13 @@ pytestmark = pytest.mark.postgres
 
 
 @pytest.fixture
+def cluster(process_cluster: Cluster) -> Cluster:
+    """Not yet on the real node: its pods touch marker files in this test's tmp_path and reach
+    moto on this machine's loopback."""
+    return process_cluster
+
+
+@pytest.fixture
 def s3() -> Iterator[S3Server]:
     with moto_s3() as server:
         yield server

@@ -8,8 +8,6 @@ process node) or a cluster of your own."""
 from __future__ import annotations
 
 import json
-import os
-import signal
 import time
 from typing import Any
 
@@ -65,8 +63,7 @@ def test_a_killed_pod_is_replaced_after_it_failed_and_its_index_retried_once(
     started = cluster.sweeper("run", spec, "--backend", "kubernetes", "--detach")
     assert started.exit_code == 0, started.output
     victim = _running_pod(cluster, "jc-kill", 0)
-    pid = int(victim["status"]["containerStatuses"][0]["containerID"].removeprefix("process://"))
-    os.killpg(pid, signal.SIGKILL)  # the trial's process dies mid-trial: exit code 137
+    cluster.kill_container(victim)  # the trial's process dies mid-trial: exit code 137
 
     job = cluster.wait_for_job("jc-kill", 60)
     assert parse_intervals(job["status"]["completedIndexes"]) == [0, 1], job["status"]

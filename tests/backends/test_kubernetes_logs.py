@@ -99,9 +99,7 @@ def test_logs_of_a_promoted_index_hold_its_segments_from_other_pods(cluster: Clu
     from rung 1). `sweeper logs --index 0` shows those segments too, in the order they ran,
     each after its header, and nothing of another index."""
     name = "k8s-asha-logs"
-    with cluster.bound_claim("asha-logs", {"nfs": {"server": "nfs.internal",
-                                                   "path": "/asha-logs"}},
-                             ["ReadWriteMany"], "1Gi") as (claim, _):
+    with cluster.shared_claim("asha-logs") as (claim, _):
         result = cluster.sweeper("run", cluster.spec(_asha(name, claim)), "--backend",
                                  "kubernetes")
         assert result.exit_code == 0, result.output

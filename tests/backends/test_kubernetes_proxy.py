@@ -31,6 +31,14 @@ from tests.support.k8s_cluster import NS, REAL_SECRET, REPO, Cluster, kubectl
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 
+
+@pytest.fixture
+def cluster(process_cluster: Cluster) -> Cluster:
+    """Not yet on the real node: the proxy Deployment is patched with a kubeconfig for the
+    process node, and the test reads the proxy's metrics at its pod IP."""
+    return process_cluster
+
+
 COMPONENT = REPO / "manifests" / "components" / "storage-proxy"
 PROXY = "sweeper-storage-proxy"
 DB_SECRET = "sweeper-db"

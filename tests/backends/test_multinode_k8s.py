@@ -24,6 +24,13 @@ from tests.support.k8s_cluster import NS, Cluster
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 
 
+@pytest.fixture
+def cluster(process_cluster: Cluster) -> Cluster:
+    """Not yet on the real node: its ranks run torchrun and torch, which the test image leaves
+    out, and share marker files in this test's tmp_path."""
+    return process_cluster
+
+
 def _spec(name: str, markers: Path) -> str:
     return f"""
 name: {name}

@@ -1,14 +1,14 @@
 """Population Based Training on Kubernetes, against the local control plane: four members in
-four pods of one Indexed Job at once, their checkpoints on a shared volume (a claim bound to an
-NFS PersistentVolume); the worst member copies the best's checkpoint from the best index's
-directory there and records its lineage.
+four pods of one Indexed Job at once, their checkpoints on a shared volume (a claim bound to a
+PersistentVolume every pod mounts); the worst member copies the best's checkpoint from the best
+index's directory there and records its lineage.
 
-Local control plane only: its pods use the file barriers of ``$PBT_DIR`` on this machine."""
+Local control plane only: its pods use file barriers in ``$PBT_DIR`` on the claim's volume,
+which the test reads as a directory of this machine."""
 
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 from optuna.trial import TrialState
@@ -22,7 +22,7 @@ pytestmark = pytest.mark.postgres
 NAME = "k8s-pbt"
 
 
-def _spec(claim: str, tmp: Path) -> str:
+def _spec(claim: str) -> str:
     return f"""
 name: {NAME}
 method: random
@@ -40,16 +40,17 @@ parameters:
 kubernetes:
   volumes: [{{name: ckpt, mount_path: /ckpt, pvc: {claim}}}]
   checkpoint_volume: ckpt
-  env: {{PBT_DIR: '{tmp}'}}
+  env: {{PBT_DIR: /ckpt/barriers}}
 """
 
 
 def test_the_worst_member_copies_the_best_members_checkpoint_from_the_volume(
-        cluster: Cluster, tmp_path: Path) -> None:
-    assert cluster.local is not None, "needs the local control plane: its pods use $PBT_DIR"
-    with cluster.bound_claim("pbt", {"nfs": {"server": "nfs.internal", "path": "/pbt"}},
-                             ["ReadWriteMany"], "1Gi") as (claim, _directory):
-        result = cluster.sweeper("run", cluster.spec(_spec(claim, tmp_path)), "--backend",
+        cluster: Cluster) -> None:
+    with cluster.shared_claim("pbt") as (claim, directory):
+        barriers = directory / "barriers"
+        barriers.mkdir(mode=0o777)
+        barriers.chmod(0o777)
+        result = cluster.sweeper("run", cluster.spec(_spec(claim)), "--backend",
                                  "kubernetes")
         assert result.exit_code == 0, result.output
         (job,) = cluster.jobs(NAME)
@@ -62,7 +63,7 @@ def test_the_worst_member_copies_the_best_members_checkpoint_from_the_volume(
         worst = max(members, key=lambda t: t.params["a"])
         copy = worst.user_attrs[protocol.PBT_ATTR][1]
         assert (copy["parent"], copy["parent_step"], copy["from_step"]) == (best.number, 3, 4)
-        loads = [json.loads(x) for x in (tmp_path / "loads.jsonl").read_text().splitlines()]
+        loads = [json.loads(x) for x in (barriers / "loads.jsonl").read_text().splitlines()]
         (loaded,) = [x for x in loads if x["trial"] == worst.number]
         assert loaded["state"] == {"owner": best.number, "a": best.params["a"], "step": 3}
 

@@ -35,6 +35,14 @@ from tests.support.k8s_cluster import NS, Cluster
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 
+
+@pytest.fixture
+def cluster(process_cluster: Cluster) -> Cluster:
+    """Not yet on the real node: the proxy Deployment is patched with a kubeconfig for the
+    process node, and a laptop-side client reaches the proxy pod's port on loopback."""
+    return process_cluster
+
+
 Obj = dict[str, Any]
 #: The proxy as the test process reaches it: the process node's pods share this machine's
 #: network, so the proxy pod's port is 127.0.0.1's.

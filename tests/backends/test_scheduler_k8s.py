@@ -1,14 +1,13 @@
 """Promotion ASHA on Kubernetes, against the local control plane: each index's pod runs its own
 trial to a rung and pauses it there (the pod exits 0 and holds nothing), and the pods still
 running promote paused trials of other indexes, resuming them from the checkpoint volume (a
-claim bound to an NFS PersistentVolume, which every pod mounts). The Job completes once no
-trial can be promoted, with every trial finished and none created for a promotion.
+claim bound to a PersistentVolume every pod mounts). The Job completes once no trial can be
+promoted, with every trial finished and none created for a promotion.
 
-Local control plane only: its pods append to a file of this machine (``$ASHA_LOG``)."""
+Local control plane only: its pods append to a file on the claim's volume (``$ASHA_LOG``),
+which the test reads as a directory of this machine."""
 
 from __future__ import annotations
-
-from pathlib import Path
 
 import pytest
 from optuna.trial import TrialState
@@ -23,18 +22,16 @@ pytestmark = pytest.mark.postgres
 NAME = "k8s-asha"
 
 
-def _spec(claim: str, log: Path) -> str:
+def _spec(claim: str) -> str:
     return k8s_promotion_spec(NAME, claim, parallelism=3, retries=1,
-                              env={"ASHA_LOG": str(log)})
+                              env={"ASHA_LOG": "/ckpt/asha.log"})  # the claim's mount path
 
 
 def test_paused_trials_hold_no_pod_and_are_promoted_from_the_checkpoint_volume(
-        cluster: Cluster, tmp_path: Path) -> None:
-    assert cluster.local is not None, "needs the local control plane: its pods write $ASHA_LOG"
-    log = tmp_path / "asha.log"
-    with cluster.bound_claim("asha", {"nfs": {"server": "nfs.internal", "path": "/asha"}},
-                             ["ReadWriteMany"], "1Gi") as (claim, directory):
-        result = cluster.sweeper("run", cluster.spec(_spec(claim, log)), "--backend",
+        cluster: Cluster) -> None:
+    with cluster.shared_claim("asha") as (claim, directory):
+        log = directory / "asha.log"
+        result = cluster.sweeper("run", cluster.spec(_spec(claim)), "--backend",
                                  "kubernetes")
         assert result.exit_code == 0, result.output
         assert "checkpoints go to the pod's" not in result.output  # durable: no warning

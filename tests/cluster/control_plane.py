@@ -50,7 +50,13 @@ class Layout:
     apiserver_port: int = 16443
     node_port: int = 16450
     bin_dir: Path | None = None  # default: $CLUSTER_BIN, else ROOT/bin
-    node_kind: str = "process"  # or "real" (tests/cluster/realnode.py)
+    #: "real" (tests/cluster/realnode.py), "process" (tests/cluster/node.py) or "both": the
+    #: real node tainted, so that only the pods that tolerate it run there.
+    node_kind: str = "both"
+    #: Where the real node's image archives are (default: $CLUSTER_IMAGES, else ROOT/images)
+    #: and its subnet's N (default: from ROOT), for a second cluster beside the main one.
+    images_dir: Path | None = None
+    node_slot: int | None = None
 
     @property
     def bin(self) -> Path:
@@ -79,11 +85,16 @@ class Layout:
     @property
     def real(self) -> RealNode | None:
         """The real node's layout, when this cluster has one (else the process node)."""
-        if self.node_kind != "real":
+        if self.node_kind not in ("real", "both"):
             return None
-        return RealNode(self.run / "node", self.bin, self.pki,
-                        Path(os.environ.get("CLUSTER_IMAGES", self.root / "images")),
-                        node_net(self.root), self.apiserver_port)
+        images = self.images_dir or Path(os.environ.get("CLUSTER_IMAGES", self.root / "images"))
+        return RealNode(self.run / "real-node", self.bin, self.pki, images,
+                        node_net(self.root, self.node_slot), self.apiserver_port,
+                        tainted=self.node_kind == "both")
+
+    @property
+    def process_node(self) -> bool:
+        return self.node_kind in ("process", "both")
 
 
 def default_layout() -> Layout:
@@ -92,7 +103,7 @@ def default_layout() -> Layout:
                   int(env("SWEEPER_CLUSTER_ETCD_PORT", "12379")),
                   int(env("SWEEPER_CLUSTER_APISERVER_PORT", "16443")),
                   int(env("SWEEPER_CLUSTER_NODE_PORT", "16450")),
-                  node_kind=env("SWEEPER_CLUSTER_NODE", "process"))
+                  node_kind=env("SWEEPER_CLUSTER_NODE", "both"))
 
 
 # --------------------------------------------------------------------------- commands
@@ -196,8 +207,9 @@ def _etcd_ok(lo: Layout) -> bool:
         return bool(json.loads(r.read()).get("health") == "true")
 
 
-def node_name(lo: Layout) -> str:
-    return realnode.NAME if lo.real else "process-node"
+def node_names(lo: Layout) -> list[str]:
+    return [name for name, there in ((realnode.NAME, lo.real), ("process-node", lo.process_node))
+            if there]
 
 
 def _read(lo: Layout, what: str) -> dict[str, Any]:
@@ -206,7 +218,7 @@ def _read(lo: Layout, what: str) -> dict[str, Any]:
     api = config.new_client_from_config(str(lo.kubeconfig))
     try:
         core = client.CoreV1Api(api)
-        resp = (core.read_node(node_name(lo), _preload_content=False) if what == "node" else
+        resp = (core.read_node(what, _preload_content=False) if what != "serviceaccount" else
                 core.read_namespaced_service_account("default", "default", _preload_content=False))
         return json.loads(resp.data)
     finally:
@@ -214,8 +226,10 @@ def _read(lo: Layout, what: str) -> dict[str, Any]:
 
 
 def _node_ready(lo: Layout) -> bool:
-    conds = _read(lo, "node").get("status", {}).get("conditions", [])
-    return any(c["type"] == "Ready" and c["status"] == "True" for c in conds)
+    def ready(name: str) -> bool:
+        conds = _read(lo, name).get("status", {}).get("conditions", [])
+        return any(c["type"] == "Ready" and c["status"] == "True" for c in conds)
+    return all(ready(name) for name in node_names(lo))
 
 
 def _default_sa(lo: Layout) -> bool:
@@ -225,8 +239,11 @@ def _default_sa(lo: Layout) -> bool:
 # --------------------------------------------------------------------------- up / down
 
 def _check_ports(lo: Layout) -> None:
-    for port, who in ((lo.etcd_port, "etcd"), (lo.etcd_port + 1, "etcd (peer)"),
-                      (lo.apiserver_port, "kube-apiserver"), (lo.node_port, "the process node")):
+    ports = [(lo.etcd_port, "etcd"), (lo.etcd_port + 1, "etcd (peer)"),
+             (lo.apiserver_port, "kube-apiserver")]
+    if lo.process_node:
+        ports.append((lo.node_port, "the process node"))
+    for port, who in ports:
         with socket.socket() as s:
             s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             try:
@@ -271,11 +288,16 @@ def up(lo: Layout, *, build: bool = True, say: Callable[[str], None] = print) ->
     """Start the cluster (a no-op when it is up); the seconds it took."""
     start = time.monotonic()
     if is_up(lo):
+        if build and lo.real:  # the images of the code as it is now
+            _build_images(lo)
+            realnode.import_images(lo.real, say)
         return 0.0
     if Proc.load_all(lo.run):  # a part died: start over
         down(lo)
     if build:
         _build(lo)
+        if lo.real:
+            _build_images(lo)
     if missing := missing_binaries(lo):
         raise ClusterError(f"{', '.join(missing)} not built in {lo.bin}: run make cluster-up")
     if lo.real and (packages := realnode.missing_packages()):
@@ -315,9 +337,9 @@ def _start_all(lo: Layout, procs: list[Proc], say: Callable[[str], None]) -> Non
         def wait(what: str, ready: Callable[[], bool], timeout: float) -> None:
             _wait(what, ready, timeout, procs)
         realnode.start(lo.real, lo.kubeconfig, procs, wait, say, REPO)
-    else:
+    if lo.process_node:
         start("process-node", _node(lo), env={"PYTHONPATH": str(REPO)})
-    _wait("the node to be Ready", lambda: _node_ready(lo), 60, procs)
+    _wait("the nodes to be Ready", lambda: _node_ready(lo), 60, procs)
     _wait("the default service account", lambda: _default_sa(lo), 30, procs)
     from . import jobset, kueue
 
@@ -335,6 +357,14 @@ def _build(lo: Layout) -> None:
     env = {**os.environ, "CLUSTER_BIN": str(lo.bin)}
     if subprocess.run(["bash", str(script)], env=env).returncode != 0:
         raise ClusterError("building the control plane failed (the lines above say why)")
+
+
+def _build_images(lo: Layout) -> None:
+    assert lo.real is not None
+    script = REPO / "tools" / "cluster" / "images.sh"
+    env = {**os.environ, "CLUSTER_IMAGES": str(lo.real.images)}
+    if subprocess.run(["bash", str(script)], env=env, stdout=subprocess.DEVNULL).returncode:
+        raise ClusterError("building the node's images failed (the lines above say why)")
 
 
 def down(lo: Layout) -> list[str]:

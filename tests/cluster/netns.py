@@ -60,9 +60,11 @@ class NodeNet:
         return ["nsenter", f"--net={self.path}", "--"]
 
 
-def node_net(root: Path) -> NodeNet:
+def node_net(root: Path, slot: int | None = None) -> NodeNet:
+    """The node's network of the cluster in ``root``: named after it, in the subnet ``slot``
+    (default: one picked by the same hash)."""
     digest = hashlib.sha256(str(root.resolve()).encode()).digest()
-    return NodeNet(f"swp{digest[:4].hex()}", 1 + digest[4] % 250)
+    return NodeNet(f"swp{digest[:4].hex()}", slot if slot is not None else 1 + digest[4] % 250)
 
 
 def _ip(*args: str, ns: NodeNet | None = None, check: bool = True) -> str:

@@ -38,6 +38,9 @@ from .netns import NodeNet
 from .procs import Proc, alive
 
 NAME = "sweeper-node"
+#: The real node's label, and its taint while the process node is in the cluster too.
+LABEL = ("sweeper.dev/node", "real")
+TAINT = {"key": LABEL[0], "value": LABEL[1], "effect": "NoSchedule"}
 SANDBOX_IMAGE = "registry.k8s.io/pause:3.10"
 CLUSTER_DNS = "10.96.0.10"
 CNI_BIN = Path("/usr/lib/cni")
@@ -68,6 +71,8 @@ class RealNode:
     net: NodeNet
     apiserver_port: int
     gpus: int = 4
+    #: Beside the process node: only pods that tolerate TAINT run here.
+    tainted: bool = False
 
     @property
     def cgroup(self) -> str:
@@ -188,6 +193,7 @@ def kubelet_config(node: RealNode) -> dict[str, object]:
                          "imagefs.available": "1%", "nodefs.inodesFree": "1%"},
         "serializeImagePulls": False, "maxPods": 110,
         "nodeStatusUpdateFrequency": "4s", "syncFrequency": "10s",
+        "registerWithTaints": [TAINT] if node.tainted else [],
     }
 
 
@@ -288,7 +294,7 @@ def _kubelet(node: RealNode, kubeconfig: Path) -> list[str]:
     return [*node.enter(), str(node.bin / "kubelet"), f"--config={node.run / 'kubelet.yaml'}",
             f"--kubeconfig={kubeconfig}", f"--root-dir={KUBELET_ROOT}",
             f"--cert-dir={KUBELET_ROOT / 'pki'}", f"--hostname-override={NAME}",
-            f"--node-ip={node.net.node_ip}", "--node-labels=sweeper.dev/node=real", "--v=1"]
+            f"--node-ip={node.net.node_ip}", f"--node-labels={LABEL[0]}={LABEL[1]}", "--v=1"]
 
 
 def _kube_proxy(node: RealNode) -> list[str]:
@@ -330,22 +336,33 @@ def _ctr(node: RealNode, *args: str, timeout: float = 300) -> subprocess.Complet
                           capture_output=True, text=True, timeout=timeout)
 
 
-def import_images(node: RealNode, say: Callable[[str], None]) -> list[str]:
-    """Import every image archive into the node's containerd; the images' names."""
-    archives = sorted(node.images.glob("*.tar"))
-    if not archives:
-        raise NodeError(f"no image archives in {node.images}: run tools/cluster/images.sh "
-                        "(make cluster-up builds them)")
-    began = time.monotonic()
-    for archive in archives:
-        out = _ctr(node, "images", "import", "--no-unpack=false", str(archive))
+#: The archives of tools/cluster/images.sh the pods run (the base is only built on).
+IMAGES = ("pause", "trial-runner", "test-runner", "postgres")
+
+
+def import_images(node: RealNode, say: Callable[[str], None]) -> int:
+    """Import into the node's containerd each image archive that changed since it was last
+    imported (by the stamp images.sh writes beside it); how many were imported."""
+    record = node.run / "imported.json"
+    done: dict[str, str] = json.loads(record.read_text()) if record.exists() else {}
+    began, count = time.monotonic(), 0
+    for name in IMAGES:
+        archive, stamp = node.images / f"{name}.tar", node.images / f".{name}.stamp"
+        if not archive.exists():
+            raise NodeError(f"no image archive {archive}: run make cluster-images")
+        built = stamp.read_text().strip() if stamp.exists() else str(archive.stat().st_mtime)
+        if done.get(name) == built:
+            continue
+        out = _ctr(node, "images", "import", str(archive))
         if out.returncode != 0:
             raise NodeError(f"importing {archive.name} into containerd failed: "
                             f"{out.stderr.strip()[-300:]}")
-    names = [line.split()[0] for line in _ctr(node, "images", "ls").stdout.splitlines()[1:]
-             if not line.startswith("sha256:")]
-    say(f"{len(archives)} images imported in {time.monotonic() - began:.1f} s")
-    return names
+        done[name] = built
+        count += 1
+        record.write_text(json.dumps(done))
+    if count:
+        say(f"{count} images imported in {time.monotonic() - began:.1f} s")
+    return count
 
 
 # --------------------------------------------------------------------------- up / clean

@@ -1,8 +1,9 @@
 """The local cluster's own promises, on a second cluster beside the session's (other ports,
-its own directory): `up` twice is harmless; a crash of any part is cleaned up by `down`, which
-leaves no process of ours behind (pods included); a new cluster resumes the same study; and a
-busy port, a missing Go toolchain or a failed build is one clear line with nothing left
-running."""
+its own directory, its own real node: network and mount namespaces, cgroup root, subnet):
+`up` twice is harmless; the two clusters' nodes do not see each other's pods; a crash of any
+part is cleaned up by `down`, which leaves no process, namespace, mount or cgroup of ours
+behind (pods included); a new cluster resumes the same study; and a busy port, a missing Go
+toolchain or a failed build is one clear line with nothing left running."""
 
 from __future__ import annotations
 
@@ -29,7 +30,9 @@ from tests.cluster.control_plane import (
     up,
 )
 from tests.cluster.procs import Proc, alive
-from tests.support.k8s_cluster import LOCAL_IMAGE, prepare_namespace, real_cluster
+from tests.cluster.realnode import pod_pids
+from tests.conftest import real_node_target
+from tests.support.k8s_cluster import prepare_namespace, real_cluster
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 
@@ -48,10 +51,14 @@ parameters:
 
 
 def _layout(tmp_path: Path, offset: int) -> Layout:
-    """A cluster beside the session's one: its own directory and ports, the same binaries."""
+    """A cluster beside the session's one: its own directory, ports and subnet, a real node
+    only, the same binaries and images."""
     main = default_layout()
+    main_slot = main.real.net.slot if main.real else 0
     return Layout(tmp_path / "cluster", main.etcd_port + offset, main.apiserver_port + offset,
-                  main.node_port + offset, bin_dir=main.bin)
+                  main.node_port + offset, bin_dir=main.bin, node_kind="real",
+                  images_dir=main.real.images if main.real else None,
+                  node_slot=251 if main_slot != 251 else 252)
 
 
 @pytest.fixture
@@ -75,7 +82,10 @@ def test_a_crash_is_cleaned_up_and_a_new_cluster_resumes_the_study(
     up(second, build=False)
     assert up(second, build=False) == 0.0  # twice is harmless: it is up already
     prepare_namespace(second.kubeconfig)
-    with real_cluster(pg_url, tmp_path, second.kubeconfig, LOCAL_IMAGE, second.root) as cluster:
+    node, real = real_node_target(second), second.real
+    assert node is not None and real is not None
+    with real_cluster(pg_url, tmp_path, second.kubeconfig, node.image, second.root,
+                      pod_pg=node.pod_pg) as cluster:
         spec = cluster.spec(SPEC)
         started = cluster.sweeper("run", spec, "--backend", "kubernetes", "--detach")
         assert started.exit_code == 0, started.output
@@ -84,16 +94,17 @@ def test_a_crash_is_cleaned_up_and_a_new_cluster_resumes_the_study(
             return [t.state for ts in cluster.trials("lifecycle").values() for t in ts]
         _wait("a running trial", lambda: TrialState.RUNNING in states())
 
-        def pgids() -> list[int]:
-            return [int(p) for p in (second.run / "node" / "pgids").read_text().split()]
-        _wait("the node's record of its pods", lambda: bool(pgids()), 10)
-        pods = pgids()
-        assert all(alive(p) for p in pods)
+        _wait("the pods' processes", lambda: bool(pod_pids(real)), 30)
+        pods = pod_pids(real)
+        main = default_layout()
+        if main.real is not None:  # the session's node holds none of them, and the reverse
+            assert not set(pods) & set(pod_pids(main.real))
         cluster.names.clear()  # the Job must not be deleted: the crash ends this cluster
 
-    # A crash: the node and the apiserver die without a word.
+    # A crash: the kubelet, containerd and the apiserver die without a word; the pods'
+    # containers run on under their shims.
     procs = {p.name: p for p in Proc.load_all(second.run)}
-    for name in ("process-node", "kube-apiserver"):
+    for name in ("kubelet", "containerd", "kube-apiserver"):
         os.kill(procs[name].pid, signal.SIGKILL)
     _wait("the crash", lambda: not is_up(second), 10)
 
@@ -108,7 +119,8 @@ def test_a_crash_is_cleaned_up_and_a_new_cluster_resumes_the_study(
     # A new cluster, the same study: resume runs what the dead pods left.
     up(second, build=False)
     prepare_namespace(second.kubeconfig)
-    with real_cluster(pg_url, tmp_path, second.kubeconfig, LOCAL_IMAGE, second.root) as cluster:
+    with real_cluster(pg_url, tmp_path, second.kubeconfig, node.image, second.root,
+                      pod_pg=node.pod_pg) as cluster:
         cluster.names.add("lifecycle")
         resumed = cluster.sweeper("resume", "lifecycle")
         assert resumed.exit_code == 0, resumed.output

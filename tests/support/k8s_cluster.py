@@ -18,7 +18,7 @@ import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -49,6 +49,9 @@ REAL_SECRET = "sweeper-test-db"
 #: The image the pods name on the local cluster: the process node ignores it (one line in its
 #: log) and runs the command in this repository's environment.
 LOCAL_IMAGE = "sweeper:local"
+#: The image the real node runs: the trial runner built from the Dockerfile, plus this
+#: repository's tests/ (tools/cluster/images.sh, test-runner).
+TEST_IMAGE = "sweeper-test-runner:local"
 #: Runner tuning for the pods: quick heartbeats, so stale trials are noticed within a test.
 POD_ENV = {"SWEEPER_HEARTBEAT_INTERVAL": "0.5", "SWEEPER_GRACE_PERIOD": "5",
            "SWEEPER_CONNECT_DEADLINE": "10", "OMP_NUM_THREADS": "1"}
@@ -79,6 +82,9 @@ class Cluster:
     local: Path | None = None
     #: Sweeps (and Job names) this test used: removed from the cluster afterwards.
     names: set[str] = field(default_factory=set)
+    #: What every spec's ``kubernetes:`` gets to run on the node meant (a node selector and
+    #: tolerations), when the local cluster has more than one kind of node.
+    placement: dict[str, Any] = field(default_factory=dict)
     _api: Any = field(default=None, init=False, repr=False)
 
     def patience(self, seconds: float) -> float:
@@ -101,6 +107,8 @@ class Cluster:
         self.names.add(doc["name"])
         k = doc.setdefault("kubernetes", {})
         k.setdefault("image", self.image)
+        for key, value in self.placement.items():
+            k.setdefault(key, value)
         if not k.get("storage_proxy"):
             k.setdefault("storage_secret", REAL_SECRET)
         k["env"] = {**POD_ENV, **(k.get("env") or {})}
@@ -227,17 +235,49 @@ class Cluster:
             if e.status != 404:
                 raise
 
+    def kill_container(self, pod: Obj, container: int = 0) -> None:
+        """SIGKILL a running container's processes, as the kernel would (the OOM killer, a
+        crash): through the real node's containerd, or the process node's process group."""
+        import signal
+
+        cid = pod["status"]["containerStatuses"][container]["containerID"]
+        runtime, _, ident = cid.partition("://")
+        if runtime == "process":
+            os.killpg(int(ident), signal.SIGKILL)
+            return
+        assert self.local is not None and runtime == "containerd", cid
+        sock = self.local / "run" / "real-node" / "containerd.sock"
+        out = subprocess.run(["ctr", f"--address={sock}", "-n", "k8s.io", "tasks", "kill",
+                              "--all", "--signal", "SIGKILL", ident],
+                             capture_output=True, text=True, timeout=30)
+        assert out.returncode == 0, out.stderr
+
+    def shared_claim(self, prefix: str, modes: list[str] | None = None, size: str = "1Gi"
+                     ) -> AbstractContextManager[tuple[str, Path]]:
+        """A claim whose volume is a directory of this machine that the pods mount (a
+        hostPath PersistentVolume the real node mounts into them; on the process node, the
+        directory itself): what the pods write there, the test reads at the yielded path."""
+        assert self.local is not None, "the claim's directory is the local cluster's"
+        run = self.local / "run"
+        on_process_node = not self.placement and (run / "node").exists()
+        node_dir = run / ("node" if on_process_node else "real-node")
+        directory = node_dir / "shared" / "pvc" / NS / f"{prefix}-{uuid.uuid4().hex[:8]}"
+        directory.mkdir(parents=True)
+        directory.chmod(0o777)  # the pods run as uid 10001
+        return self.bound_claim(prefix, {"hostPath": {"path": str(directory)}},
+                                modes or ["ReadWriteMany"], size, directory=directory)
+
     @contextmanager
-    def bound_claim(self, prefix: str, source: Obj, modes: list[str], size: str
-                    ) -> Iterator[tuple[str, Path]]:
+    def bound_claim(self, prefix: str, source: Obj, modes: list[str], size: str,
+                    directory: Path | None = None) -> Iterator[tuple[str, Path]]:
         """A PVC bound to a PersistentVolume with ``source`` (``{"nfs": ...}``, ``{"hostPath":
         ...}``): kube-controller-manager's PV binder binds them, and the scheduler places no
         pod whose claim is unbound. Yields the claim's name and the directory that is its
         volume on the process node; both objects and the directory are removed afterwards."""
         assert self.local is not None, "the claim's directory is the local process node's"
-        name = f"{prefix}-{uuid.uuid4().hex[:8]}"
+        name = directory.name if directory else f"{prefix}-{uuid.uuid4().hex[:8]}"
         pv_name = f"sweeper-test-{NS}-{name}"
-        directory = self.local / "run" / "node" / "shared" / "pvc" / NS / name
+        directory = directory or self.local / "run" / "node" / "shared" / "pvc" / NS / name
         labels = {"app.kubernetes.io/part-of": "sweeper-tests"}
         core = self.core()
         core.create_persistent_volume({
@@ -311,10 +351,10 @@ class Cluster:
                         raise
 
 
-def _pod_url(pg_url: str) -> str:
-    """The test database's URL as the pods reach it: ``SWEEPER_TEST_POD_PG``'s server, the
-    per-test database of ``pg_url``."""
-    server = os.environ.get(ENV_POD_PG)
+def _pod_url(pg_url: str, pod_pg: str | None = None) -> str:
+    """The test database's URL as the pods reach it: ``pod_pg``'s (else
+    ``SWEEPER_TEST_POD_PG``'s) server, the per-test database of ``pg_url``."""
+    server = pod_pg or os.environ.get(ENV_POD_PG)
     if not server:
         return pg_url
     db = urlsplit(pg_url).path
@@ -330,11 +370,14 @@ def _cli_env(pg_url: str, kubeconfig: Path) -> dict[str, str | None]:
 
 @contextmanager
 def real_cluster(pg_url: str, tmp_path: Path, kubeconfig: Path, image: str,
-                 local: Path | None = None) -> Iterator[Cluster]:
-    """Secret ``sweeper-test-db`` holds the pods' URL of this test's database; the test's Jobs
-    are deleted afterwards."""
-    cluster = Cluster(kubeconfig, pg_url, _cli_env(pg_url, kubeconfig), tmp_path, image, local)
-    _put_secret(cluster, REAL_SECRET, {"url": _pod_url(pg_url)})
+                 local: Path | None = None, *, pod_pg: str | None = None,
+                 placement: dict[str, Any] | None = None) -> Iterator[Cluster]:
+    """Secret ``sweeper-test-db`` holds the pods' URL of this test's database (on ``pod_pg``'s
+    server when the pods reach PostgreSQL at another address than this process); the test's
+    Jobs are deleted afterwards."""
+    cluster = Cluster(kubeconfig, pg_url, _cli_env(pg_url, kubeconfig), tmp_path, image, local,
+                      placement=dict(placement or {}))
+    _put_secret(cluster, REAL_SECRET, {"url": _pod_url(pg_url, pod_pg)})
     try:
         yield cluster
     finally:

@@ -41,3 +41,15 @@ def fails_on_index_1(ctx: TrialContext) -> float:
 def always_fails(ctx: TrialContext) -> float:
     """Every attempt raises the same error: a deterministic bug."""
     raise KeyError("step")
+
+
+def hog(ctx: TrialContext) -> float:
+    """Index 0 allocates ``mb`` MiB (fixed) in the runner's own process and touches every page,
+    past any small memory limit: on a real node the kernel OOM-kills the container. Every other
+    index returns its number."""
+    if ctx.index == 0:
+        block = bytearray(int(ctx.params["mb"]) * 2**20)
+        for i in range(0, len(block), 4096):
+            block[i] = 1
+        print(f"hog: index 0 holds {len(block) >> 20} MiB", flush=True)
+    return float(ctx.index)

@@ -8,10 +8,12 @@
 #                 WITH_TORCH=0 (VERSION: setup.cfg's)
 #   postgres      docker.io/library/sweeper-postgres:15-bookworm   Debian's PostgreSQL 15 with the
 #                 official image's contract (tools/cluster/images/postgres.Containerfile)
+#   test-runner   docker.io/library/sweeper-test-runner:local       the trial runner + tests/
+#                 (tools/cluster/images/test-runner.Containerfile), for the test suite only
 #   pause         registry.k8s.io/pause:3.10  k8s.io/kubernetes's build/pause/linux/pause.c
 #                 (3.10.2 in v1.36.3), static, on scratch; containerd's sandbox_image must name it
 #
-#   tools/cluster/images.sh [base|trial-runner|postgres|pause]...   (no name: all four)
+#   tools/cluster/images.sh [base|trial-runner|test-runner|postgres|pause]...   (no name: all)
 #
 # Prints the archives' paths on stdout, one per line; progress goes to stderr and each build's
 # output to .cluster/buildah/logs/NAME.log. A stamp of each image's inputs (the files that go
@@ -35,12 +37,12 @@ PAUSE_VERSION=3.10.2
 die() { echo "cluster-images: $*" >&2; exit 1; }
 say() { echo "cluster-images: $*" >&2; }
 
-ALL=(base trial-runner postgres pause)
+ALL=(base trial-runner test-runner postgres pause)
 want=("$@")
 [[ ${#want[@]} -gt 0 ]] || want=("${ALL[@]}")
 for name in "${want[@]}"; do
 	case "$name" in
-		base | trial-runner | postgres | pause) ;;
+		base | trial-runner | test-runner | postgres | pause) ;;
 		*) die "unknown image '$name'; the images are: ${ALL[*]}" ;;
 	esac
 done
@@ -76,6 +78,7 @@ VERSION="$(awk -F' *= *' '/^version *=/{print $2; exit}' "$ROOT/setup.cfg")"
 [[ -n "$VERSION" ]] || die "no version in setup.cfg's [metadata]"
 BASE_REF=docker.io/library/sweeper-debian-base:$SUITE
 TRIAL_REF=docker.io/library/sweeper-trial-runner:$VERSION
+TEST_REF=docker.io/library/sweeper-test-runner:local
 POSTGRES_REF=docker.io/library/sweeper-postgres:$PG_MAJOR-$SUITE
 PAUSE_REF=registry.k8s.io/pause:3.10
 
@@ -329,6 +332,34 @@ build_trial_runner() {
 	say "trial-runner built in $((SECONDS - start)) s"
 }
 
+# The test layer's context: tests/ as the working tree has it, without caches.
+test_runner_files() {
+	git -C "$ROOT" ls-files -z --cached --others --exclude-standard -- tests \
+		| sort -zu | tr '\0' '\n' | sed "s#^#$ROOT/#"
+}
+
+build_test_runner() {
+	local hash files=() dir="$HERE/images"
+	mapfile -t files < <(test_runner_files)
+	hash="$(inputs_hash "$SELF" "$dir/test-runner.Containerfile" "${files[@]}" \
+		-- "$(cat "$(stamp_of trial-runner)")" "$TEST_REF")"
+	fresh test-runner "$hash" && return 0
+	local start=$SECONDS ctx="$STATE/test-runner-context" f
+	: >"$LOGS/test-runner.log"
+	rm -rf "$ctx" && mkdir -p "$ctx"
+	for f in "${files[@]}"; do
+		[[ -f "$f" ]] || continue
+		mkdir -p "$ctx/$(dirname "${f#"$ROOT"/}")" && cp "$f" "$ctx/${f#"$ROOT"/}"
+	done
+	say "building $TEST_REF (the trial runner + tests/)"
+	logged test-runner "buildah bud" "${B[@]}" bud --pull=never --isolation chroot \
+		--file "$dir/test-runner.Containerfile" --build-arg "BASE_IMAGE=$TRIAL_REF" \
+		--tag "$TEST_REF" "$ctx"
+	"${B[@]}" rmi --prune >/dev/null 2>&1 || true
+	export_archive test-runner "$TEST_REF" "$hash"
+	say "test-runner built in $((SECONDS - start)) s"
+}
+
 build_postgres() {
 	local hash dir="$HERE/images"
 	hash="$(inputs_hash "$SELF" "$dir/postgres.Containerfile" "$dir/postgres-entrypoint.sh" \
@@ -381,6 +412,7 @@ fi
 for name in "${want[@]}"; do
 	case "$name" in
 		trial-runner) build_trial_runner ;;
+		test-runner) build_trial_runner; build_test_runner ;;
 		postgres) build_postgres ;;
 		pause) build_pause ;;
 	esac

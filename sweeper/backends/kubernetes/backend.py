@@ -29,11 +29,14 @@ from sweeper.backends.kubernetes.jobstatus import (
     exit_code,
     job_info,
     last_error_line,
+    pod_attempt,
     pod_exit,
     pod_indexes,
+    pod_job_index,
     pod_name,
     stuck_reasons,
 )
+from sweeper.backends.kubernetes.oom import oom_reason, record_oom
 from sweeper.backends.kubernetes.ops import index_log, sweep_jobs
 from sweeper.errors import BackendError, SpecError
 from sweeper.protocol import BACKEND_ATTR, LAUNCHES_ATTR
@@ -187,7 +190,7 @@ class KubernetesBackend:
                       else f"Job {w.namespace}/{w.name} admitted: its pods start")
         if info.failed != w.last_failed:
             w.last_failed = info.failed
-            self._report_failures(w, info)
+            self._report_failures(sweep, w, info)
             state = brake(sweep.storage, sweep.study_id, sweep.spec)
             w.braked = state is not None and state.rule == BRAKE_RULE
         if info.active > info.ready and now - w.last_pending >= self.stuck_check_interval_s:
@@ -206,13 +209,21 @@ class KubernetesBackend:
         return w.api.list_pods(w.namespace, f"{JOB_NAME_LABEL}={info.name}",
                                field_selector=f"status.phase={phase}")
 
-    def _report_failures(self, w: _Watch, info: JobInfo) -> None:
-        """Say once per failed pod which index it ran and what its exit code means."""
+    def _report_failures(self, sweep: Sweep, w: _Watch, info: JobInfo) -> None:
+        """Say once per failed pod which index it ran and what its exit code means; record an
+        OOM kill on the trial it ended (sweeper.backends.kubernetes.oom)."""
         for pod in self._pods(w, info, "Failed"):
             pname = pod_name(pod)
             if pname not in w.seen_failures:
                 w.seen_failures.add(pname)
                 self.echo(f"index {pod_indexes(pod, info)}: pod {pname} {pod_exit(pod)}")
+                reason, k = oom_reason(pod), pod_job_index(pod)
+                if reason is not None and k is not None:
+                    failed = record_oom(sweep.storage, sweep.study_id, info.sweep_indexes(k),
+                                        pod_attempt(pod), reason)
+                    self.echo(f"index {pod_indexes(pod, info)}: pod {pname} was OOM-killed: "
+                              f"over its memory limit; trial(s) "
+                              f"{', '.join(f'#{n}' for n in failed) or '-'} marked FAIL")
 
     def _report_stuck(self, w: _Watch, info: JobInfo) -> None:
         """Warn (once) about pods that cannot start: a bad image, a missing Secret key."""
