@@ -8,7 +8,8 @@ after step 2, its checkpoint saved), leaving it RUNNING with its rung; index 3's
 (``$HOLD``) and keeps the Job running; index 4 has not started and the test claims its trial
 through the store, as a pod that claimed it and died without a word would have.
 
-Local control plane only: its pods read and write files of this machine."""
+Local control plane only: its pods read and write control files on the claim's volume, which
+the test reads as a directory of this machine."""
 
 from __future__ import annotations
 
@@ -26,22 +27,19 @@ from tests.support.k8s_cluster import Cluster
 pytestmark = pytest.mark.postgres
 
 
-@pytest.fixture
-def cluster(process_cluster: Cluster) -> Cluster:
-    """Not yet on the real node: its pods share control files (ASHA_LOG, ASHA_KILL, HOLD) in
-    this test's tmp_path."""
-    return process_cluster
-
-
 NAME = "k8s-asha-cancel"
 
 
-def _spec(claim: str, tmp: Path) -> str:
+def _spec(claim: str) -> str:
+    """The control files are on the claim's volume (mounted at /ckpt)."""
     return k8s_promotion_spec(
         NAME, claim, entrypoint="tests.support.cancel_objectives:curve_or_hold", configs=5,
         extra="  termination_grace_period: 5\n",
-        env={"ASHA_LOG": str(tmp / "asha.log"), "ASHA_KILL": str(tmp / "killed"),
-             "HOLD": str(tmp / "hold")})
+        # A grace period long enough that the dead promoter's trial is still RUNNING when the
+        # test looks: starting containers takes the real node seconds, the tests' 5 s would
+        # let another runner requeue it first.
+        env={"ASHA_LOG": "/ckpt/asha.log", "ASHA_KILL": "/ckpt/killed", "HOLD": "/ckpt/hold",
+             "SWEEPER_GRACE_PERIOD": "60"})
 
 
 def _resumes(log: Path) -> list[tuple[int, int]]:
@@ -50,12 +48,10 @@ def _resumes(log: Path) -> list[tuple[int, int]]:
 
 
 def test_cancel_puts_a_promoted_trial_back_paused_and_resume_promotes_it_again(
-        cluster: Cluster, tmp_path: Path) -> None:
-    assert cluster.local is not None, "needs the local control plane: its pods share files"
-    (tmp_path / "hold").write_text("hold")
-    with cluster.bound_claim("cancel", {"nfs": {"server": "nfs.internal", "path": "/cancel"}},
-                             ["ReadWriteMany"], "1Gi") as (claim, _):
-        spec_text = _spec(claim, tmp_path)
+        cluster: Cluster) -> None:
+    with cluster.shared_claim("cancel") as (claim, shared):
+        (shared / "hold").write_text("hold")
+        spec_text = _spec(claim)
         started = cluster.sweeper("run", cluster.spec(spec_text), "--backend", "kubernetes",
                                   "--detach")
         assert started.exit_code == 0, started.output
@@ -66,7 +62,7 @@ def test_cancel_puts_a_promoted_trial_back_paused_and_resume_promotes_it_again(
                     if i >= 3 and ts[-1].state == TrialState.RUNNING]
 
         deadline = time.monotonic() + cluster.patience(60)
-        while not ((tmp_path / "killed").exists() and held()):
+        while not ((shared / "killed").exists() and held()):
             assert time.monotonic() < deadline, {i: [t.state for t in ts] for i, ts
                                                  in cluster.trials(NAME).items()}
             time.sleep(0.2)
@@ -104,9 +100,10 @@ def test_cancel_puts_a_promoted_trial_back_paused_and_resume_promotes_it_again(
         assert [t.state for t in trials[running]] == [TrialState.FAIL]
         assert [t.state for t in trials[1] + trials[2]] == [TrialState.WAITING] * 2  # paused
 
-        (tmp_path / "hold").unlink()
+        (shared / "hold").unlink()
         resumed = cluster.sweeper("resume", NAME, "--parallelism", "5")
         assert resumed.exit_code == 0, resumed.output
+        runs = _resumes(shared / "asha.log")
 
     trials = cluster.trials(NAME)
     (t0,) = trials[0]  # the same trial, promoted again: no new attempt for index 0
@@ -115,6 +112,6 @@ def test_cancel_puts_a_promoted_trial_back_paused_and_resume_promotes_it_again(
     assert sorted(t0.intermediate_values) == [0, 1, 2, 3]  # resumed, each step reported once
     # Its runs: the first, the promotion killed after step 2, the promotion after the resume
     # from the checkpoint of step 2 (the cancelled run's).
-    assert [s for n, s in _resumes(tmp_path / "asha.log") if n == t0.number] == [-1, 1, 2]
+    assert [s for n, s in runs if n == t0.number] == [-1, 1, 2]
     assert all(ts[-1].state in (TrialState.PRUNED, TrialState.COMPLETE)
                for ts in trials.values()), {i: [t.state for t in ts] for i, ts in trials.items()}

@@ -3,8 +3,10 @@ report and one checkpoint per step, honouring the pruner (a pause under a schedu
 
 ``$ASHA_LOG``: a file that gets ``trial_number resumed_step`` per run (-1: not resumed), so a
 test sees where each promotion resumed. ``$ASHA_KILL``: a marker file; the first resumed run
-that finds it missing creates it after its first step, and SIGKILLs its own process (a
-promoter dying after its claim)."""
+that finds it missing creates it after its first step, and ends its own process at once with
+exit code 137, as if SIGKILLed (a promoter dying after its claim). Not by SIGKILL to itself: in
+a container the runner is PID 1, and the kernel drops a signal PID 1 sends itself that it has no
+handler for, SIGKILL included."""
 
 from __future__ import annotations
 
@@ -35,7 +37,7 @@ def curve(ctx: TrialContext) -> float:
         if kill and resumed is not None and not Path(kill).exists() and step >= start:
             Path(kill).write_text("killed")
             ctx.should_prune()  # writes the reports so far
-            os.kill(os.getpid(), signal.SIGKILL)
+            os._exit(128 + signal.SIGKILL)  # no cleanup, no last heartbeat
         if ctx.should_prune():
             raise TrialPruned()
     return loss
