@@ -87,7 +87,8 @@ class RealNodeTarget:
     """The local cluster's real node (tests/cluster/realnode.py), as the tests see it."""
 
     image: str  # the locally built test image its pods run
-    pod_pg: str  # the test PostgreSQL server as its pods reach it (this machine's gateway)
+    gateway: str  # this machine's address as its pods reach it
+    pod_pg: str  # the test PostgreSQL server as its pods reach it (at the gateway)
     #: The node selector and tolerations a pod needs to run there (the process node is in
     #: the cluster too, and the real node is tainted), else empty.
     placement: dict[str, Any]
@@ -114,7 +115,7 @@ def real_node_target(lo: Layout) -> RealNodeTarget | None:
         placement = {"node_selector": {LABEL[0]: LABEL[1]},
                      "tolerations": [{"key": TAINT["key"], "operator": "Equal",
                                       "value": TAINT["value"], "effect": TAINT["effect"]}]}
-    return RealNodeTarget(TEST_IMAGE, urlunsplit(server), placement)
+    return RealNodeTarget(TEST_IMAGE, lo.real.net.host_ip, urlunsplit(server), placement)
 
 
 @pytest.fixture(scope="session")

@@ -32,6 +32,7 @@ def cluster(k8s_target: Target, pg_url: str, tmp_path: Path) -> Iterator[Cluster
     with real_cluster(pg_url, tmp_path, k8s_target.kubeconfig,
                       real.image if real else k8s_target.image, k8s_target.local,
                       pod_pg=real.pod_pg if real else None,
+                      pod_host=real.gateway if real else "127.0.0.1",
                       placement=real.placement if real else None) as c:
         yield c
 

@@ -21,13 +21,6 @@ from tests.support.s3 import REGION, S3Server, moto_s3
 pytestmark = pytest.mark.postgres
 
 
-@pytest.fixture
-def cluster(process_cluster: Cluster) -> Cluster:
-    """Not yet on the real node: its S3 server (moto) listens on this machine's loopback, which
-    a real node's pods cannot reach, and it reads the process node's per-pod directories."""
-    return process_cluster
-
-
 SPEC = """
 name: {name}
 method: grid
@@ -41,14 +34,6 @@ parameters:
 {extra}"""
 
 
-def _local(cluster: Cluster) -> Path:
-    """The local control plane's directory: these tests need its process node."""
-    assert cluster.local is not None, (
-        "needs the local control plane: its pods reach moto on 127.0.0.1 and the test writes "
-        "into a claim's directory on its process node")
-    return cluster.local
-
-
 def _values(trials: list[FrozenTrial]) -> list[float]:
     """The trials' values, sorted; every trial has one."""
     values = [t.value for t in trials]
@@ -57,8 +42,8 @@ def _values(trials: list[FrozenTrial]) -> list[float]:
 
 
 @pytest.fixture
-def s3() -> Iterator[S3Server]:
-    with moto_s3() as server:
+def s3(cluster: Cluster) -> Iterator[S3Server]:
+    with moto_s3(cluster.pod_host) as server:
         client = server.client()
         client.create_bucket(Bucket="datasets")
         for i, key in enumerate(["a.txt", "b/c.txt"], 1):
@@ -69,13 +54,11 @@ def s3() -> Iterator[S3Server]:
 
 def test_s3_dataset_is_downloaded_once_per_pod(cluster: Cluster, s3: S3Server,
                                                s3_secret: str) -> None:
-    local = _local(cluster)
     spec = cluster.spec(SPEC.format(name="k8s-data", extra=f"""
 data: {{s3: s3://datasets/digits, endpoint_url: '{s3.endpoint}', region: {REGION},
         credentials_secret: {s3_secret}}}
 kubernetes:
   indexes_per_pod: 2
-  env: {{NO_PROXY: 127.0.0.1}}
 """))
     result = cluster.sweeper("run", spec, "--backend", "kubernetes")
     assert result.exit_code == 0, result.output
@@ -89,22 +72,14 @@ kubernetes:
         log = cluster.core().read_namespaced_pod_log(pod["metadata"]["name"], NS)
         assert log.count("data: downloading s3://datasets/digits: 2 files, 2 B") == 1, log
         assert log.count(" complete: loss=") == 2
-    dirs = {t.user_attrs["data_dir"] for t in trials}
-    # One copy per pod, in that pod's scratch: the process node's emptyDir is a directory of
-    # the pod's own (its mountPath /scratch rewritten in the env), so the copies differ.
-    assert len(dirs) == 2, dirs
-    pod_dirs = local / "run" / "node" / "pods"
-    assert all(Path(d).is_relative_to(pod_dirs) for d in dirs), dirs
+    # One copy per pod, in that pod's own scratch emptyDir (the same path in each container).
+    assert {Path(t.user_attrs["data_dir"]).parts[:2] for t in trials} == {("/", "scratch")}
 
 
 @pytest.fixture
 def claim(cluster: Cluster) -> Iterator[tuple[str, Path]]:
     """A read-only PVC bound to a hostPath PersistentVolume, and its directory on the node."""
-    _local(cluster)
-    directory = Path(cluster.local or ".") / "run" / "node" / "shared" / "pvc" / NS
-    with cluster.bound_claim("digits", {"hostPath": {"path": str(directory),
-                                                     "type": "DirectoryOrCreate"}},
-                             ["ReadOnlyMany"], "1Mi") as bound:
+    with cluster.shared_claim("digits", ["ReadOnlyMany"], "1Mi") as bound:
         yield bound
 
 
@@ -123,4 +98,4 @@ kubernetes:
     assert result.exit_code == 0, result.output
     trials = [t for ts in cluster.trials("k8s-pvc-data").values() for t in ts]
     assert _values(trials) == [30.0, 31.0, 32.0, 33.0]
-    assert {t.user_attrs["data_dir"] for t in trials} == {str(data)}
+    assert {t.user_attrs["data_dir"] for t in trials} == {"/datasets/digits"}

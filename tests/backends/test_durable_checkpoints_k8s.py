@@ -2,20 +2,20 @@
 in the middle of training (the Eviction API: the apiserver marks it DisruptionTarget and
 deletes it, SIGTERM then the grace period; the Job's podFailurePolicy ignores the failure) is
 replaced by the Job controller with a new pod (a fresh /scratch), and the retry resumes from
-the step the evicted attempt saved, to S3 (moto's server) or to a checkpoint volume (a claim
-bound to an NFS PersistentVolume, which every pod shares), not from step 0.
+the step the evicted attempt saved, to S3 (moto's server, at the address the pods reach this
+machine at) or to a checkpoint volume (a claim every pod shares), not from step 0. On the real
+node the SIGTERM and the grace period are the kubelet's and containerd's.
 
 The checkpoint volume is a PVC, not an inline ``nfs:`` volume: the namespace of manifests/
 enforces Pod Security "restricted", whose admission rejects pods with inline NFS volumes.
 
-Local control plane only: its pods share this machine's network (they reach moto on
-127.0.0.1) and the test reads the claim's directory on its process node."""
+Local control plane only: the pods leave markers on a claim's volume (mounted at /markers)
+that the test reads as a directory of this machine."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from contextlib import AbstractContextManager
 from pathlib import Path
 
 import pytest
@@ -31,15 +31,8 @@ pytestmark = pytest.mark.postgres
 
 
 @pytest.fixture
-def cluster(process_cluster: Cluster) -> Cluster:
-    """Not yet on the real node: its pods touch marker files in this test's tmp_path and reach
-    moto on this machine's loopback."""
-    return process_cluster
-
-
-@pytest.fixture
-def s3() -> Iterator[S3Server]:
-    with moto_s3() as server:
+def s3(cluster: Cluster) -> Iterator[S3Server]:
+    with moto_s3(cluster.pod_host) as server:
         yield server
 
 
@@ -57,35 +50,27 @@ def _logs(cluster: Cluster, name: str) -> dict[str, str]:
 
 
 
-def _nfs_claim(cluster: Cluster) -> AbstractContextManager[tuple[str, Path]]:
-    """A ReadWriteMany claim bound to an NFS PersistentVolume, and its directory on the node."""
-    return cluster.bound_claim("ckpt", {"nfs": {"server": "nfs.internal", "path": "/sweeps"}},
-                               ["ReadWriteMany"], "1Gi")
-
-
 @pytest.mark.parametrize("where", ["s3", "volume"])
 def test_preempted_pod_is_replaced_and_resumes_from_the_durable_checkpoint(
-        cluster: Cluster, s3: S3Server, s3_secret: str, tmp_path: Path, where: str) -> None:
-    assert cluster.local is not None, (
-        "needs the local control plane: its pods reach moto on 127.0.0.1 and the test reads "
-        "the claim's directory on its process node")
+        cluster: Cluster, s3: S3Server, s3_secret: str, where: str) -> None:
     name = f"k8s-ckpt-{where}"
     s3.client().create_bucket(Bucket="ckpts")
-    markers = tmp_path / "markers"
-    markers.mkdir()
-    if where == "s3":
-        _preempt_and_resume(cluster, name, _spec(name, markers, f"""artifacts: {{store: s3,
+    with cluster.shared_claim("markers") as (marks, markers):
+        if where == "s3":
+            _preempt_and_resume(cluster, name, _spec(name, f"""artifacts: {{store: s3,
   bucket: ckpts, endpoint_url: '{s3.endpoint}', region: {REGION},
   credentials_secret: {s3_secret}}}
-kubernetes:"""), markers, None)
-        return
-    with _nfs_claim(cluster) as (claim, directory):
-        _preempt_and_resume(cluster, name, _spec(name, markers, f"""kubernetes:
-  volumes: [{{name: ckpt, mount_path: /ckpt, pvc: {claim}}}]
+kubernetes:
+  volumes: [{{name: markers, mount_path: /markers, pvc: {marks}}}]"""), markers, None)
+            return
+        with cluster.shared_claim("ckpt") as (claim, directory):
+            _preempt_and_resume(cluster, name, _spec(name, f"""kubernetes:
+  volumes: [{{name: ckpt, mount_path: /ckpt, pvc: {claim}}},
+            {{name: markers, mount_path: /markers, pvc: {marks}}}]
   checkpoint_volume: ckpt"""), markers, directory)
 
 
-def _spec(name: str, markers: Path, durable: str) -> str:
+def _spec(name: str, durable: str) -> str:
     return f"""
 name: {name}
 method: grid
@@ -98,7 +83,7 @@ trial:
 parameters:
   x: {{type: int, values: [0]}}
 {durable}
-  env: {{MARKER_DIR: '{markers}', NO_PROXY: 127.0.0.1}}
+  env: {{MARKER_DIR: /markers}}
 """
 
 

@@ -85,6 +85,9 @@ class Cluster:
     #: What every spec's ``kubernetes:`` gets to run on the node meant (a node selector and
     #: tolerations), when the local cluster has more than one kind of node.
     placement: dict[str, Any] = field(default_factory=dict)
+    #: This machine's address as the pods reach it (a server a test starts for them listens
+    #: there): the real node's gateway, 127.0.0.1 on the process node.
+    pod_host: str = "127.0.0.1"
     _api: Any = field(default=None, init=False, repr=False)
 
     def patience(self, seconds: float) -> float:
@@ -371,12 +374,13 @@ def _cli_env(pg_url: str, kubeconfig: Path) -> dict[str, str | None]:
 @contextmanager
 def real_cluster(pg_url: str, tmp_path: Path, kubeconfig: Path, image: str,
                  local: Path | None = None, *, pod_pg: str | None = None,
-                 placement: dict[str, Any] | None = None) -> Iterator[Cluster]:
+                 placement: dict[str, Any] | None = None,
+                 pod_host: str = "127.0.0.1") -> Iterator[Cluster]:
     """Secret ``sweeper-test-db`` holds the pods' URL of this test's database (on ``pod_pg``'s
     server when the pods reach PostgreSQL at another address than this process); the test's
     Jobs are deleted afterwards."""
     cluster = Cluster(kubeconfig, pg_url, _cli_env(pg_url, kubeconfig), tmp_path, image, local,
-                      placement=dict(placement or {}))
+                      placement=dict(placement or {}), pod_host=pod_host)
     _put_secret(cluster, REAL_SECRET, {"url": _pod_url(pg_url, pod_pg)})
     try:
         yield cluster

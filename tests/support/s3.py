@@ -1,6 +1,6 @@
-"""moto's S3 in server mode on a free local port, for tests whose S3 clients live in other
-processes (trial runners, pods on the local cluster's process node): they reach it at
-``endpoint`` with ``credentials``."""
+"""moto's S3 in server mode on a free port of this machine, for tests whose S3 clients live in
+other processes (trial runners, pods on the local cluster): they reach it at ``endpoint`` with
+``credentials``."""
 
 from __future__ import annotations
 
@@ -27,21 +27,25 @@ class S3Server:
                             aws_secret_access_key=CREDENTIALS["AWS_SECRET_ACCESS_KEY"])
 
     def env(self) -> dict[str, str]:
-        """What a process needs to use it: credentials, region, no proxy for 127.0.0.1."""
+        """What a process needs to use it: credentials, region, no proxy for its address."""
+        host = self.endpoint.split("//", 1)[1].rsplit(":", 1)[0]
+        no_proxy = ",".join(dict.fromkeys((host, "127.0.0.1", "localhost")))
         return {**CREDENTIALS, "AWS_DEFAULT_REGION": REGION,
-                "NO_PROXY": "127.0.0.1,localhost", "no_proxy": "127.0.0.1,localhost"}
+                "NO_PROXY": no_proxy, "no_proxy": no_proxy}
 
 
 @contextmanager
-def moto_s3() -> Iterator[S3Server]:
+def moto_s3(host: str = "127.0.0.1") -> Iterator[S3Server]:
+    """The server on ``host`` (an address of this machine: the real node's pods reach it at
+    their gateway, not at 127.0.0.1)."""
     from moto.server import ThreadedMotoServer
 
     with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
+        s.bind((host, 0))
         port = int(s.getsockname()[1])
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server = ThreadedMotoServer(ip_address=host, port=port, verbose=False)
     server.start()
-    endpoint = f"http://127.0.0.1:{port}"
+    endpoint = f"http://{host}:{port}"
     # moto keeps its buckets in process-wide state that every ThreadedMotoServer shares: start
     # each test from an empty S3 (another test's objects under the same bucket and prefix
     # would otherwise show up in this one's listings).
