@@ -412,9 +412,9 @@ def _stray_processes(lo: Layout) -> list[str]:
     """Processes of ours still running, as ``PID: COMMAND``: any whose command line names this
     cluster's directory (etcd, the apiserver, the controllers, the node, Kueue, JobSet)."""
     found = []
-    # The cluster's binaries and state, not all of lo.root: the image builds keep their
-    # storage there too (.cluster/buildah), and a build is no process of the cluster's.
-    roots = (str(lo.bin).encode(), str(lo.run).encode())
+    # The cluster's directory, not its binaries: a second cluster may share those (the image
+    # builds, which keep their storage under it too, see it elsewhere: tools/cluster/images.sh).
+    root = str(lo.root).encode()
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit() or int(entry.name) == os.getpid():
             continue
@@ -422,7 +422,7 @@ def _stray_processes(lo: Layout) -> list[str]:
             cmdline = (entry / "cmdline").read_bytes()
         except OSError:
             continue
-        if any(r in cmdline for r in roots) and alive(int(entry.name)):
+        if root in cmdline and alive(int(entry.name)):
             command = cmdline.replace(b"\0", b" ").decode(errors="replace")
             found.append(f"{entry.name}: {command[:120]}")
     return found

@@ -8,11 +8,11 @@ namespaces of its own and :func:`clean` removes them:
 
 - a network namespace (tests/cluster/netns.py): the bridge, the pods' veths, kube-proxy's
   iptables chains and conntrack;
-- a mount namespace, kept by a bind mount of its file in ``run/node/mnt``, where the kubelet's
-  fixed paths (/var/lib/kubelet, whose device-plugin socket the kubelet does not move with
-  ``--root-dir``, /var/log/containers, CNI's cache in /var/lib/cni) are the cluster's own
-  directories, and where every volume, rootfs and pod network namespace is mounted: they go
-  when the namespace goes;
+- a mount namespace, kept by a bind mount of its file in ``run/real-node/mnt``, where the
+  kubelet's fixed paths (/var/lib/kubelet, whose device-plugin socket the kubelet does not move
+  with ``--root-dir``, /var/log/containers, CNI's cache in /var/lib/cni) and /run/netns, where
+  containerd keeps the pods' network namespaces, are the cluster's own directories, and where
+  every volume, rootfs and pod network namespace is mounted: they go when the namespace goes;
 - a cgroup root ``/sweeper-<id>`` in every cgroup v1 hierarchy (the kubelet's ``cgroupRoot``).
 
 This machine has cgroup v1 and no systemd: ``failCgroupV1: false``, ``cgroupfs``; it lacks
@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import socket
 import struct
@@ -45,6 +46,7 @@ SANDBOX_IMAGE = "registry.k8s.io/pause:3.10"
 CLUSTER_DNS = "10.96.0.10"
 CNI_BIN = Path("/usr/lib/cni")
 CGROUP_FS = Path("/sys/fs/cgroup")
+SOCKETS = Path("/run/sweeper-cluster")
 #: Debian's packages the node needs, by the command that shows each is there.
 PACKAGES = {"containerd": "containerd", "runc": "runc", "ctr": "containerd",
             "iptables": "iptables", "nsenter": "util-linux", "ip": "iproute2",
@@ -53,7 +55,7 @@ BINARIES = ("kubelet", "kube-proxy", "coredns", "fakegpu")
 KUBELET_ROOT = Path("/var/lib/kubelet")
 #: The machine's paths the node's mount namespace puts the cluster's directories on.
 BIND = {"kubelet": KUBELET_ROOT, "container-logs": Path("/var/log/containers"),
-        "cni-cache": Path("/var/lib/cni")}
+        "cni-cache": Path("/var/lib/cni"), "netns": Path("/run/netns")}
 
 
 class NodeError(RuntimeError):
@@ -88,7 +90,7 @@ class RealNode:
 
     @property
     def containerd_sock(self) -> Path:
-        return self.run / "containerd.sock"
+        return containerd_socket(self.net)
 
     @property
     def kubelet_root(self) -> Path:
@@ -103,10 +105,14 @@ class RealNode:
         return f"https://{self.net.host_ip}:{self.apiserver_port}"
 
 
-def missing_packages() -> list[str]:
-    from shutil import which
+def containerd_socket(net: NodeNet) -> Path:
+    """Where the node's containerd listens: a short path of its own (a unix socket's path has
+    at most 108 bytes, and a cluster directory under pytest's tmp_path is longer)."""
+    return SOCKETS / net.name / "containerd.sock"
 
-    missing = {pkg for cmd, pkg in PACKAGES.items() if which(cmd) is None}
+
+def missing_packages() -> list[str]:
+    missing = {pkg for cmd, pkg in PACKAGES.items() if shutil.which(cmd) is None}
     if not (CNI_BIN / "bridge").exists():
         missing.add("containernetworking-plugins")
     return sorted(missing)
@@ -142,7 +148,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
 [grpc]
   address = "{node.containerd_sock}"
 [ttrpc]
-  address = "{node.run / 'containerd.sock.ttrpc'}"
+  address = "{node.containerd_sock}.ttrpc"
 [plugins."io.containerd.internal.v1.opt"]
   path = "{node.run / 'containerd-opt'}"
 [{cri}]
@@ -422,6 +428,7 @@ def start(node: RealNode, admin: Path, procs: list[Proc], wait: Callable[..., No
         procs.append(Proc.start(name, argv, node.run.parent, cwd=cwd, exe=exe))
 
     began = time.monotonic()
+    node.containerd_sock.parent.mkdir(parents=True, exist_ok=True)
     files = write_configs(node)
     apply_dns_objects(node, admin)
     make_cgroups(node)
@@ -459,11 +466,23 @@ def pod_pids(node: RealNode) -> list[int]:
     return sorted(p for p in pids if alive(p))
 
 
+def shim_pids(node: RealNode) -> list[int]:
+    """containerd's shims of this node (each outlives containerd, by design): the processes
+    whose command line names its socket."""
+    sock, found = str(node.containerd_sock).encode(), []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError):
+                if sock in (entry / "cmdline").read_bytes() and alive(int(entry.name)):
+                    found.append(int(entry.name))
+    return found
+
+
 def _kill_pods(node: RealNode) -> int:
-    """SIGKILL every pod process; how many there were."""
+    """SIGKILL every pod process and the shims; how many pod processes there were."""
     count = len(pod_pids(node))
     deadline = time.monotonic() + 15
-    while (pids := pod_pids(node)) and time.monotonic() < deadline:
+    while (pids := pod_pids(node) + shim_pids(node)) and time.monotonic() < deadline:
         for pid in pids:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signal.SIGKILL)
@@ -506,12 +525,14 @@ def clean(node: RealNode) -> list[str]:
     if netns.delete(node.net):
         found.append(f"network namespace {node.net.name}")
     _remove_cgroups(node)
+    shutil.rmtree(node.containerd_sock.parent, ignore_errors=True)
     return found
 
 
 def leftovers(node: RealNode) -> list[str]:
     """Pod processes, mounts and the namespace still there (empty after :func:`clean`)."""
     out = [f"{pid}: pod process" for pid in pod_pids(node)]
+    out += [f"{pid}: containerd shim" for pid in shim_pids(node)]
     if netns.exists(node.net):
         out.append(f"network namespace {node.net.name}")
     prefix = str(node.run.resolve()) + "/"

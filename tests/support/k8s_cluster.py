@@ -249,7 +249,10 @@ class Cluster:
             os.killpg(int(ident), signal.SIGKILL)
             return
         assert self.local is not None and runtime == "containerd", cid
-        sock = self.local / "run" / "real-node" / "containerd.sock"
+        from tests.cluster.netns import node_net
+        from tests.cluster.realnode import containerd_socket
+
+        sock = containerd_socket(node_net(self.local))
         out = subprocess.run(["ctr", f"--address={sock}", "-n", "k8s.io", "tasks", "kill",
                               "--all", "--signal", "SIGKILL", ident],
                              capture_output=True, text=True, timeout=30)
