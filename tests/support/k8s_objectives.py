@@ -53,3 +53,33 @@ def hog(ctx: TrialContext) -> float:
             block[i] = 1
         print(f"hog: index 0 holds {len(block) >> 20} MiB", flush=True)
     return float(ctx.index)
+
+
+def inspect_pod(ctx: TrialContext) -> float:
+    """What the container gives the trial, as trial attributes: its user, whether the root
+    filesystem takes a write, where HOME and temporary files go and whether they take one, the
+    size of /dev/shm, and the kernel's view of its privileges (/proc/self/status: effective
+    capabilities, no_new_privs, seccomp mode)."""
+    import os
+    import tempfile
+    from pathlib import Path
+
+    try:
+        Path("/app/probe").write_text("x")
+        root_writable = True
+    except OSError:
+        root_writable = False
+    home = Path(os.environ["HOME"], "probe")
+    home.write_text("x")
+    with tempfile.NamedTemporaryFile() as f:
+        tmp = f.name
+    shm = os.statvfs("/dev/shm")
+    status = dict(line.split(":", 1) for line in Path("/proc/self/status").read_text()
+                  .splitlines() if ":" in line)
+    ctx.set("pod", {"uid": os.getuid(), "gid": os.getgid(), "root_writable": root_writable,
+                    "home": str(home.parent), "tmp": str(Path(tmp).parent),
+                    "shm_bytes": shm.f_blocks * shm.f_frsize,
+                    "cap_eff": status["CapEff"].strip(),
+                    "no_new_privs": status["NoNewPrivs"].strip(),
+                    "seccomp": status["Seccomp"].strip()})
+    return float(ctx.index)
