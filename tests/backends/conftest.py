@@ -17,7 +17,7 @@ def process_cluster(k8s_target: Target, pg_url: str, tmp_path: Path) -> Iterator
     """A :class:`Cluster` whose pods run on the local cluster's process node (tests not yet
     moved to the real node), or on a cluster of your own."""
     with real_cluster(pg_url, tmp_path, k8s_target.kubeconfig, k8s_target.image,
-                      k8s_target.local) as c:
+                      k8s_target.local, process_node=k8s_target.local is not None) as c:
         yield c
 
 

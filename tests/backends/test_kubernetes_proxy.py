@@ -4,9 +4,10 @@ of `sweeper proxy` reading the database URL from Secret ``sweeper-db``, its PodD
 NetworkPolicies and dashboard ConfigMap), then a Kubernetes sweep whose trial pods have no
 database Secret at all, only ``grpc://sweeper-storage-proxy:13000``. Every index finishes
 exactly once through the proxy, and neither a trial pod nor the CLI's output holds the password.
-Against the local control plane (the real Deployment, ReplicaSet and EndpointSlice controllers;
-the process node runs the proxy's pod; its NetworkPolicies are applied, not enforced) or a
-cluster of your own, and a real PostgreSQL."""
+Against the local cluster (the real Deployment, ReplicaSet and EndpointSlice controllers; the
+real node runs the proxy's pod and the trial pods reach it through its Service's name; its
+NetworkPolicies are applied, not enforced: the bridge CNI has no policy engine) or a cluster
+of your own, and a real PostgreSQL."""
 
 from __future__ import annotations
 
@@ -27,16 +28,16 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from sweeper.backends import manifests as m
 from tests.support.chaos import check
-from tests.support.k8s_cluster import NS, REAL_SECRET, REPO, Cluster, kubectl
+from tests.support.k8s_cluster import (
+    NS,
+    REAL_SECRET,
+    REPO,
+    Cluster,
+    kubectl,
+    placement_patches,
+)
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
-
-
-@pytest.fixture
-def cluster(process_cluster: Cluster) -> Cluster:
-    """Not yet on the real node: the proxy Deployment is patched with a kubeconfig for the
-    process node, and the test reads the proxy's metrics at its pod IP."""
-    return process_cluster
 
 
 COMPONENT = REPO / "manifests" / "components" / "storage-proxy"
@@ -122,9 +123,11 @@ def _overlay(cluster: Cluster, tls: bool = False) -> Path:
         # kustomize takes a component only by a relative path
         "components": [os.path.relpath(c, overlay) for c in components],
         "images": [_image(cluster.image)]}
-    if cluster.local is not None:
+    if cluster.process_node:
         (overlay / "kubeconfig-patch.yaml").write_text(yaml.safe_dump(_KUBECONFIG_PATCH))
         kustomization["patches"] = [{"path": "kubeconfig-patch.yaml"}]
+    elif patches := placement_patches(cluster.placement):
+        kustomization["patches"] = patches
     (overlay / "kustomization.yaml").write_text(yaml.safe_dump(kustomization))
     return overlay
 
@@ -210,11 +213,11 @@ def storage_proxy(cluster: Cluster, tls: Path | None = None) -> Iterator[Obj]:
         for made in (f"service/{PROXY}", f"deployment.apps/{PROXY}",
                      f"poddisruptionbudget.policy/{PROXY}"):
             assert f"{made} created" in applied or f"{made} configured" in applied, applied
-        if cluster.local is not None:
+        if cluster.process_node:
             _put_proxy_kubeconfig(cluster)
-        # Two replicas would each bind 13000 (and 9090) on the process node's one network,
-        # which every pod shares: the second would crash-loop on "address in use". On a real
-        # cluster each replica has its own pod IP, and both serve.
+        # One replica, so that its metrics hold every claim and tell of the sweep (on the
+        # process node two would also collide on ports: its pods share one network). The
+        # platform test (test_platform_k8s.py) serves with the component's two.
         _ok(cluster, "scale", "-n", NS, f"deployment/{PROXY}", "--replicas=1")
         _ok(cluster, "rollout", "status", "-n", NS, f"deployment/{PROXY}",
             f"--timeout={cluster.patience(30):.0f}s")
@@ -231,13 +234,19 @@ def storage_proxy(cluster: Cluster, tls: Path | None = None) -> Iterator[Obj]:
         _kubectl(cluster, "delete", "configmap", "-n", NS, CA_CONFIGMAP, "--ignore-not-found")
 
 
-def _metrics(pod: Obj) -> dict[str, float]:
-    """The proxy's Prometheus samples (name{labels} -> value), read at its pod IP."""
+def _metrics(cluster: Cluster, pod: Obj) -> dict[str, float]:
+    """The proxy's Prometheus samples (name{labels} -> value), read inside its pod (this
+    machine does not route to pod IPs; on the process node, the pod IP is this machine's)."""
     port = next(p["containerPort"] for p in pod["spec"]["containers"][0]["ports"]
                 if p["name"] == "metrics")
-    with urllib.request.urlopen(f"http://{pod['status']['podIP']}:{port}/metrics",
-                                timeout=10) as r:
-        text = r.read().decode()
+    if cluster.process_node:
+        with urllib.request.urlopen(f"http://{pod['status']['podIP']}:{port}/metrics",
+                                    timeout=10) as r:
+            text = r.read().decode()
+    else:
+        text = _ok(cluster, "exec", "-n", NS, pod["metadata"]["name"], "-c", "proxy", "--",
+                   "python", "-c", "import urllib.request as u; print(u.urlopen("
+                   f"'http://127.0.0.1:{port}/metrics', timeout=10).read().decode())")
     return {s.name + json.dumps(s.labels, sort_keys=True): s.value
             for family in text_string_to_metric_families(text) for s in family.samples}
 
@@ -274,7 +283,7 @@ def _check_proxy_pod(cluster: Cluster, pod: Obj, log: str, password: str) -> Non
     assert ":***@" in line and password not in log
     if cluster.local is None:
         return  # the pod IP is this machine's only on the local cluster
-    samples = _metrics(pod)
+    samples = _metrics(cluster, pod)
     tells = {k: v for k, v in samples.items() if k.startswith("sweeper_tell_seconds_count")}
     claims = {k: v for k, v in samples.items()
               if k.startswith("sweeper_index_claim_seconds_count")}
@@ -283,13 +292,10 @@ def _check_proxy_pod(cluster: Cluster, pod: Obj, log: str, password: str) -> Non
 
 
 def test_pods_reach_the_study_only_through_the_deployed_proxy(cluster: Cluster) -> None:
-    markers = cluster.tmp / "markers"
-    markers.mkdir()
-    text = SPEC
-    if cluster.local is not None:  # the pods are processes here: they share tmp_path
-        text += f"  env: {{SWEEPER_TEST_MARKERS: '{markers}'}}\n"
-    spec = cluster.spec(text)
-    with storage_proxy(cluster) as proxy_pod:
+    with cluster.shared_claim("markers") as (claim, markers), \
+            storage_proxy(cluster) as proxy_pod:
+        spec = cluster.spec(SPEC + f"  volumes: [{{name: markers, mount_path: /markers, "
+                            f"pvc: {claim}}}]\n  env: {{SWEEPER_TEST_MARKERS: /markers}}\n")
         # The CLI talks to PostgreSQL (cluster.url); only the pods go through the proxy.
         result = cluster.sweeper("run", spec, "--backend", "kubernetes")
         proxy_log = _log(cluster, proxy_pod)
@@ -298,14 +304,12 @@ def test_pods_reach_the_study_only_through_the_deployed_proxy(cluster: Cluster) 
         assert _restarts(after) == _restarts(proxy_pod), after["status"]
         assert result.exit_code == 0, result.output
         _check_proxy_pod(cluster, after, proxy_log, urlsplit(cluster.url).password or "")
+        report = check(cluster.url, "via-proxy", 8, markers, 0, 0, 0.0)
 
     assert "this launch: 8 of 8 indexes finished" in result.output
-    report = check(cluster.url, "via-proxy", 8, markers, 0, 0, 0.0)
     assert report.problems == []
     assert report.trials == 8  # nothing retried, nothing run twice
     assert cluster.finished_per_index("via-proxy") == {i: 1 for i in range(8)}
-    if cluster.local is not None:
-        assert len(list(markers.iterdir())) == 8  # each trial executed exactly once
 
     jobs, pods = cluster.jobs("via-proxy"), cluster.pods("via-proxy")
     assert len(jobs) == 1 and len(pods) == 8, [p["metadata"]["name"] for p in pods]

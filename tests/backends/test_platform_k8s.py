@@ -52,7 +52,7 @@ import pytest
 import yaml
 
 from tests.conftest import Target
-from tests.support.k8s_cluster import NS, REPO, kubectl
+from tests.support.k8s_cluster import NS, REPO, kubectl, placement_patches
 
 pytestmark = [pytest.mark.slow]
 
@@ -115,23 +115,6 @@ def _image(name: str, ref: str) -> Obj:
     return {"name": name, "newName": repo, "newTag": tag}
 
 
-def _placement_patches(placement: Obj) -> list[Obj]:
-    """JSON patches that put every workload of the install on the node meant (the local
-    cluster with both kinds of node taints its real node): ``placement`` is the spec's form
-    (``node_selector``, ``tolerations``)."""
-    ops = []
-    if placement.get("node_selector"):
-        ops.append({"op": "add", "path": "/spec/template/spec/nodeSelector",
-                    "value": placement["node_selector"]})
-    if placement.get("tolerations"):
-        ops.append({"op": "add", "path": "/spec/template/spec/tolerations",
-                    "value": placement["tolerations"]})
-    if not ops:
-        return []
-    return [{"target": {"group": "apps", "version": "v1", "kind": kind},
-             "patch": yaml.safe_dump(ops)} for kind in ("Deployment", "StatefulSet")]
-
-
 def _overlay(tmp: Path, image: str, placement: Obj) -> Path:
     """The platform team's cluster directory beside (never inside) manifests/: the base, the
     storage-proxy component and the images this cluster has."""
@@ -143,7 +126,7 @@ def _overlay(tmp: Path, image: str, placement: Obj) -> Path:
         "resources": [os.path.relpath(MANIFESTS, overlay)],
         "components": [os.path.relpath(COMPONENT, overlay)],
         "images": [_image("postgres", POSTGRES_IMAGE), _image("sweeper-trial-runner", image)]}
-    if patches := _placement_patches(placement):
+    if patches := placement_patches(placement):
         kustomization["patches"] = patches
     (overlay / "kustomization.yaml").write_text(yaml.safe_dump(kustomization, sort_keys=False))
     return overlay

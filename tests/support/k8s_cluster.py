@@ -88,6 +88,9 @@ class Cluster:
     #: This machine's address as the pods reach it (a server a test starts for them listens
     #: there): the real node's gateway, 127.0.0.1 on the process node.
     pod_host: str = "127.0.0.1"
+    #: The pods run on the local cluster's process node (processes of this machine sharing
+    #: its network and files), not as containers.
+    process_node: bool = False
     _api: Any = field(default=None, init=False, repr=False)
 
     def patience(self, seconds: float) -> float:
@@ -378,12 +381,13 @@ def _cli_env(pg_url: str, kubeconfig: Path) -> dict[str, str | None]:
 def real_cluster(pg_url: str, tmp_path: Path, kubeconfig: Path, image: str,
                  local: Path | None = None, *, pod_pg: str | None = None,
                  placement: dict[str, Any] | None = None,
-                 pod_host: str = "127.0.0.1") -> Iterator[Cluster]:
+                 pod_host: str = "127.0.0.1", process_node: bool = False) -> Iterator[Cluster]:
     """Secret ``sweeper-test-db`` holds the pods' URL of this test's database (on ``pod_pg``'s
     server when the pods reach PostgreSQL at another address than this process); the test's
     Jobs are deleted afterwards."""
     cluster = Cluster(kubeconfig, pg_url, _cli_env(pg_url, kubeconfig), tmp_path, image, local,
-                      placement=dict(placement or {}), pod_host=pod_host)
+                      placement=dict(placement or {}), pod_host=pod_host,
+                      process_node=process_node)
     _put_secret(cluster, REAL_SECRET, {"url": _pod_url(pg_url, pod_pg)})
     try:
         yield cluster
@@ -423,3 +427,20 @@ def prepare_namespace(kubeconfig: Path) -> None:
         capture_output=True, text=True, timeout=60)
     if out.returncode != 0:
         raise RuntimeError(f"kubectl apply of manifests/ failed: {out.stderr.strip()}")
+
+
+def placement_patches(placement: Obj) -> list[Obj]:
+    """kustomize patches that put every Deployment and StatefulSet of an overlay on the node
+    meant (the local cluster with both kinds of node taints its real node): ``placement`` is
+    the spec's form (``node_selector``, ``tolerations``, as :attr:`Cluster.placement`)."""
+    ops = []
+    if placement.get("node_selector"):
+        ops.append({"op": "add", "path": "/spec/template/spec/nodeSelector",
+                    "value": placement["node_selector"]})
+    if placement.get("tolerations"):
+        ops.append({"op": "add", "path": "/spec/template/spec/tolerations",
+                    "value": placement["tolerations"]})
+    if not ops:
+        return []
+    return [{"target": {"group": "apps", "version": "v1", "kind": kind},
+             "patch": yaml.safe_dump(ops)} for kind in ("Deployment", "StatefulSet")]
