@@ -36,23 +36,18 @@ from __future__ import annotations
 import json
 import os
 import re
-import select
 import subprocess
 import sys
-import tempfile
-import threading
-import time
-from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import pytest
 import yaml
 
 from tests.conftest import Target
-from tests.support.k8s_cluster import NS, REPO, kubectl, placement_patches
+from tests.support.k8s_cluster import NS, REPO, kubectl, placement_patches, port_forward
 
 pytestmark = [pytest.mark.slow]
 
@@ -261,45 +256,6 @@ def _remove(kube: Kube, overlay: Path, tmp: Path) -> None:
 # --------------------------------------------------------------------------- the sweep
 
 
-@contextmanager
-def _port_forward(kube: Kube, target: str, port: int) -> Iterator[int]:
-    """``kubectl port-forward TARGET :PORT`` while the block runs; the local port it chose.
-    Its later output ("Handling connection ...") is drained, so that it never blocks on a full
-    pipe; its errors go to a file that the failure shows."""
-    with tempfile.TemporaryFile("w+") as errors:
-        proc = subprocess.Popen([*kube.base, "-n", NS, "port-forward", target, f":{port}"],
-                                stdout=subprocess.PIPE, stderr=errors, text=True)
-        try:
-            local = _forwarded_port(proc, errors)
-            assert proc.stdout is not None
-            threading.Thread(target=proc.stdout.read, daemon=True).start()
-            yield local
-        finally:
-            proc.terminate()
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-
-
-def _forwarded_port(proc: subprocess.Popen[str], errors: IO[str]) -> int:
-    """The local port of kubectl's "Forwarding from 127.0.0.1:PORT -> ..." line."""
-    assert proc.stdout is not None
-    deadline = time.monotonic() + 30
-    while (left := deadline - time.monotonic()) > 0:
-        if not select.select([proc.stdout], [], [], left)[0]:
-            break
-        line = proc.stdout.readline()
-        if not line:  # kubectl exited
-            proc.wait()
-            errors.seek(0)
-            raise AssertionError(f"kubectl port-forward: {errors.read()}")
-        if found := re.match(r"Forwarding from 127\.0\.0\.1:(\d+) -> ", line):
-            return int(found.group(1))
-    raise AssertionError("kubectl port-forward did not say which port it forwards in 30 s")
-
-
 def _spec(tmp: Path, image: str, placement: Obj) -> Path:
     """A small grid sweep whose pods reach the study through the proxy's Service."""
     doc = {
@@ -398,12 +354,12 @@ def _see(kube: Kube, stack: ExitStack, target: Target, tmp: Path, overlay: Path,
     image, placement = _target_node(target)
     warnings = _install(kube, overlay, password, tmp)
     token = _admin_token(kube)
-    proxy = stack.enter_context(_port_forward(kube, f"svc/{PROXY}", PROXY_PORT))
+    proxy = stack.enter_context(port_forward(kube.base, f"svc/{PROXY}", PROXY_PORT))
     storage = ("--storage", f"grpc://127.0.0.1:{proxy}")
     ran = _sweeper(target.kubeconfig, token, tmp, "run", str(_spec(tmp, image, placement)),
                    "--backend", "kubernetes", *storage)
     status = _sweeper(target.kubeconfig, token, tmp, "status", SWEEP, *storage)
-    database = stack.enter_context(_port_forward(kube, f"svc/{POSTGRES}", 5432))
+    database = stack.enter_context(port_forward(kube.base, f"svc/{POSTGRES}", 5432))
     sweep = ("-l", f"sweeper.dev/sweep={SWEEP}")
     return Seen(
         warnings, ran.stdout, ran.returncode, status.stdout, status.returncode,

@@ -31,22 +31,29 @@ from sweeper.backends.pod import PROXY_TOKEN_DIR, proxy_token_volume
 from sweeper.errors import StorageError
 from sweeper.protocol import ENV_PROXY_TOKEN, ENV_PROXY_TOKEN_FILE
 from tests.backends.test_kubernetes_proxy import ADDRESS, CA_CONFIGMAP, _log, storage_proxy
-from tests.support.k8s_cluster import NS, Cluster
+from tests.support.k8s_cluster import NS, Cluster, kubectl, port_forward
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 
 
-@pytest.fixture
-def cluster(process_cluster: Cluster) -> Cluster:
-    """Not yet on the real node: the proxy Deployment is patched with a kubeconfig for the
-    process node, and a laptop-side client reaches the proxy pod's port on loopback."""
-    return process_cluster
-
 
 Obj = dict[str, Any]
-#: The proxy as the test process reaches it: the process node's pods share this machine's
-#: network, so the proxy pod's port is 127.0.0.1's.
+#: The proxy as the test process reaches it on the process node, whose pods share this
+#: machine's network (elsewhere: a port-forward to its Service, :func:`_laptop_proxy`).
 LOCAL_PROXY = "grpc://127.0.0.1:13000"
+PROXY_SERVICE, PROXY_PORT = ADDRESS.removeprefix("grpc://").split(":")
+
+
+@contextmanager
+def _laptop_proxy(cluster: Cluster) -> Iterator[str]:
+    """The proxy's address for a client outside the cluster (an admin's laptop): through
+    ``kubectl port-forward`` to its Service."""
+    if cluster.process_node:
+        yield LOCAL_PROXY
+        return
+    with port_forward([kubectl(), "--kubeconfig", str(cluster.kubeconfig)],
+                      f"svc/{PROXY_SERVICE}", int(PROXY_PORT)) as port:
+        yield f"grpc://127.0.0.1:{port}"
 
 
 def _spec(name: str, values: int, extra: str = "") -> str:
@@ -84,6 +91,7 @@ def _pod(cluster: Cluster, name: str, sweep: str, command: list[str]) -> Obj:
             "automountServiceAccountToken": False,
             "securityContext": {"runAsNonRoot": True, "runAsUser": 10001,
                                 "seccompProfile": {"type": "RuntimeDefault"}},
+            **cluster.pod_placement(),
             "volumes": [proxy_token_volume()],
             "containers": [{
                 "name": "probe", "image": cluster.image, "command": command,
@@ -230,9 +238,8 @@ def _admin_account(cluster: Cluster, name: str, admin: bool) -> Iterator[str]:
 
 def test_tokens_that_do_not_check_out_and_the_admin_role(
         cluster: Cluster, monkeypatch: pytest.MonkeyPatch) -> None:
-    assert cluster.local is not None, "the test process reaches the proxy pod's port here"
     spec_small, spec_grown = cluster.spec(_spec("grows", 2)), cluster.spec(_spec("grows", 3))
-    with storage_proxy(cluster) as proxy_pod, \
+    with storage_proxy(cluster) as proxy_pod, _laptop_proxy(cluster) as local, \
             _admin_account(cluster, "sweeper-test-admin", True) as admin, \
             _admin_account(cluster, "sweeper-test-user", False) as user:
         sleeper = _pod(cluster, "deleted-pod", "grows", ["sleep", "600"])
@@ -245,14 +252,14 @@ def test_tokens_that_do_not_check_out_and_the_admin_role(
             assert time.monotonic() < deadline
             time.sleep(0.3)
         other_audience = _token(cluster, "sweeper-trial", "vault")
-        assert _codes(LOCAL_PROXY, None, monkeypatch) == "UNAUTHENTICATED"
-        assert _codes(LOCAL_PROXY, other_audience, monkeypatch) == "UNAUTHENTICATED"
-        assert _codes(LOCAL_PROXY, stolen, monkeypatch) == "UNAUTHENTICATED"
-        assert _codes(LOCAL_PROXY, "not.a.token", monkeypatch) == "UNAUTHENTICATED"
-        assert _codes(LOCAL_PROXY, user, monkeypatch) == "PERMISSION_DENIED"
+        assert _codes(local, None, monkeypatch) == "UNAUTHENTICATED"
+        assert _codes(local, other_audience, monkeypatch) == "UNAUTHENTICATED"
+        assert _codes(local, stolen, monkeypatch) == "UNAUTHENTICATED"
+        assert _codes(local, "not.a.token", monkeypatch) == "UNAUTHENTICATED"
+        assert _codes(local, user, monkeypatch) == "PERMISSION_DENIED"
 
-        # The CLI of an admin (a laptop, through a port-forward: here the pod's port).
-        env: dict[str, str | None] = {"SWEEPER_STORAGE": LOCAL_PROXY, ENV_PROXY_TOKEN: admin,
+        # The CLI of an admin (a laptop, through a port-forward).
+        env: dict[str, str | None] = {"SWEEPER_STORAGE": local, ENV_PROXY_TOKEN: admin,
                                       ENV_PROXY_TOKEN_FILE: None}
         ran = cluster.sweeper("run", spec_small, "-p", "2", **env)
         assert ran.exit_code == 0, ran.output
@@ -274,7 +281,7 @@ def test_tokens_that_do_not_check_out_and_the_admin_role(
         from sweeper.proxy.client import ProxyStorage
 
         monkeypatch.setenv(ENV_PROXY_TOKEN, admin)
-        storage = ProxyStorage(LOCAL_PROXY)
+        storage = ProxyStorage(local)
         assert "grows" in {s.study_name for s in storage.get_all_studies()}
         storage.delete_study(storage.get_study_id_from_name("grows"))
         assert "grows" not in {s.study_name for s in storage.get_all_studies()}

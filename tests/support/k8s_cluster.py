@@ -12,16 +12,20 @@ from __future__ import annotations
 import base64
 import json
 import os
+import re
+import select
 import shutil
 import subprocess
 import sys
+import tempfile
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 from urllib.parse import urlsplit, urlunsplit
 
 import optuna
@@ -241,6 +245,15 @@ class Cluster:
             if e.status != 404:
                 raise
 
+    def pod_placement(self) -> Obj:
+        """:attr:`placement` in a pod spec's words (nodeSelector, tolerations)."""
+        out: Obj = {}
+        if self.placement.get("node_selector"):
+            out["nodeSelector"] = self.placement["node_selector"]
+        if self.placement.get("tolerations"):
+            out["tolerations"] = self.placement["tolerations"]
+        return out
+
     def kill_container(self, pod: Obj, container: int = 0) -> None:
         """SIGKILL a running container's processes, as the kernel would (the OOM killer, a
         crash): through the real node's containerd, or the process node's process group."""
@@ -444,3 +457,43 @@ def placement_patches(placement: Obj) -> list[Obj]:
         return []
     return [{"target": {"group": "apps", "version": "v1", "kind": kind},
              "patch": yaml.safe_dump(ops)} for kind in ("Deployment", "StatefulSet")]
+
+
+@contextmanager
+def port_forward(kubectl_base: list[str], target: str, port: int) -> Iterator[int]:
+    """``kubectl port-forward TARGET :PORT`` in the test namespace while the block runs
+    (``kubectl_base``: kubectl and its flags); the local port it chose.
+    Its later output ("Handling connection ...") is drained, so that it never blocks on a full
+    pipe; its errors go to a file that the failure shows."""
+    with tempfile.TemporaryFile("w+") as errors:
+        proc = subprocess.Popen([*kubectl_base, "-n", NS, "port-forward", target, f":{port}"],
+                                stdout=subprocess.PIPE, stderr=errors, text=True)
+        try:
+            local = _forwarded_port(proc, errors)
+            assert proc.stdout is not None
+            threading.Thread(target=proc.stdout.read, daemon=True).start()
+            yield local
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+def _forwarded_port(proc: subprocess.Popen[str], errors: IO[str]) -> int:
+    """The local port of kubectl's "Forwarding from 127.0.0.1:PORT -> ..." line."""
+    assert proc.stdout is not None
+    deadline = time.monotonic() + 30
+    while (left := deadline - time.monotonic()) > 0:
+        if not select.select([proc.stdout], [], [], left)[0]:
+            break
+        line = proc.stdout.readline()
+        if not line:  # kubectl exited
+            proc.wait()
+            errors.seek(0)
+            raise AssertionError(f"kubectl port-forward: {errors.read()}")
+        if found := re.match(r"Forwarding from 127\.0\.0\.1:(\d+) -> ", line):
+            return int(found.group(1))
+    raise AssertionError("kubectl port-forward did not say which port it forwards in 30 s")
