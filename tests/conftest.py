@@ -93,6 +93,12 @@ class RealNodeTarget:
     #: the cluster too, and the real node is tainted), else empty.
     placement: dict[str, Any]
 
+    def pod_placement(self) -> dict[str, Any]:
+        """:attr:`placement` in a pod spec's words (nodeSelector, tolerations)."""
+        p = self.placement
+        return {**({"nodeSelector": p["node_selector"]} if "node_selector" in p else {}),
+                **({"tolerations": p["tolerations"]} if "tolerations" in p else {})}
+
 
 @dataclass(frozen=True)
 class Target:

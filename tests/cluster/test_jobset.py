@@ -11,9 +11,11 @@ recreates only the failed child Job.
 from __future__ import annotations
 
 import json
+import shutil
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -31,8 +33,24 @@ GROUP, VERSION = API.split("/")
 Obj = dict[str, Any]
 CONTROLLER_UID = "batch.kubernetes.io/controller-uid"
 
-#: Prints the pod's env as JSON: what the node made of the DNS names after $(VAR) expansion.
-PRINT_ENV = "import json, os; print(json.dumps(dict(os.environ)))"
+#: The trial runner's image as the Dockerfile builds it (Python, Debian's shell).
+IMAGE = "sweeper-trial-runner:0.1.0"
+
+#: Resolves each name of $PEERS (retrying while CoreDNS has not published a pod yet) and prints
+#: the env and the addresses as JSON: what a rank finds of its gang.
+RESOLVE_PEERS = """
+import json, os, socket, time
+found, deadline = {}, time.time() + 90
+for name in os.environ["PEERS"].split():
+    while name not in found:
+        try:
+            found[name] = socket.gethostbyname(name)
+        except OSError:
+            if time.time() > deadline:
+                raise
+            time.sleep(0.3)
+print(json.dumps({"env": dict(os.environ), "peers": found}))
+"""
 
 #: Job index 1 fails once (a marker in a hostPath directory both attempts see); index 0 runs
 #: until the retried index 1 has started, so it is running while its sibling is recreated.
@@ -56,7 +74,8 @@ while not os.path.exists(os.path.join(d, "second-attempt")):
 class JobSets:
     """JobSets in the test namespace, read and written through the API server."""
 
-    def __init__(self, api: client.ApiClient) -> None:
+    def __init__(self, api: client.ApiClient, placement: Obj) -> None:
+        self.placement = placement  # the pods' nodeSelector and tolerations
         self.custom = client.CustomObjectsApi(api)
         self.core = client.CoreV1Api(api)
         self.batch = client.BatchV1Api(api)
@@ -66,6 +85,8 @@ class JobSets:
         """Create the JobSet with strict field validation, as ``kubectl apply`` does; it
         passes the vendored CRD schema first (tests/support/k8s_schema.py)."""
         assert validate_k8s_objects([body]) == []
+        for rj in body["spec"]["replicatedJobs"]:
+            rj["template"]["spec"]["template"]["spec"].update(self.placement)
         self.names.append(body["metadata"]["name"])
         created: Obj = self.custom.create_namespaced_custom_object(
             GROUP, VERSION, NS, "jobsets", body, field_validation="Strict")
@@ -127,7 +148,7 @@ def jobsets(k8s_target: Target) -> Iterator[JobSets]:
                 raise
             pytest.fail("JobSet's CRD is not installed: this cluster was started before "
                         "JobSet was part of it; run make cluster-down, then make cluster-up")
-        js = JobSets(api)
+        js = JobSets(api, k8s_target.real_node.pod_placement() if k8s_target.real_node else {})
         yield js
         js.delete_all()
     finally:
@@ -147,8 +168,8 @@ def jobset(name: str, replicas: int, job: Obj, failure_policy: Obj | None = None
 
 
 def container(script: str, env: list[Obj], **extra: Any) -> Obj:
-    return {"name": "main", "image": "python:3.12-slim", "command": ["python", "-c", script],
-            "env": env, **extra}
+    return {"name": "main", "image": IMAGE, "imagePullPolicy": "Never",
+            "command": ["python", "-c", script], "env": env, **extra}
 
 
 def index_env(name: str, source: str) -> Obj:
@@ -156,19 +177,19 @@ def index_env(name: str, source: str) -> Obj:
 
 
 def test_a_jobset_completes_and_its_pods_reach_each_other_by_hostname(jobsets: JobSets) -> None:
+    """Each pod resolves its gang's names through CoreDNS and JobSet's headless Service, in
+    every form a launcher writes them (short, in the namespace, the Service's, the FQDN), to
+    the pods' own addresses."""
     name = f"js-{uuid.uuid4().hex[:6]}"
+    peers = [f"{name}-w-0-0.{name}", f"{name}-w-$(SWEEPER_SLOT)-1.{name}",
+             f"{name}-w-1-0.{name}.{NS}", f"{name}-w-0-1.{name}.{NS}.svc",
+             f"{name}-w-1-1.{name}.{NS}.svc.cluster.local"]
     env = [index_env("SWEEPER_SLOT", "metadata.annotations"),
            index_env("SLOT_LABEL", "metadata.labels"),
-           {"name": "LEADER", "value": f"{name}-w-0-0.{name}:29500"},
-           {"name": "PEER", "value": f"{name}-w-$(SWEEPER_SLOT)-1.{name}"},
-           {"name": "IN_NS", "value": f"{name}-w-1-0.{name}.{NS}"},
-           {"name": "IN_SVC", "value": f"{name}-w-0-1.{name}.{NS}.svc:80"},
-           {"name": "FQDN", "value": f"tcp://{name}-w-1-1.{name}.{NS}.svc.cluster.local:1234"},
-           {"name": "NO_SERVICE", "value": f"{name}-w-0-0.nosuch:29500"},
-           {"name": "NOT_A_HOST", "value": "0.5 os.environ"}]
+           {"name": "PEERS", "value": " ".join(peers)}]
     # completionMode and restartPolicy left out: JobSet's mutating webhook defaults them.
     job = {"spec": {"completions": 2, "parallelism": 2, "backoffLimit": 0,
-                    "template": {"spec": {"containers": [container(PRINT_ENV, env)]}}}}
+                    "template": {"spec": {"containers": [container(RESOLVE_PEERS, env)]}}}}
     created = jobsets.create(jobset(name, 2, job))
     assert created["spec"]["network"]["enableDNSHostnames"] is True  # the webhook's default
 
@@ -190,17 +211,15 @@ def test_a_jobset_completes_and_its_pods_reach_each_other_by_hostname(jobsets: J
     assert {p["spec"]["subdomain"] for p in pods} == {name}
     assert {p["spec"]["restartPolicy"] for p in pods} == {"OnFailure"}
     assert [p["status"]["phase"] for p in pods] == ["Succeeded"] * 4
+    ip = {p["spec"]["hostname"]: p["status"]["podIP"] for p in pods}
+    assert len(set(ip.values())) == 4  # four pods, four addresses
     for pod in pods:
         slot = pod["metadata"]["annotations"][JOB_INDEX]
         seen = json.loads(jobsets.log(pod).strip().splitlines()[-1])
-        assert seen["SWEEPER_SLOT"] == seen["SLOT_LABEL"] == slot
-        assert seen["LEADER"] == "127.0.0.1:29500"
-        assert seen["PEER"] == "127.0.0.1"
-        assert seen["IN_NS"] == "127.0.0.1"
-        assert seen["IN_SVC"] == "127.0.0.1:80"
-        assert seen["FQDN"] == "tcp://127.0.0.1:1234"
-        assert seen["NO_SERVICE"] == f"{name}-w-0-0.nosuch:29500"
-        assert seen["NOT_A_HOST"] == "0.5 os.environ"
+        assert seen["env"]["SWEEPER_SLOT"] == seen["env"]["SLOT_LABEL"] == slot
+        assert seen["peers"] == {
+            peer.replace("$(SWEEPER_SLOT)", slot): ip[peer.replace("$(SWEEPER_SLOT)", slot)
+                                                        .split(".")[0]] for peer in peers}
 
 
 def test_the_validating_webhook_rejects_what_jobset_rejects(jobsets: JobSets) -> None:
@@ -229,13 +248,18 @@ def test_the_apiserver_rejects_the_unknown_field_the_schema_check_rejects(
     assert message.endswith('strict decoding error: unknown field "spec.replicatedJobs[0].replica"')
 
 
-def test_restart_job_recreates_only_the_failed_child_job(jobsets: JobSets) -> None:
+def test_restart_job_recreates_only_the_failed_child_job(jobsets: JobSets,
+                                                         request: pytest.FixtureRequest) -> None:
     name = f"js-{uuid.uuid4().hex[:6]}"
     markers = {"name": "markers", "mountPath": "/markers"}
+    shared = Path("/tmp/sweeper-jobset-tests", name)  # the node sees this machine's /tmp
+    shared.mkdir(parents=True)
+    shared.chmod(0o777)  # the image's user, 10001, writes the markers
+    request.addfinalizer(lambda: shutil.rmtree(shared, ignore_errors=True))
     pod_spec = {
         "restartPolicy": "Never",
         "volumes": [{"name": "markers", "hostPath": {
-            "path": f"/tmp/sweeper-jobset-tests/{name}", "type": "DirectoryOrCreate"}}],
+            "path": str(shared), "type": "Directory"}}],
         "containers": [container(FAIL_ONCE, [
             index_env("JOB_INDEX", "metadata.annotations"),
             {"name": "MARKERS", "value": "/markers"}], volumeMounts=[markers])]}

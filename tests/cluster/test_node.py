@@ -46,9 +46,7 @@ def core(k8s_target: Target) -> Iterator[client.CoreV1Api]:
 
 def _on_node(real: RealNodeTarget, spec: Obj) -> Obj:
     """A pod spec placed on the real node (its selector and tolerations)."""
-    p = real.placement
-    return {**spec, "nodeSelector": p.get("node_selector", {}),
-            "tolerations": p.get("tolerations", [])}
+    return {**spec, **real.pod_placement()}
 
 
 def _pod(core: client.CoreV1Api, name: str) -> Obj | None:
@@ -92,7 +90,7 @@ def test_the_node_runs_containerd_and_advertises_the_fake_gpus(
     assert node["status"]["allocatable"]["nvidia.com/gpu"] == "4"
     assert any(c["type"] == "Ready" and c["status"] == "True"
                for c in node["status"]["conditions"])
-    images = {n for image in node["status"].get("images", []) for n in image["names"]}
+    images = {n for image in node["status"].get("images", []) for n in image.get("names") or []}
     assert "docker.io/library/sweeper-trial-runner:0.1.0" in images, images
 
 
