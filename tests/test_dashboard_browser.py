@@ -22,6 +22,7 @@ import pytest
 
 from sweeper.study import open_storage
 from tests.support.compare import invoke, isolate, quadratic_spec, run_sweep
+from tests.support.helpers import stop_process
 
 REPO = Path(__file__).resolve().parents[1]
 CHROMIUM = "/usr/bin/chromium"
@@ -170,12 +171,7 @@ def dashboard_url(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[s
         assert match, output
         yield match.group(1)
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_process(proc)
         log.close()
 
 

@@ -17,7 +17,7 @@ from click.testing import CliRunner, Result
 
 from sweeper.cli import cli
 from sweeper.study import open_storage
-from tests.support.helpers import write_spec
+from tests.support.helpers import stop_process, write_spec
 
 SWEEPER = Path(sys.executable).parent / "sweeper"
 
@@ -103,9 +103,4 @@ def test_dashboard_says_it_starts_then_its_url_once_it_listens(tmp_path: Path) -
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/studies", timeout=30) as r:
             assert r.status == 200
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_process(proc, 20)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -92,3 +93,13 @@ def drop_database(admin: Any, name: str) -> None:
             if "pg_signal_backend" not in str(e) or attempt == 99:
                 raise
             time.sleep(0.1)
+
+
+def stop_process(proc: subprocess.Popen[Any], timeout_s: float = 10) -> None:
+    """SIGTERM, then SIGKILL if it has not ended within ``timeout_s``; reaped either way."""
+    proc.terminate()
+    try:
+        proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()

@@ -37,6 +37,7 @@ from sweeper.backends import manifests as m
 from sweeper.cli import cli
 from sweeper.spec import SweepSpec, parse_spec
 from sweeper.study import INDEX_ATTR, driver_url
+from tests.support.helpers import stop_process
 
 #: The kubeconfig of a cluster of your own to test against (unset: the local control plane).
 ENV_KUBECONFIG = "SWEEPER_TEST_KUBECONFIG"
@@ -474,12 +475,7 @@ def port_forward(kubectl_base: list[str], target: str, port: int) -> Iterator[in
             threading.Thread(target=proc.stdout.read, daemon=True).start()
             yield local
         finally:
-            proc.terminate()
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+            stop_process(proc)
 
 
 def _forwarded_port(proc: subprocess.Popen[str], errors: IO[str]) -> int:
