@@ -298,12 +298,7 @@ def up(lo: Layout, *, build: bool = True, say: Callable[[str], None] = print) ->
         _build(lo)
         if lo.real:
             _build_images(lo)
-    if missing := missing_binaries(lo):
-        raise ClusterError(f"{', '.join(missing)} not built in {lo.bin}: run make cluster-up")
-    if lo.real and (packages := realnode.missing_packages()):
-        raise ClusterError(f"the real node needs Debian's {', '.join(packages)}: apt-get install "
-                           f"{' '.join(packages)} (make cluster-up installs them)")
-    _check_ports(lo)
+    _check_ready_to_start(lo)
     lo.run.mkdir(parents=True, exist_ok=True)
     procs: list[Proc] = []
     try:
@@ -322,6 +317,17 @@ def up(lo: Layout, *, build: bool = True, say: Callable[[str], None] = print) ->
             raise ClusterError(str(e)) from None
         raise
     return time.monotonic() - start
+
+
+def _check_ready_to_start(lo: Layout) -> None:
+    """What must be there before anything starts: the binaries, the node's packages, free
+    ports (each a one-line ClusterError)."""
+    if missing := missing_binaries(lo):
+        raise ClusterError(f"{', '.join(missing)} not built in {lo.bin}: run make cluster-up")
+    if lo.real and (packages := realnode.missing_packages()):
+        raise ClusterError(f"the real node needs Debian's {', '.join(packages)}: apt-get install "
+                           f"{' '.join(packages)} (make cluster-up installs them)")
+    _check_ports(lo)
 
 
 def _start_all(lo: Layout, procs: list[Proc], say: Callable[[str], None]) -> None:
