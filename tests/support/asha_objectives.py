@@ -3,10 +3,10 @@ report and one checkpoint per step, honouring the pruner (a pause under a schedu
 
 ``$ASHA_LOG``: a file that gets ``trial_number resumed_step`` per run (-1: not resumed), so a
 test sees where each promotion resumed. ``$ASHA_KILL``: a marker file; the first resumed run
-that finds it missing creates it after its first step, and ends its own process at once with
-exit code 137, as if SIGKILLed (a promoter dying after its claim). Not by SIGKILL to itself: in
-a container the runner is PID 1, and the kernel drops a signal PID 1 sends itself that it has no
-handler for, SIGKILL included."""
+that finds it missing creates it after its first step, and SIGKILLs its own process (a
+promoter dying after its claim). In a container the runner is PID 1, and the kernel drops a
+signal PID 1 sends itself that it has no handler for, SIGKILL included: there it exits at once
+with 137, the code a SIGKILLed container ends with, without cleanup or a last heartbeat."""
 
 from __future__ import annotations
 
@@ -37,7 +37,9 @@ def curve(ctx: TrialContext) -> float:
         if kill and resumed is not None and not Path(kill).exists() and step >= start:
             Path(kill).write_text("killed")
             ctx.should_prune()  # writes the reports so far
-            os._exit(128 + signal.SIGKILL)  # no cleanup, no last heartbeat
+            if os.getpid() == 1:
+                os._exit(128 + signal.SIGKILL)
+            os.kill(os.getpid(), signal.SIGKILL)
         if ctx.should_prune():
             raise TrialPruned()
     return loss
