@@ -282,8 +282,7 @@ class Cluster:
         directory itself): what the pods write there, the test reads at the yielded path."""
         assert self.local is not None, "the claim's directory is the local cluster's"
         run = self.local / "run"
-        on_process_node = not self.placement and (run / "node").exists()
-        node_dir = run / ("node" if on_process_node else "real-node")
+        node_dir = run / ("node" if self.process_node else "real-node")
         directory = node_dir / "shared" / "pvc" / NS / f"{prefix}-{uuid.uuid4().hex[:8]}"
         directory.mkdir(parents=True)
         directory.chmod(0o777)  # the pods run as uid 10001
