@@ -67,6 +67,7 @@ def ddp(ctx: TrialContext) -> dict[str, float]:
     too: what losing a pod is to the gang); ``delay``: seconds before each step."""
     import json
     import signal
+    import socket
 
     import torch
     import torch.distributed as dist
@@ -79,6 +80,7 @@ def ddp(ctx: TrialContext) -> dict[str, float]:
     seen: dict[str, object] = {"rank": rank, "world_size": dist.get_world_size(),
                                "params": ctx.params, "device": ctx.device, "decisions": [],
                                "node": node, "pgid": os.getpgid(0),
+                               "host": socket.gethostname(),
                                "main": getattr(ctx, "is_main", True)}
     out = Path(os.environ["MARKER_DIR"], f"rank-{ctx.index}-{ctx.attempt}-{rank}.json")
     steps, loss = int(ctx.params.get("steps", 3)), 0.0

@@ -289,15 +289,23 @@ class Cluster:
         return self.bound_claim(prefix, {"hostPath": {"path": str(directory)}},
                                 modes or ["ReadWriteMany"], size, directory=directory)
 
+    def host_claim(self, prefix: str, path: Path) -> AbstractContextManager[tuple[str, Path]]:
+        """A read-only claim on an existing directory of this machine (a hostPath
+        PersistentVolume), left as it is afterwards."""
+        return self.bound_claim(prefix, {"hostPath": {"path": str(path)}}, ["ReadOnlyMany"],
+                                "1Gi", directory=path, remove=False)
+
     @contextmanager
     def bound_claim(self, prefix: str, source: Obj, modes: list[str], size: str,
-                    directory: Path | None = None) -> Iterator[tuple[str, Path]]:
+                    directory: Path | None = None, remove: bool = True
+                    ) -> Iterator[tuple[str, Path]]:
         """A PVC bound to a PersistentVolume with ``source`` (``{"nfs": ...}``, ``{"hostPath":
         ...}``): kube-controller-manager's PV binder binds them, and the scheduler places no
         pod whose claim is unbound. Yields the claim's name and the directory that is its
-        volume on the process node; both objects and the directory are removed afterwards."""
+        volume on the process node; both objects and (``remove``) the directory are removed
+        afterwards."""
         assert self.local is not None, "the claim's directory is the local process node's"
-        name = directory.name if directory else f"{prefix}-{uuid.uuid4().hex[:8]}"
+        name = directory.name if directory and remove else f"{prefix}-{uuid.uuid4().hex[:8]}"
         pv_name = f"sweeper-test-{NS}-{name}"
         directory = directory or self.local / "run" / "node" / "shared" / "pvc" / NS / name
         labels = {"app.kubernetes.io/part-of": "sweeper-tests"}
@@ -323,7 +331,8 @@ class Cluster:
         finally:
             self.delete_quietly(core.delete_namespaced_persistent_volume_claim, name, NS)
             self.delete_quietly(core.delete_persistent_volume, pv_name)
-            shutil.rmtree(directory, ignore_errors=True)
+            if remove:
+                shutil.rmtree(directory, ignore_errors=True)
 
     def jobsets(self, sweep: str) -> list[Obj]:
         """The sweep's JobSets (``trial.nodes``) as JSON, oldest first; none on a cluster
