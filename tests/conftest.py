@@ -16,7 +16,6 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import pytest
@@ -25,7 +24,6 @@ import sqlalchemy as sa
 from tests.cluster.control_plane import ClusterError, Layout, default_layout, down, is_up, up
 from tests.support.helpers import drop_database
 from tests.support.k8s_cluster import (
-    LOCAL_IMAGE,
     TEST_IMAGE,
     prepare_namespace,
     real_cluster_config,
@@ -86,18 +84,8 @@ def storage_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 class RealNodeTarget:
     """The local cluster's real node (tests/cluster/realnode.py), as the tests see it."""
 
-    image: str  # the locally built test image its pods run
     gateway: str  # this machine's address as its pods reach it
     pod_pg: str  # the test PostgreSQL server as its pods reach it (at the gateway)
-    #: The node selector and tolerations a pod needs to run there (the process node is in
-    #: the cluster too, and the real node is tainted), else empty.
-    placement: dict[str, Any]
-
-    def pod_placement(self) -> dict[str, Any]:
-        """:attr:`placement` in a pod spec's words (nodeSelector, tolerations)."""
-        p = self.placement
-        return {**({"nodeSelector": p["node_selector"]} if "node_selector" in p else {}),
-                **({"tolerations": p["tolerations"]} if "tolerations" in p else {})}
 
 
 @dataclass(frozen=True)
@@ -108,20 +96,11 @@ class Target:
     real_node: RealNodeTarget | None = None
 
 
-def real_node_target(lo: Layout) -> RealNodeTarget | None:
-    if lo.real is None:
-        return None
-    from tests.cluster.realnode import LABEL, TAINT
-
+def real_node_target(lo: Layout) -> RealNodeTarget:
     parts = urlsplit(PG_ADMIN_URL)
     server = parts._replace(netloc=parts.netloc.rsplit("@", 1)[0] + "@"
                             + f"{lo.real.net.host_ip}:{parts.port or 5432}", path="")
-    placement: dict[str, Any] = {}
-    if lo.real.tainted:
-        placement = {"node_selector": {LABEL[0]: LABEL[1]},
-                     "tolerations": [{"key": TAINT["key"], "operator": "Equal",
-                                      "value": TAINT["value"], "effect": TAINT["effect"]}]}
-    return RealNodeTarget(TEST_IMAGE, lo.real.net.host_ip, urlunsplit(server), placement)
+    return RealNodeTarget(lo.real.net.host_ip, urlunsplit(server))
 
 
 @pytest.fixture(scope="session")
@@ -144,8 +123,7 @@ def k8s_target() -> Iterator[Target]:
         pytest.skip(msg)
     prepare_namespace(lo.kubeconfig)
     try:
-        yield Target(lo.kubeconfig, LOCAL_IMAGE if lo.process_node else TEST_IMAGE, lo.root,
-                     real_node_target(lo))
+        yield Target(lo.kubeconfig, TEST_IMAGE, lo.root, real_node_target(lo))
     finally:
         if started:
             down(lo)

@@ -3,8 +3,8 @@ server) is synced once per pod into its scratch, so the indexes a pod runs share
 a dataset on a read-only PVC (bound by kube-controller-manager's PV binder to a hostPath
 PersistentVolume) is read in place.
 
-Local control plane only: its pods share this machine's network (they reach moto on
-127.0.0.1), and the test fills the claim's directory on the process node."""
+Local cluster only: its pods reach moto at their gateway, and the test fills the claim's
+directory on this machine."""
 
 from __future__ import annotations
 

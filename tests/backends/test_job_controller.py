@@ -2,8 +2,8 @@
 mid-trial is replaced only once it has failed (``podReplacementPolicy: Failed``) and its index
 retried once; an eviction is a disruption the ``podFailurePolicy`` ignores (no retry spent);
 ``backoffLimitPerIndex`` spent for one index fails that index while the others finish. Run
-against the local control plane (kube-controller-manager's Job controller, the scheduler, the
-process node) or a cluster of your own."""
+against the local cluster (kube-controller-manager's Job controller, the scheduler, the node)
+or a cluster of your own."""
 
 from __future__ import annotations
 

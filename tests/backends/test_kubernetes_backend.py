@@ -1,6 +1,6 @@
 """The Kubernetes backend end to end: the official `kubernetes` client against a real
 kube-apiserver, the Job controller of kube-controller-manager and kube-scheduler (the local
-control plane of tests/cluster, whose process node runs each pod's command as a local process),
+control plane of tests/cluster, whose node runs each pod as a container of the test image),
 the pods and the CLI sharing one real PostgreSQL database. The pods get the storage URL only
 from the Secret, as on any cluster.
 

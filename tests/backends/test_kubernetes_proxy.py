@@ -15,7 +15,6 @@ import json
 import os
 import subprocess
 import time
-import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -34,7 +33,6 @@ from tests.support.k8s_cluster import (
     REPO,
     Cluster,
     kubectl,
-    placement_patches,
 )
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
@@ -90,22 +88,6 @@ def _image(image: str) -> Obj:
     return entry
 
 
-#: The process node runs the proxy as a process: its ServiceAccount's credentials (for
-#: TokenReview and SubjectAccessReview) cannot be at the fixed in-cluster path, so on the
-#: local cluster they come as a kubeconfig in this Secret (a token of the same
-#: ServiceAccount, so the component's RBAC is what is tested).
-PROXY_KUBECONFIG = "sweeper-storage-proxy-kubeconfig"
-_KUBECONFIG_PATCH = {
-    "apiVersion": "apps/v1", "kind": "Deployment",
-    "metadata": {"name": PROXY, "namespace": NS},
-    "spec": {"template": {"spec": {
-        "containers": [{"name": "proxy", "env": [
-            {"name": "KUBECONFIG", "value": "/etc/sweeper-proxy-kube/config"}],
-            "volumeMounts": [{"name": "kubeconfig", "mountPath": "/etc/sweeper-proxy-kube",
-                              "readOnly": True}]}],
-        "volumes": [{"name": "kubeconfig", "secret": {"secretName": PROXY_KUBECONFIG}}]}}}}
-
-
 #: TLS on the proxy's port (issue 28): the component on top of storage-proxy, the Secret it
 #: reads, and the ConfigMap with the CA the sweeps' pods verify it with.
 TLS_COMPONENT = REPO / "manifests" / "components" / "storage-proxy-tls"
@@ -123,18 +105,8 @@ def _overlay(cluster: Cluster, tls: bool = False) -> Path:
         # kustomize takes a component only by a relative path
         "components": [os.path.relpath(c, overlay) for c in components],
         "images": [_image(cluster.image)]}
-    if cluster.process_node:
-        (overlay / "kubeconfig-patch.yaml").write_text(yaml.safe_dump(_KUBECONFIG_PATCH))
-        kustomization["patches"] = [{"path": "kubeconfig-patch.yaml"}]
-    elif patches := placement_patches(cluster.placement):
-        kustomization["patches"] = patches
     (overlay / "kustomization.yaml").write_text(yaml.safe_dump(kustomization))
     return overlay
-
-
-def _put_proxy_kubeconfig(cluster: Cluster) -> None:
-    path, _ = cluster.service_account_kubeconfig(PROXY)
-    cluster.put_secret(PROXY_KUBECONFIG, {"config": path.read_text()})
 
 
 def _put_db_secret(cluster: Cluster) -> None:
@@ -170,8 +142,8 @@ def _log(cluster: Cluster, pod: Obj) -> str:
 
 
 def _serving_pod(cluster: Cluster) -> Obj:
-    """The one proxy pod once `sweeper proxy` in it says it serves (the process node runs no
-    probes: Ready means started, not serving)."""
+    """The one proxy pod once `sweeper proxy` in it says it serves (its log says so before
+    its readiness probe does)."""
     deadline = time.monotonic() + cluster.patience(30)
     while True:
         pods = _proxy_pods(cluster)
@@ -213,10 +185,7 @@ def storage_proxy(cluster: Cluster, tls: Path | None = None) -> Iterator[Obj]:
         for made in (f"service/{PROXY}", f"deployment.apps/{PROXY}",
                      f"poddisruptionbudget.policy/{PROXY}"):
             assert f"{made} created" in applied or f"{made} configured" in applied, applied
-        if cluster.process_node:
-            _put_proxy_kubeconfig(cluster)
-        # One replica, so that its metrics hold every claim and tell of the sweep (on the
-        # process node two would also collide on ports: its pods share one network). The
+        # One replica, so that its metrics hold every claim and tell of the sweep. The
         # platform test (test_platform_k8s.py) serves with the component's two.
         _ok(cluster, "scale", "-n", NS, f"deployment/{PROXY}", "--replicas=1")
         _ok(cluster, "rollout", "status", "-n", NS, f"deployment/{PROXY}",
@@ -229,24 +198,19 @@ def storage_proxy(cluster: Cluster, tls: Path | None = None) -> Iterator[Obj]:
         # ports are free again when the test ends.
         _kubectl(cluster, "delete", "-k", str(overlay), "--ignore-not-found",
                  "--cascade=foreground", "--wait", "--timeout=120s")
-        _kubectl(cluster, "delete", "secret", "-n", NS, DB_SECRET, PROXY_KUBECONFIG,
-                 TLS_SECRET, "--ignore-not-found")
+        _kubectl(cluster, "delete", "secret", "-n", NS, DB_SECRET, TLS_SECRET,
+                 "--ignore-not-found")
         _kubectl(cluster, "delete", "configmap", "-n", NS, CA_CONFIGMAP, "--ignore-not-found")
 
 
 def _metrics(cluster: Cluster, pod: Obj) -> dict[str, float]:
     """The proxy's Prometheus samples (name{labels} -> value), read inside its pod (this
-    machine does not route to pod IPs; on the process node, the pod IP is this machine's)."""
+    machine does not route to pod IPs)."""
     port = next(p["containerPort"] for p in pod["spec"]["containers"][0]["ports"]
                 if p["name"] == "metrics")
-    if cluster.process_node:
-        with urllib.request.urlopen(f"http://{pod['status']['podIP']}:{port}/metrics",
-                                    timeout=10) as r:
-            text = r.read().decode()
-    else:
-        text = _ok(cluster, "exec", "-n", NS, pod["metadata"]["name"], "-c", "proxy", "--",
-                   "python", "-c", "import urllib.request as u; print(u.urlopen("
-                   f"'http://127.0.0.1:{port}/metrics', timeout=10).read().decode())")
+    text = _ok(cluster, "exec", "-n", NS, pod["metadata"]["name"], "-c", "proxy", "--",
+               "python", "-c", "import urllib.request as u; print(u.urlopen("
+               f"'http://127.0.0.1:{port}/metrics', timeout=10).read().decode())")
     return {s.name + json.dumps(s.labels, sort_keys=True): s.value
             for family in text_string_to_metric_families(text) for s in family.samples}
 

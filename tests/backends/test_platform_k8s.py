@@ -47,7 +47,7 @@ import pytest
 import yaml
 
 from tests.conftest import Target
-from tests.support.k8s_cluster import NS, REPO, kubectl, placement_patches, port_forward
+from tests.support.k8s_cluster import NS, REPO, kubectl, port_forward
 
 pytestmark = [pytest.mark.slow]
 
@@ -110,7 +110,7 @@ def _image(name: str, ref: str) -> Obj:
     return {"name": name, "newName": repo, "newTag": tag}
 
 
-def _overlay(tmp: Path, image: str, placement: Obj) -> Path:
+def _overlay(tmp: Path, image: str) -> Path:
     """The platform team's cluster directory beside (never inside) manifests/: the base, the
     storage-proxy component and the images this cluster has."""
     overlay = tmp / "sweeper-cluster"
@@ -121,8 +121,6 @@ def _overlay(tmp: Path, image: str, placement: Obj) -> Path:
         "resources": [os.path.relpath(MANIFESTS, overlay)],
         "components": [os.path.relpath(COMPONENT, overlay)],
         "images": [_image("postgres", POSTGRES_IMAGE), _image("sweeper-trial-runner", image)]}
-    if patches := placement_patches(placement):
-        kustomization["patches"] = patches
     (overlay / "kustomization.yaml").write_text(yaml.safe_dump(kustomization, sort_keys=False))
     return overlay
 
@@ -256,7 +254,7 @@ def _remove(kube: Kube, overlay: Path, tmp: Path) -> None:
 # --------------------------------------------------------------------------- the sweep
 
 
-def _spec(tmp: Path, image: str, placement: Obj) -> Path:
+def _spec(tmp: Path, image: str) -> Path:
     """A small grid sweep whose pods reach the study through the proxy's Service."""
     doc = {
         "name": SWEEP, "method": "grid", "objective": {"metric": "loss", "direction": "minimize"},
@@ -264,7 +262,7 @@ def _spec(tmp: Path, image: str, placement: Obj) -> Path:
         "trial": {"entrypoint": "trial_runner.examples.synthetic:quadratic",
                   "fixed": {"epochs": 2}, "resources": {"cpu": "100m", "memory": "512Mi"}},
         "parameters": {"x": {"type": "float", "values": XS}},
-        "kubernetes": {"storage_proxy": f"{PROXY}:{PROXY_PORT}", "image": image, **placement}}
+        "kubernetes": {"storage_proxy": f"{PROXY}:{PROXY_PORT}", "image": image}}
     path = tmp / f"{SWEEP}.yaml"
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
     return path
@@ -337,26 +335,16 @@ class Seen:
     postgres_log: str
 
 
-def _target_node(target: Target) -> tuple[str, Obj]:
-    """The image the pods run and the spec's placement (node selector, tolerations) that puts
-    them on a node that runs containers."""
-    real = target.real_node
-    if real is None and target.local is not None:
-        pytest.fail("the local cluster has no real node (SWEEPER_CLUSTER_NODE=process): "
-                    "PostgreSQL and the proxy run as containers")
-    return (real.image, dict(real.placement)) if real else (target.image, {})
-
-
 def _see(kube: Kube, stack: ExitStack, target: Target, tmp: Path, overlay: Path,
          password: str) -> tuple[Seen, str]:
     """The platform team's steps: install, then run the sweep and look at it from a laptop
     (``stack`` closes the port-forwards). Returns what it saw and the admin's token."""
-    image, placement = _target_node(target)
+    image = target.image
     warnings = _install(kube, overlay, password, tmp)
     token = _admin_token(kube)
     proxy = stack.enter_context(port_forward(kube.base, f"svc/{PROXY}", PROXY_PORT))
     storage = ("--storage", f"grpc://127.0.0.1:{proxy}")
-    ran = _sweeper(target.kubeconfig, token, tmp, "run", str(_spec(tmp, image, placement)),
+    ran = _sweeper(target.kubeconfig, token, tmp, "run", str(_spec(tmp, image)),
                    "--backend", "kubernetes", *storage)
     status = _sweeper(target.kubeconfig, token, tmp, "status", SWEEP, *storage)
     database = stack.enter_context(port_forward(kube.base, f"svc/{POSTGRES}", 5432))
@@ -406,8 +394,7 @@ def test_the_platform_teams_install_runs_a_sweep_through_the_proxy(
     left = _leftovers(kube)
     assert not left, (f"{' '.join(left)} already there: left by an earlier run of this test? "
                       "Delete them (and the claim's PersistentVolume) to run it")
-    image, placement = _target_node(k8s_target)
-    overlay = _overlay(tmp_path, image, placement)
+    overlay = _overlay(tmp_path, k8s_target.image)
     password = _password()
     with ExitStack() as stack:
         stack.callback(_remove, kube, overlay, tmp_path)

@@ -38,9 +38,6 @@ pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 
 
 Obj = dict[str, Any]
-#: The proxy as the test process reaches it on the process node, whose pods share this
-#: machine's network (elsewhere: a port-forward to its Service, :func:`_laptop_proxy`).
-LOCAL_PROXY = "grpc://127.0.0.1:13000"
 PROXY_SERVICE, PROXY_PORT = ADDRESS.removeprefix("grpc://").split(":")
 
 
@@ -48,9 +45,6 @@ PROXY_SERVICE, PROXY_PORT = ADDRESS.removeprefix("grpc://").split(":")
 def _laptop_proxy(cluster: Cluster) -> Iterator[str]:
     """The proxy's address for a client outside the cluster (an admin's laptop): through
     ``kubectl port-forward`` to its Service."""
-    if cluster.process_node:
-        yield LOCAL_PROXY
-        return
     with port_forward([kubectl(), "--kubeconfig", str(cluster.kubeconfig)],
                       f"svc/{PROXY_SERVICE}", int(PROXY_PORT)) as port:
         yield f"grpc://127.0.0.1:{port}"
@@ -91,7 +85,6 @@ def _pod(cluster: Cluster, name: str, sweep: str, command: list[str]) -> Obj:
             "automountServiceAccountToken": False,
             "securityContext": {"runAsNonRoot": True, "runAsUser": 10001,
                                 "seccompProfile": {"type": "RuntimeDefault"}},
-            **cluster.pod_placement(),
             "volumes": [proxy_token_volume()],
             "containers": [{
                 "name": "probe", "image": cluster.image, "command": command,
@@ -295,8 +288,8 @@ def test_tokens_that_do_not_check_out_and_the_admin_role(
 
 
 def _pki(d: Path) -> Path:
-    """A CA and the proxy's certificate for its Service names (and 127.0.0.1, where the
-    process node's pods reach it), as cert-manager would issue it."""
+    """A CA and the proxy's certificate for its Service names (and 127.0.0.1, for a
+    port-forward), as cert-manager would issue it."""
     import subprocess
 
     def openssl(*args: str) -> None:

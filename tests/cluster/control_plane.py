@@ -1,7 +1,8 @@
-"""The local control plane: etcd, kube-apiserver, kube-controller-manager (the Job, garbage
-collector, namespace and every other default controller), kube-scheduler, the process node
-and, when built, Kueue's and JobSet's managers; started as processes of this machine, stopped
-and removed by :func:`down`.
+"""The local cluster: etcd, kube-apiserver, kube-controller-manager (the Job, garbage
+collector, namespace and every other default controller), kube-scheduler, the node
+(tests/cluster/realnode.py: containerd, the kubelet, kube-proxy, CoreDNS) and, when built,
+Kueue's and JobSet's managers; started as processes of this machine, stopped and removed by
+:func:`down`.
 
     python -m tests.cluster up      # what `make cluster-up` runs: build what is missing, start
     python -m tests.cluster down    # stop every process it started, remove the state
@@ -21,7 +22,6 @@ import signal
 import socket
 import ssl
 import subprocess
-import sys
 import time
 import urllib.request
 from collections.abc import Callable
@@ -48,11 +48,7 @@ class Layout:
     root: Path  # .cluster
     etcd_port: int = 12379  # and the next one, etcd's peer port
     apiserver_port: int = 16443
-    node_port: int = 16450
     bin_dir: Path | None = None  # default: $CLUSTER_BIN, else ROOT/bin
-    #: "real" (tests/cluster/realnode.py), "process" (tests/cluster/node.py) or "both": the
-    #: real node tainted, so that only the pods that tolerate it run there.
-    node_kind: str = "both"
     #: Where the real node's image archives are (default: $CLUSTER_IMAGES, else ROOT/images)
     #: and its subnet's N (default: from ROOT), for a second cluster beside the main one.
     images_dir: Path | None = None
@@ -83,27 +79,18 @@ class Layout:
         return f"https://127.0.0.1:{self.apiserver_port}"
 
     @property
-    def real(self) -> RealNode | None:
-        """The real node's layout, when this cluster has one (else the process node)."""
-        if self.node_kind not in ("real", "both"):
-            return None
+    def real(self) -> RealNode:
+        """The node's layout."""
         images = self.images_dir or Path(os.environ.get("CLUSTER_IMAGES", self.root / "images"))
         return RealNode(self.run / "real-node", self.bin, self.pki, images,
-                        node_net(self.root, self.node_slot), self.apiserver_port,
-                        tainted=self.node_kind == "both")
-
-    @property
-    def process_node(self) -> bool:
-        return self.node_kind in ("process", "both")
+                        node_net(self.root, self.node_slot), self.apiserver_port)
 
 
 def default_layout() -> Layout:
     env = os.environ.get
     return Layout(Path(env("SWEEPER_CLUSTER_DIR", str(REPO / ".cluster"))),
                   int(env("SWEEPER_CLUSTER_ETCD_PORT", "12379")),
-                  int(env("SWEEPER_CLUSTER_APISERVER_PORT", "16443")),
-                  int(env("SWEEPER_CLUSTER_NODE_PORT", "16450")),
-                  node_kind=env("SWEEPER_CLUSTER_NODE", "both"))
+                  int(env("SWEEPER_CLUSTER_APISERVER_PORT", "16443")))
 
 
 # --------------------------------------------------------------------------- commands
@@ -119,11 +106,10 @@ def _etcd(lo: Layout) -> list[str]:
 
 def _apiserver(lo: Layout) -> list[str]:
     p = lo.pki
-    # With a real node, its kubelet and pods reach the apiserver from their network namespace
-    # at this machine's end of the veth pair.
-    bind, advertise = ("0.0.0.0", lo.real.net.host_ip) if lo.real else ("127.0.0.1",) * 2
+    # The kubelet and the pods reach the apiserver from the node's network namespace, at this
+    # machine's end of the veth pair.
     return [str(lo.bin / "kube-apiserver"), f"--etcd-servers=http://127.0.0.1:{lo.etcd_port}",
-            f"--bind-address={bind}", f"--advertise-address={advertise}",
+            "--bind-address=0.0.0.0", f"--advertise-address={lo.real.net.host_ip}",
             f"--secure-port={lo.apiserver_port}", f"--tls-cert-file={p / 'apiserver.crt'}",
             f"--tls-private-key-file={p / 'apiserver.key'}", f"--client-ca-file={p / 'ca.crt'}",
             f"--kubelet-client-certificate={p / 'admin.crt'}",
@@ -171,12 +157,6 @@ def _scheduler(lo: Layout) -> list[str]:
             "--leader-elect=false", "--secure-port=0", "--profiling=false", "--v=1"]
 
 
-def _node(lo: Layout) -> list[str]:
-    return [sys.executable, "-m", "tests.cluster.node", f"--kubeconfig={lo.kubeconfig}",
-            f"--root={lo.run / 'node'}", f"--workdir={REPO}", f"--port={lo.node_port}",
-            f"--cert={lo.pki / 'node.crt'}", f"--key={lo.pki / 'node.key'}"]
-
-
 # --------------------------------------------------------------------------- readiness
 
 def _wait(what: str, ready: Callable[[], bool], timeout: float, procs: list[Proc]) -> None:
@@ -207,11 +187,6 @@ def _etcd_ok(lo: Layout) -> bool:
         return bool(json.loads(r.read()).get("health") == "true")
 
 
-def node_names(lo: Layout) -> list[str]:
-    return [name for name, there in ((realnode.NAME, lo.real), ("process-node", lo.process_node))
-            if there]
-
-
 def _read(lo: Layout, what: str) -> dict[str, Any]:
     from kubernetes import client, config
 
@@ -226,10 +201,8 @@ def _read(lo: Layout, what: str) -> dict[str, Any]:
 
 
 def _node_ready(lo: Layout) -> bool:
-    def ready(name: str) -> bool:
-        conds = _read(lo, name).get("status", {}).get("conditions", [])
-        return any(c["type"] == "Ready" and c["status"] == "True" for c in conds)
-    return all(ready(name) for name in node_names(lo))
+    conds = _read(lo, realnode.NAME).get("status", {}).get("conditions", [])
+    return any(c["type"] == "Ready" and c["status"] == "True" for c in conds)
 
 
 def _default_sa(lo: Layout) -> bool:
@@ -241,8 +214,6 @@ def _default_sa(lo: Layout) -> bool:
 def _check_ports(lo: Layout) -> None:
     ports = [(lo.etcd_port, "etcd"), (lo.etcd_port + 1, "etcd (peer)"),
              (lo.apiserver_port, "kube-apiserver")]
-    if lo.process_node:
-        ports.append((lo.node_port, "the process node"))
     for port, who in ports:
         with socket.socket() as s:
             s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -280,7 +251,7 @@ def is_up(lo: Layout) -> bool:
 
 def missing_binaries(lo: Layout) -> list[str]:
     names = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler",
-             *(realnode.BINARIES if lo.real else ()))
+             *realnode.BINARIES)
     return [n for n in names if not (lo.bin / n).exists()]
 
 
@@ -288,7 +259,7 @@ def up(lo: Layout, *, build: bool = True, say: Callable[[str], None] = print) ->
     """Start the cluster (a no-op when it is up); the seconds it took."""
     start = time.monotonic()
     if is_up(lo):
-        if build and lo.real:  # the images of the code as it is now
+        if build:  # the images of the code as it is now
             _build_images(lo)
             realnode.import_images(lo.real, say)
         return 0.0
@@ -296,21 +267,18 @@ def up(lo: Layout, *, build: bool = True, say: Callable[[str], None] = print) ->
         down(lo)
     if build:
         _build(lo)
-        if lo.real:
-            _build_images(lo)
+        _build_images(lo)
     _check_ready_to_start(lo)
     lo.run.mkdir(parents=True, exist_ok=True)
     procs: list[Proc] = []
     try:
-        if lo.real:
-            realnode.netns.create(lo.real.net)
-        make_pki(lo.pki, lo.real.net.host_ip if lo.real else None)
+        realnode.netns.create(lo.real.net)
+        make_pki(lo.pki, lo.real.net.host_ip)
         write_kubeconfig(lo)
         _start_all(lo, procs, say)
     except BaseException as e:
         stop_all(procs)
-        if lo.real:
-            realnode.clean(lo.real)
+        realnode.clean(lo.real)
         shutil.rmtree(lo.run, ignore_errors=True)
         lo.kubeconfig.unlink(missing_ok=True)
         if isinstance(e, (NetError, NodeError)):
@@ -324,7 +292,7 @@ def _check_ready_to_start(lo: Layout) -> None:
     ports (each a one-line ClusterError)."""
     if missing := missing_binaries(lo):
         raise ClusterError(f"{', '.join(missing)} not built in {lo.bin}: run make cluster-up")
-    if lo.real and (packages := realnode.missing_packages()):
+    if packages := realnode.missing_packages():
         raise ClusterError(f"the real node needs Debian's {', '.join(packages)}: apt-get install "
                            f"{' '.join(packages)} (make cluster-up installs them)")
     _check_ports(lo)
@@ -339,13 +307,10 @@ def _start_all(lo: Layout, procs: list[Proc], say: Callable[[str], None]) -> Non
     _wait("kube-apiserver /readyz", lambda: _https_ok(lo, "/readyz"), 60, procs)
     start("kube-controller-manager", _controller_manager(lo))
     start("kube-scheduler", _scheduler(lo))
-    if lo.real:
-        def wait(what: str, ready: Callable[[], bool], timeout: float) -> None:
-            _wait(what, ready, timeout, procs)
-        realnode.start(lo.real, lo.kubeconfig, procs, wait, say, REPO)
-    if lo.process_node:
-        start("process-node", _node(lo), env={"PYTHONPATH": str(REPO)})
-    _wait("the nodes to be Ready", lambda: _node_ready(lo), 60, procs)
+    def wait(what: str, ready: Callable[[], bool], timeout: float) -> None:
+        _wait(what, ready, timeout, procs)
+    realnode.start(lo.real, lo.kubeconfig, procs, wait, say, REPO)
+    _wait("the node to be Ready", lambda: _node_ready(lo), 60, procs)
     _wait("the default service account", lambda: _default_sa(lo), 30, procs)
     from . import jobset, kueue
 
@@ -366,7 +331,6 @@ def _build(lo: Layout) -> None:
 
 
 def _build_images(lo: Layout) -> None:
-    assert lo.real is not None
     script = REPO / "tools" / "cluster" / "images.sh"
     env = {**os.environ, "CLUSTER_IMAGES": str(lo.real.images)}
     if subprocess.run(["bash", str(script)], env=env, stdout=subprocess.DEVNULL).returncode:
@@ -381,37 +345,16 @@ def down(lo: Layout) -> list[str]:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(pid, signal.SIGKILL)
             stopped.append(f"pid {pid}")
-    pgids = lo.run / "node" / "pgids"
-    killed = []
-    if pgids.exists():
-        for line in pgids.read_text().split():
-            if alive(int(line)):
-                try:
-                    os.killpg(int(line), signal.SIGKILL)
-                except (ProcessLookupError, PermissionError):
-                    continue
-                killed.append(int(line))
-                stopped.append(f"pod process group {line}")
-    _await_death(killed)
-    if lo.real:
-        stopped += realnode.clean(lo.real)
+    stopped += realnode.clean(lo.real)
     shutil.rmtree(lo.run, ignore_errors=True)
     lo.kubeconfig.unlink(missing_ok=True)
     return stopped
 
 
-def _await_death(pids: list[int], timeout_s: float = 10.0) -> None:
-    """SIGKILL is delivered asynchronously: wait (bounded) until the killed pods' group leaders
-    are gone, so that down returns with nothing of the cluster left running."""
-    deadline = time.monotonic() + timeout_s
-    while any(alive(p) for p in pids) and time.monotonic() < deadline:
-        time.sleep(0.05)
-
-
 def leftovers(lo: Layout) -> list[str]:
     """What of this cluster is still there: processes (see :func:`_stray_processes`) and the
     real node's pods, namespaces and mounts. Empty after :func:`down`."""
-    return _stray_processes(lo) + (realnode.leftovers(lo.real) if lo.real else [])
+    return _stray_processes(lo) + realnode.leftovers(lo.real)
 
 
 def _stray_processes(lo: Layout) -> list[str]:

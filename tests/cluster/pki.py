@@ -1,7 +1,7 @@
 """The local cluster's certificates, made with openssl: a CA, the apiserver's serving cert,
-an admin client cert (group ``system:masters``), the process node's serving cert, the real
-node's client certs (the kubelet as ``system:node:sweeper-node``, kube-proxy, CoreDNS) and the
-service-account signing key. Throwaway credentials for a test cluster on this machine."""
+an admin client cert (group ``system:masters``), the node's client certs (the kubelet as
+``system:node:sweeper-node``, kube-proxy, CoreDNS) and the service-account signing key.
+Throwaway credentials for a test cluster on this machine."""
 
 from __future__ import annotations
 
@@ -14,7 +14,6 @@ SUBJECTS = {
                   "DNS:kubernetes.default,DNS:kubernetes.default.svc,"
                   "DNS:kubernetes.default.svc.cluster.local,IP:10.96.0.1"),
     "admin": ("/O=system:masters/CN=sweeper-admin", None),
-    "node": ("/O=system:nodes/CN=system:node:process-node", "subjectAltName=IP:127.0.0.1"),
     "kubelet": ("/O=system:nodes/CN=system:node:sweeper-node", None),
     "kube-proxy": ("/CN=system:kube-proxy", None),
     "coredns": ("/CN=system:coredns", None),
@@ -27,9 +26,9 @@ def _openssl(*args: str, cwd: Path) -> None:
         raise RuntimeError(f"openssl {args[0]} failed: {out.stderr.strip().splitlines()[-1:]}")
 
 
-def make_pki(d: Path, host_ip: str | None = None) -> None:
+def make_pki(d: Path, host_ip: str) -> None:
     """Write the CA, the certs and keys into ``d`` (kept if already there); ``host_ip``: the
-    address the real node reaches the apiserver at, in its serving cert."""
+    address the node reaches the apiserver at, in its serving cert."""
     d.mkdir(parents=True, exist_ok=True)
     if (d / "done").exists():
         return
@@ -39,7 +38,7 @@ def make_pki(d: Path, host_ip: str | None = None) -> None:
         _openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", f"{name}.key", "-out",
                  f"{name}.csr", "-subj", subject, cwd=d)
         ext = d / f"{name}.ext"
-        if name == "apiserver" and host_ip and san:
+        if name == "apiserver" and san:
             san += f",IP:{host_ip}"
         ext.write_text((san or "") + "\n")
         _openssl("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.crt", "-CAkey", "ca.key",

@@ -39,9 +39,6 @@ from .netns import NodeNet
 from .procs import Proc, alive
 
 NAME = "sweeper-node"
-#: The real node's label, and its taint while the process node is in the cluster too.
-LABEL = ("sweeper.dev/node", "real")
-TAINT = {"key": LABEL[0], "value": LABEL[1], "effect": "NoSchedule"}
 SANDBOX_IMAGE = "registry.k8s.io/pause:3.10"
 CLUSTER_DNS = "10.96.0.10"
 CNI_BIN = Path("/usr/lib/cni")
@@ -73,8 +70,6 @@ class RealNode:
     net: NodeNet
     apiserver_port: int
     gpus: int = 4
-    #: Beside the process node: only pods that tolerate TAINT run here.
-    tainted: bool = False
 
     @property
     def cgroup(self) -> str:
@@ -199,7 +194,6 @@ def kubelet_config(node: RealNode) -> dict[str, object]:
                          "imagefs.available": "1%", "nodefs.inodesFree": "1%"},
         "serializeImagePulls": False, "maxPods": 110,
         "nodeStatusUpdateFrequency": "4s", "syncFrequency": "10s",
-        "registerWithTaints": [TAINT] if node.tainted else [],
     }
 
 
@@ -300,7 +294,7 @@ def _kubelet(node: RealNode, kubeconfig: Path) -> list[str]:
     return [*node.enter(), str(node.bin / "kubelet"), f"--config={node.run / 'kubelet.yaml'}",
             f"--kubeconfig={kubeconfig}", f"--root-dir={KUBELET_ROOT}",
             f"--cert-dir={KUBELET_ROOT / 'pki'}", f"--hostname-override={NAME}",
-            f"--node-ip={node.net.node_ip}", f"--node-labels={LABEL[0]}={LABEL[1]}", "--v=1"]
+            f"--node-ip={node.net.node_ip}", "--v=1"]
 
 
 def _kube_proxy(node: RealNode) -> list[str]:

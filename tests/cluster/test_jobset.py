@@ -1,8 +1,8 @@
 """JobSet, for real: JobSet's manager (v0.12.0, built from its Go module, its webhooks served)
-on the local control plane, its pods run by the process node. A JobSet is defaulted by
+on the local control plane, its pods run as containers by the node. A JobSet is defaulted by
 JobSet's webhook (Indexed child Jobs, DNS hostnames), completes with one pod per index of
 each child Job, and its pods reach each other by ``HOST.SUBDOMAIN`` names under JobSet's
-headless Service (the node's stand-in for cluster DNS); the validating webhook rejects what
+headless Service (through CoreDNS); the validating webhook rejects what
 JobSet rejects, and the apiserver's strict field validation what the vendored CRD schema
 check (tests/support/k8s_schema.py) rejects; and a failure-policy rule ``RestartJob``
 recreates only the failed child Job.
@@ -74,8 +74,7 @@ while not os.path.exists(os.path.join(d, "second-attempt")):
 class JobSets:
     """JobSets in the test namespace, read and written through the API server."""
 
-    def __init__(self, api: client.ApiClient, placement: Obj) -> None:
-        self.placement = placement  # the pods' nodeSelector and tolerations
+    def __init__(self, api: client.ApiClient) -> None:
         self.custom = client.CustomObjectsApi(api)
         self.core = client.CoreV1Api(api)
         self.batch = client.BatchV1Api(api)
@@ -85,8 +84,6 @@ class JobSets:
         """Create the JobSet with strict field validation, as ``kubectl apply`` does; it
         passes the vendored CRD schema first (tests/support/k8s_schema.py)."""
         assert validate_k8s_objects([body]) == []
-        for rj in body["spec"]["replicatedJobs"]:
-            rj["template"]["spec"]["template"]["spec"].update(self.placement)
         self.names.append(body["metadata"]["name"])
         created: Obj = self.custom.create_namespaced_custom_object(
             GROUP, VERSION, NS, "jobsets", body, field_validation="Strict")
@@ -148,7 +145,7 @@ def jobsets(k8s_target: Target) -> Iterator[JobSets]:
                 raise
             pytest.fail("JobSet's CRD is not installed: this cluster was started before "
                         "JobSet was part of it; run make cluster-down, then make cluster-up")
-        js = JobSets(api, k8s_target.real_node.pod_placement() if k8s_target.real_node else {})
+        js = JobSets(api)
         yield js
         js.delete_all()
     finally:

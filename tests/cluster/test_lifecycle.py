@@ -32,7 +32,7 @@ from tests.cluster.control_plane import (
 from tests.cluster.procs import Proc, alive
 from tests.cluster.realnode import pod_pids
 from tests.conftest import real_node_target
-from tests.support.k8s_cluster import prepare_namespace, real_cluster
+from tests.support.k8s_cluster import TEST_IMAGE, prepare_namespace, real_cluster
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 
@@ -51,14 +51,12 @@ parameters:
 
 
 def _layout(tmp_path: Path, offset: int) -> Layout:
-    """A cluster beside the session's one: its own directory, ports and subnet, a real node
-    only, the same binaries and images."""
+    """A cluster beside the session's one: its own directory, ports and subnet, the same
+    binaries and images."""
     main = default_layout()
-    main_slot = main.real.net.slot if main.real else 0
     return Layout(tmp_path / "cluster", main.etcd_port + offset, main.apiserver_port + offset,
-                  main.node_port + offset, bin_dir=main.bin, node_kind="real",
-                  images_dir=main.real.images if main.real else None,
-                  node_slot=251 if main_slot != 251 else 252)
+                  bin_dir=main.bin, images_dir=main.real.images,
+                  node_slot=251 if main.real.net.slot != 251 else 252)
 
 
 @pytest.fixture
@@ -83,8 +81,7 @@ def test_a_crash_is_cleaned_up_and_a_new_cluster_resumes_the_study(
     assert up(second, build=False) == 0.0  # twice is harmless: it is up already
     prepare_namespace(second.kubeconfig)
     node, real = real_node_target(second), second.real
-    assert node is not None and real is not None
-    with real_cluster(pg_url, tmp_path, second.kubeconfig, node.image, second.root,
+    with real_cluster(pg_url, tmp_path, second.kubeconfig, TEST_IMAGE, second.root,
                       pod_pg=node.pod_pg) as cluster:
         spec = cluster.spec(SPEC)
         started = cluster.sweeper("run", spec, "--backend", "kubernetes", "--detach")
@@ -119,7 +116,7 @@ def test_a_crash_is_cleaned_up_and_a_new_cluster_resumes_the_study(
     # A new cluster, the same study: resume runs what the dead pods left.
     up(second, build=False)
     prepare_namespace(second.kubeconfig)
-    with real_cluster(pg_url, tmp_path, second.kubeconfig, node.image, second.root,
+    with real_cluster(pg_url, tmp_path, second.kubeconfig, TEST_IMAGE, second.root,
                       pod_pg=node.pod_pg) as cluster:
         cluster.names.add("lifecycle")
         resumed = cluster.sweeper("resume", "lifecycle")

@@ -31,7 +31,7 @@ Obj = dict[str, Any]
 @pytest.fixture
 def real(k8s_target: Target) -> RealNodeTarget:
     if k8s_target.real_node is None:
-        pytest.fail("the local cluster has no real node (SWEEPER_CLUSTER_NODE=process)")
+        pytest.skip("the node's own tests run on the local cluster (tests/cluster)")
     return k8s_target.real_node
 
 
@@ -42,11 +42,6 @@ def core(k8s_target: Target) -> Iterator[client.CoreV1Api]:
         yield client.CoreV1Api(api)
     finally:
         api.close()
-
-
-def _on_node(real: RealNodeTarget, spec: Obj) -> Obj:
-    """A pod spec placed on the real node (its selector and tolerations)."""
-    return {**spec, **real.pod_placement()}
 
 
 def _pod(core: client.CoreV1Api, name: str) -> Obj | None:
@@ -104,7 +99,7 @@ def test_init_containers_a_sidecar_env_and_volumes(core: client.CoreV1Api,
     work = {"name": "work", "mountPath": "/work"}
     pod = {"metadata": {"name": name, "annotations": {
                "batch.kubernetes.io/job-completion-index": "7"}},
-           "spec": _on_node(real, {
+           "spec": {
                "restartPolicy": "Never",
                "initContainers": [
                    _sh("prepare", 'echo prepared > "$1"; echo init-done', "/work/ready",
@@ -124,7 +119,7 @@ def test_init_containers_a_sidecar_env_and_volumes(core: client.CoreV1Api,
                                  {"name": "shm", "mountPath": "/dev/shm"}])],
                "volumes": [{"name": "work", "emptyDir": {}},
                            {"name": "config", "configMap": {"name": name}},
-                           {"name": "shm", "emptyDir": {"medium": "Memory"}}]})}
+                           {"name": "shm", "emptyDir": {"medium": "Memory"}}]}}
     core.create_namespaced_pod(NS, pod)
     try:
         done = _wait_phase(core, name, {"Succeeded", "Failed"})
@@ -154,9 +149,9 @@ def test_init_containers_a_sidecar_env_and_volumes(core: client.CoreV1Api,
 def test_deletion_sends_sigterm_then_sigkill(core: client.CoreV1Api, real: RealNodeTarget,
                                              trap: str, grace: int, code: int) -> None:
     name = f"node-delete-{uuid.uuid4().hex[:6]}"
-    core.create_namespaced_pod(NS, {"metadata": {"name": name}, "spec": _on_node(real, {
+    core.create_namespaced_pod(NS, {"metadata": {"name": name}, "spec": {
         "restartPolicy": "Never", "terminationGracePeriodSeconds": grace,
-        "containers": [_sh("main", f"{trap}; echo started; while true; do sleep 0.1; done")]})})
+        "containers": [_sh("main", f"{trap}; echo started; while true; do sleep 0.1; done")]}})
     _wait_phase(core, name, {"Running"})
     deadline = time.monotonic() + 20
     while "started" not in _log(core, name):
@@ -177,10 +172,10 @@ def test_deletion_sends_sigterm_then_sigkill(core: client.CoreV1Api, real: RealN
     assert terminated["exitCode"] == code
 
 
-def _run_to_end(core: client.CoreV1Api, real: RealNodeTarget, name: str, spec: Obj,
+def _run_to_end(core: client.CoreV1Api, name: str, spec: Obj,
                 seconds: float = 90) -> Obj:
     core.create_namespaced_pod(NS, {"metadata": {"name": name, "labels": {"app": name}},
-                                    "spec": _on_node(real, {"restartPolicy": "Never", **spec})})
+                                    "spec": {"restartPolicy": "Never", **spec}})
     return _wait_phase(core, name, {"Succeeded", "Failed"}, seconds)
 
 
@@ -191,7 +186,7 @@ def test_a_container_over_its_memory_limit_is_oom_killed(core: client.CoreV1Api,
     podFailurePolicy see on any cluster)."""
     name = f"node-oom-{uuid.uuid4().hex[:6]}"
     try:
-        done = _run_to_end(core, real, name, {"containers": [{
+        done = _run_to_end(core, name, {"containers": [{
             "name": "main", "image": IMAGE, "imagePullPolicy": "Never",
             "command": ["python", "-c", "b = bytearray(512 * 2**20); print('survived')"],
             "resources": {"limits": {"memory": "64Mi", "cpu": "500m"}}}]})
@@ -236,11 +231,11 @@ def test_service_names_resolve_through_coredns_and_route_through_kube_proxy(
             f"http://srv.{headless}.{NS}.svc.cluster.local:8080/"]
     try:
         core.create_namespaced_pod(NS, {"metadata": {"name": server, "labels": {"app": server}},
-                                        "spec": _on_node(real, {
+                                        "spec": {
             "hostname": "srv", "subdomain": headless,
             "containers": [{"name": "web", "image": IMAGE, "imagePullPolicy": "Never",
-                            "command": ["python", "-c", serve]}]})})
-        done = _run_to_end(core, real, client_pod, {"containers": [{
+                            "command": ["python", "-c", serve]}]}})
+        done = _run_to_end(core, client_pod, {"containers": [{
             "name": "main", "image": IMAGE, "imagePullPolicy": "Never",
             "command": ["python", "-c", fetch, *urls]}]}, seconds=120)
         log = _log(core, client_pod)
@@ -262,7 +257,7 @@ def test_gpus_come_from_the_device_plugin(core: client.CoreV1Api, real: RealNode
     in CUDA_VISIBLE_DEVICES; a pod asking for more than the node has stays Pending."""
     name, greedy = f"node-gpu-{uuid.uuid4().hex[:6]}", f"node-gpu5-{uuid.uuid4().hex[:6]}"
     try:
-        done = _run_to_end(core, real, name, {"containers": [_sh(
+        done = _run_to_end(core, name, {"containers": [_sh(
             "main", 'echo "nvidia=$NVIDIA_VISIBLE_DEVICES cuda=$CUDA_VISIBLE_DEVICES"',
             resources={"limits": {"nvidia.com/gpu": "2"}})]})
         assert done["status"]["phase"] == "Succeeded"
@@ -270,9 +265,9 @@ def test_gpus_come_from_the_device_plugin(core: client.CoreV1Api, real: RealNode
         assert len(set(nvidia.split(","))) == 2 and all("fake" in d for d in nvidia.split(","))
         assert sorted(cuda.split(",")) == sorted(
             str(int(d.rsplit("-", 1)[1])) for d in nvidia.split(","))
-        core.create_namespaced_pod(NS, {"metadata": {"name": greedy}, "spec": _on_node(real, {
+        core.create_namespaced_pod(NS, {"metadata": {"name": greedy}, "spec": {
             "restartPolicy": "Never", "containers": [_sh(
-                "main", "true", resources={"limits": {"nvidia.com/gpu": "5"}})]})})
+                "main", "true", resources={"limits": {"nvidia.com/gpu": "5"}})]}})
         time.sleep(3)
         pending = _pod(core, greedy)
         assert pending is not None and pending["status"]["phase"] == "Pending"

@@ -1,5 +1,5 @@
 """Objectives for the cluster-readiness tests (issue 10), run by real trial runners (local
-processes or pods on the local cluster's process node) as
+processes, or pods of the local cluster) as
 ``tests.support.cluster_objectives:NAME``."""
 
 from __future__ import annotations

@@ -1,10 +1,10 @@
 """The cluster the Kubernetes backend tests run against: the local control plane that
 ``make cluster-up`` builds and starts (tests/cluster: etcd, kube-apiserver, the Job controller
-and the rest of kube-controller-manager, kube-scheduler, Kueue; pods run as processes by the
-process node), or a cluster of your own named by ``SWEEPER_TEST_KUBECONFIG`` (with
-``SWEEPER_TEST_IMAGE``, see docs/testing.md). Either way a test sees one
-:class:`Cluster`: the kubeconfig the CLI gets, the storage URL, and the cluster's state read
-through the official client.
+and the rest of kube-controller-manager, kube-scheduler, Kueue, JobSet, and a node whose kubelet
+runs the pods as containers of locally built images), or a cluster of your own named by
+``SWEEPER_TEST_KUBECONFIG`` (with ``SWEEPER_TEST_IMAGE``, see docs/testing.md). Either way a
+test sees one :class:`Cluster`: the kubeconfig the CLI gets, the storage URL, and the cluster's
+state read through the official client.
 """
 
 from __future__ import annotations
@@ -51,9 +51,6 @@ ENV_POD_PG = "SWEEPER_TEST_POD_PG"
 NS = "sweeper"
 #: The Secret holding the pods' storage URL in the tests (never the production one).
 REAL_SECRET = "sweeper-test-db"
-#: The image the pods name on the local cluster: the process node ignores it (one line in its
-#: log) and runs the command in this repository's environment.
-LOCAL_IMAGE = "sweeper:local"
 #: The image the real node runs: the trial runner built from the Dockerfile, plus this
 #: repository's tests/ (tools/cluster/images.sh, test-runner).
 TEST_IMAGE = "sweeper-test-runner:local"
@@ -82,20 +79,14 @@ class Cluster:
     url: str  # the storage URL the CLI uses
     env: dict[str, str | None]  # the CLI's environment
     tmp: Path
-    image: str  # what the pods run (ignored by the local cluster's process node)
+    image: str  # what the pods run
     #: The local control plane's directory (.cluster), None on a cluster of your own.
     local: Path | None = None
     #: Sweeps (and Job names) this test used: removed from the cluster afterwards.
     names: set[str] = field(default_factory=set)
-    #: What every spec's ``kubernetes:`` gets to run on the node meant (a node selector and
-    #: tolerations), when the local cluster has more than one kind of node.
-    placement: dict[str, Any] = field(default_factory=dict)
     #: This machine's address as the pods reach it (a server a test starts for them listens
-    #: there): the real node's gateway, 127.0.0.1 on the process node.
+    #: there): the local node's gateway.
     pod_host: str = "127.0.0.1"
-    #: The pods run on the local cluster's process node (processes of this machine sharing
-    #: its network and files), not as containers.
-    process_node: bool = False
     _api: Any = field(default=None, init=False, repr=False)
 
     def patience(self, seconds: float) -> float:
@@ -112,14 +103,12 @@ class Cluster:
     def spec_text(self, text: str) -> str:
         """The spec as the test cluster needs it: the test image, the test Secret and quick
         heartbeats in its ``kubernetes:`` section; on the local cluster also small CPU and
-        memory requests (the process node has this machine's 2 cores, and a pod asks for
-        1 CPU by default)."""
+        memory requests (the node has this machine's 2 cores, and a pod asks for 1 CPU by
+        default)."""
         doc = yaml.safe_load(text)
         self.names.add(doc["name"])
         k = doc.setdefault("kubernetes", {})
         k.setdefault("image", self.image)
-        for key, value in self.placement.items():
-            k.setdefault(key, value)
         if not k.get("storage_proxy"):
             k.setdefault("storage_secret", REAL_SECRET)
         k["env"] = {**POD_ENV, **(k.get("env") or {})}
@@ -246,25 +235,11 @@ class Cluster:
             if e.status != 404:
                 raise
 
-    def pod_placement(self) -> Obj:
-        """:attr:`placement` in a pod spec's words (nodeSelector, tolerations)."""
-        out: Obj = {}
-        if self.placement.get("node_selector"):
-            out["nodeSelector"] = self.placement["node_selector"]
-        if self.placement.get("tolerations"):
-            out["tolerations"] = self.placement["tolerations"]
-        return out
-
     def kill_container(self, pod: Obj, container: int = 0) -> None:
         """SIGKILL a running container's processes, as the kernel would (the OOM killer, a
-        crash): through the real node's containerd, or the process node's process group."""
-        import signal
-
+        crash): through the local node's containerd."""
         cid = pod["status"]["containerStatuses"][container]["containerID"]
         runtime, _, ident = cid.partition("://")
-        if runtime == "process":
-            os.killpg(int(ident), signal.SIGKILL)
-            return
         assert self.local is not None and runtime == "containerd", cid
         from tests.cluster.netns import node_net
         from tests.cluster.realnode import containerd_socket
@@ -278,36 +253,29 @@ class Cluster:
     def shared_claim(self, prefix: str, modes: list[str] | None = None, size: str = "1Gi"
                      ) -> AbstractContextManager[tuple[str, Path]]:
         """A claim whose volume is a directory of this machine that the pods mount (a
-        hostPath PersistentVolume the real node mounts into them; on the process node, the
-        directory itself): what the pods write there, the test reads at the yielded path."""
+        hostPath PersistentVolume the local node mounts into them): what the pods write there,
+        the test reads at the yielded path."""
         assert self.local is not None, "the claim's directory is the local cluster's"
-        run = self.local / "run"
-        node_dir = run / ("node" if self.process_node else "real-node")
-        directory = node_dir / "shared" / "pvc" / NS / f"{prefix}-{uuid.uuid4().hex[:8]}"
+        directory = (self.local / "run" / "real-node" / "shared" / "pvc" / NS
+                     / f"{prefix}-{uuid.uuid4().hex[:8]}")
         directory.mkdir(parents=True)
         directory.chmod(0o777)  # the pods run as uid 10001
-        return self.bound_claim(prefix, {"hostPath": {"path": str(directory)}},
-                                modes or ["ReadWriteMany"], size, directory=directory)
+        return self.bound_claim(prefix, directory, modes or ["ReadWriteMany"], size)
 
     def host_claim(self, prefix: str, path: Path) -> AbstractContextManager[tuple[str, Path]]:
         """A read-only claim on an existing directory of this machine (a hostPath
         PersistentVolume), left as it is afterwards."""
-        return self.bound_claim(prefix, {"hostPath": {"path": str(path)}}, ["ReadOnlyMany"],
-                                "1Gi", directory=path, remove=False)
+        return self.bound_claim(prefix, path, ["ReadOnlyMany"], "1Gi", remove=False)
 
     @contextmanager
-    def bound_claim(self, prefix: str, source: Obj, modes: list[str], size: str,
-                    directory: Path | None = None, remove: bool = True
-                    ) -> Iterator[tuple[str, Path]]:
-        """A PVC bound to a PersistentVolume with ``source`` (``{"nfs": ...}``, ``{"hostPath":
-        ...}``): kube-controller-manager's PV binder binds them, and the scheduler places no
-        pod whose claim is unbound. Yields the claim's name and the directory that is its
-        volume on the process node; both objects and (``remove``) the directory are removed
-        afterwards."""
-        assert self.local is not None, "the claim's directory is the local process node's"
-        name = directory.name if directory and remove else f"{prefix}-{uuid.uuid4().hex[:8]}"
+    def bound_claim(self, prefix: str, directory: Path, modes: list[str], size: str,
+                    remove: bool = True) -> Iterator[tuple[str, Path]]:
+        """A PVC bound to a hostPath PersistentVolume of ``directory``: kube-controller-manager's
+        PV binder binds them, and the scheduler places no pod whose claim is unbound. Yields
+        the claim's name and the directory; both objects and (``remove``) the directory are
+        removed afterwards."""
+        name = directory.name if remove else f"{prefix}-{uuid.uuid4().hex[:8]}"
         pv_name = f"sweeper-test-{NS}-{name}"
-        directory = directory or self.local / "run" / "node" / "shared" / "pvc" / NS / name
         labels = {"app.kubernetes.io/part-of": "sweeper-tests"}
         core = self.core()
         core.create_persistent_volume({
@@ -315,7 +283,8 @@ class Cluster:
             "metadata": {"name": pv_name, "labels": labels},
             "spec": {"capacity": {"storage": size}, "accessModes": modes,
                      "persistentVolumeReclaimPolicy": "Retain", "storageClassName": "",
-                     "claimRef": {"namespace": NS, "name": name}, **source}})
+                     "claimRef": {"namespace": NS, "name": name},
+                     "hostPath": {"path": str(directory)}}})
         try:
             core.create_namespaced_persistent_volume_claim(NS, {
                 "apiVersion": "v1", "kind": "PersistentVolumeClaim",
@@ -402,14 +371,12 @@ def _cli_env(pg_url: str, kubeconfig: Path) -> dict[str, str | None]:
 @contextmanager
 def real_cluster(pg_url: str, tmp_path: Path, kubeconfig: Path, image: str,
                  local: Path | None = None, *, pod_pg: str | None = None,
-                 placement: dict[str, Any] | None = None,
-                 pod_host: str = "127.0.0.1", process_node: bool = False) -> Iterator[Cluster]:
+                 pod_host: str = "127.0.0.1") -> Iterator[Cluster]:
     """Secret ``sweeper-test-db`` holds the pods' URL of this test's database (on ``pod_pg``'s
     server when the pods reach PostgreSQL at another address than this process); the test's
     Jobs are deleted afterwards."""
     cluster = Cluster(kubeconfig, pg_url, _cli_env(pg_url, kubeconfig), tmp_path, image, local,
-                      placement=dict(placement or {}), pod_host=pod_host,
-                      process_node=process_node)
+                      pod_host=pod_host)
     _put_secret(cluster, REAL_SECRET, {"url": _pod_url(pg_url, pod_pg)})
     try:
         yield cluster
@@ -449,23 +416,6 @@ def prepare_namespace(kubeconfig: Path) -> None:
         capture_output=True, text=True, timeout=60)
     if out.returncode != 0:
         raise RuntimeError(f"kubectl apply of manifests/ failed: {out.stderr.strip()}")
-
-
-def placement_patches(placement: Obj) -> list[Obj]:
-    """kustomize patches that put every Deployment and StatefulSet of an overlay on the node
-    meant (the local cluster with both kinds of node taints its real node): ``placement`` is
-    the spec's form (``node_selector``, ``tolerations``, as :attr:`Cluster.placement`)."""
-    ops = []
-    if placement.get("node_selector"):
-        ops.append({"op": "add", "path": "/spec/template/spec/nodeSelector",
-                    "value": placement["node_selector"]})
-    if placement.get("tolerations"):
-        ops.append({"op": "add", "path": "/spec/template/spec/tolerations",
-                    "value": placement["tolerations"]})
-    if not ops:
-        return []
-    return [{"target": {"group": "apps", "version": "v1", "kind": kind},
-             "patch": yaml.safe_dump(ops)} for kind in ("Deployment", "StatefulSet")]
 
 
 @contextmanager

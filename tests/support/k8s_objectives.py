@@ -1,6 +1,6 @@
 """Objectives the Kubernetes end-to-end tests run inside pods (imported by the runner as
-``tests.support.k8s_objectives:NAME``; the local cluster's process node starts pods in the
-repository root)."""
+``tests.support.k8s_objectives:NAME``: the test image holds this repository's tests/ under
+its working directory)."""
 
 from __future__ import annotations
 
