@@ -50,9 +50,14 @@ def test_create_trial() -> None:
             intermediate_values={},
             trial_id=1,
         )
-        with patch.object(base_storage, "_create_new_trial", return_value=frozen_trial):
-            storage.create_new_trial(study_id)
-        storage.create_new_trial(study_id)
+        with patch.object(base_storage, "_create_new_trial", return_value=frozen_trial) as made:
+            # sweeper: the id is the backend's trial's, and the cache holds that trial
+            assert storage.create_new_trial(study_id) == frozen_trial._trial_id
+        made.assert_called_once_with(study_id, None)
+        assert storage.get_trial_id_from_study_id_trial_number(study_id, 1) == 1
+        trial_id = storage.create_new_trial(study_id)
+        made_for_real = base_storage.get_trial(trial_id)
+        assert made_for_real.state == TrialState.RUNNING and made_for_real.number == 0
 
 
 def test_set_trial_state_values() -> None:

@@ -164,15 +164,19 @@ def test_store_nan_intermediate_values() -> None:
 
 
 def test_multithread_create_study() -> None:
+    name = "test-multithread-create-study"
     with get_storage() as storage:
         with ThreadPoolExecutor(10) as pool:
-            for _ in range(10):
+            futures = [
                 pool.submit(
-                    optuna.create_study,
-                    storage=storage,
-                    study_name="test-multithread-create-study",
-                    load_if_exists=True,
+                    optuna.create_study, storage=storage, study_name=name, load_if_exists=True
                 )
+                for _ in range(10)
+            ]
+        # sweeper: every thread gets the same study, and the storage holds it once
+        studies = [f.result() for f in futures]
+        assert {s._study_id for s in studies} == {storage.get_study_id_from_name(name)}
+        assert [s.study_name for s in storage.get_all_studies()].count(name) == 1
 
 
 def test_multiprocess_run_optimize() -> None:
