@@ -73,10 +73,3 @@ def qmc_sets(spec: SweepSpec, start: int = 0, count: int | None = None) -> list[
     return [drop_inactive(spec.parameters, {p.name: from_unit(p, u)
                                             for p, u in zip(spec.parameters, row, strict=True)})
             for row in unit_points(spec, start, count)]
-
-
-def qmc_point(spec: SweepSpec, index: int) -> dict[str, Any]:
-    """Set ``index`` alone (the same as ``qmc_sets(spec)[index]``)."""
-    if not 0 <= index < spec.trials:
-        raise IndexError(f"qmc index {index} out of range 0..{spec.trials - 1}")
-    return qmc_sets(spec, index, 1)[0]

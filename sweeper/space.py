@@ -5,7 +5,7 @@ from __future__ import annotations
 import itertools
 import math
 import random
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from typing import Any
 
 from optuna.distributions import (
@@ -15,7 +15,6 @@ from optuna.distributions import (
     IntDistribution,
 )
 
-from sweeper._optuna_compat import distribution_contains
 from sweeper.spec.conditions import dependency_order, drop_inactive, is_active
 from sweeper.spec.grid import clean_point, grid_size_of, grid_values
 from sweeper.spec.model import Parameter, SweepSpec
@@ -134,32 +133,3 @@ def planned_sets(spec: SweepSpec, start: int = 0) -> Iterator[tuple[int, dict[st
         for first in range(start, spec.trials, chunk):
             for k, params in enumerate(qmc_sets(spec, first, min(chunk, spec.trials - first))):
                 yield first + k, params
-
-
-def contains(spec: SweepSpec, params: dict[str, Any]) -> bool:
-    """Whether params is exactly one point of the space (every active parameter, nothing
-    else)."""
-    dists = distributions(spec)
-    if set(params) != set(drop_inactive(spec.parameters, params)) or \
-            not set(params) <= set(dists):
-        return False
-    missing = [p for p in spec.parameters if p.name not in params
-               and is_active(p, params)]
-    if missing:
-        return False
-    dists = {n: d for n, d in dists.items() if n in params}
-    try:
-        return all(distribution_contains(d, params[n]) for n, d in dists.items())
-    except (ValueError, TypeError):
-        return False
-
-
-def format_params(params: dict[str, Any], names: Sequence[str] | None = None) -> str:
-    names = list(names) if names is not None else list(params)
-    return ", ".join(f"{n}={_fmt(params[n])}" for n in names if n in params)
-
-
-def _fmt(v: Any) -> str:
-    if isinstance(v, float):
-        return f"{v:.4g}"
-    return str(v)

@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from sweeper.qmc import from_unit, qmc_point, qmc_sets, unit_points
-from sweeper.space import contains, planned_sets, random_point
+from sweeper.qmc import from_unit, qmc_sets, unit_points
+from sweeper.space import planned_sets, random_point
 from sweeper.spec import Parameter
-from tests.support.helpers import make_spec
+from tests.support.helpers import contains, make_spec
 
 PARAMS: dict[str, Any] = {
     "lr": {"type": "float", "low": 1.0e-4, "high": 1.0e-1, "log": True},
@@ -34,21 +34,19 @@ def test_set_i_is_a_pure_function_of_seed_and_i() -> None:
     assert len(plan) == 64
     assert plan == [p for _, p in planned_sets(qmc_spec(seed=5))]
     for i in (0, 1, 13, 63):
-        assert qmc_point(spec, i) == plan[i]
+        assert qmc_sets(spec, i, 1) == [plan[i]]
     assert qmc_sets(spec, 10, 5) == plan[10:15]
     # more trials only append sets: set i does not depend on how many there are
     assert [p for _, p in itertools.islice(planned_sets(qmc_spec(seed=5, trials=200)), 64)] \
         == plan
     assert [p for _, p in planned_sets(qmc_spec(seed=6))] != plan
-    with pytest.raises(IndexError):
-        qmc_point(spec, 64)
 
 
 def test_sets_past_one_bulk_chunk_match_the_single_point() -> None:
     spec = qmc_spec(trials=4100)
     tail = list(itertools.islice(planned_sets(spec), 4090, 4100))
     assert [i for i, _ in tail] == list(range(4090, 4100))
-    assert all(qmc_point(spec, i) == p for i, p in tail)
+    assert all(qmc_sets(spec, i, 1) == [p] for i, p in tail)
 
 
 def test_every_set_lies_in_the_space() -> None:

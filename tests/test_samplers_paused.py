@@ -14,7 +14,7 @@ from optuna.trial import TrialState, create_trial
 from sweeper._optuna_compat import storage_of, study_id_of
 from sweeper.protocol import PAUSED_ATTR, RUNG_ATTR
 from sweeper.samplers import PausedAsPruned
-from sweeper.spec.registry import TPE_DEFAULTS
+from sweeper.spec.registry import METHOD_INFO
 
 SPACE: dict[str, BaseDistribution] = {"x": FloatDistribution(0.0, 1.0)}
 BEST = 0.8  # the rung value (x - BEST)**2 is lowest there
@@ -46,7 +46,7 @@ def _proposal(sampler: optuna.samplers.BaseSampler) -> float:
 
 
 def _tpe(seed: int) -> optuna.samplers.TPESampler:
-    return optuna.samplers.TPESampler(seed=seed, **TPE_DEFAULTS)
+    return optuna.samplers.TPESampler(seed=seed, **METHOD_INFO["tpe"].defaults)
 
 
 def test_tpe_proposes_near_the_best_paused_trials_it_otherwise_does_not_see() -> None:

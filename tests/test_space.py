@@ -6,7 +6,6 @@ import math
 import pytest
 
 from sweeper.space import (
-    contains,
     grid_point,
     grid_size,
     grid_size_of,
@@ -16,7 +15,7 @@ from sweeper.space import (
     random_point,
 )
 from sweeper.spec import Parameter
-from tests.support.helpers import make_spec
+from tests.support.helpers import contains, make_spec
 
 
 def test_grid_order_is_the_cartesian_product_in_yaml_order() -> None:

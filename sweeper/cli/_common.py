@@ -43,8 +43,6 @@ set_option = click.option(
     "--set", "overrides", multiple=True, metavar="KEY=VALUE",
     help="Change the spec before it is validated: a dotted key and a YAML value, e.g. "
          "--set trial.fixed.epochs=1 --set parallelism=4 (repeatable).")
-format_option = click.option("--format", "fmt", type=click.Choice(["table", "json", "yaml"]),
-                             default="table", show_default=True, help="Output format.")
 
 
 def _load(path: str, *, check_entrypoint: bool, overrides: tuple[str, ...] = (),

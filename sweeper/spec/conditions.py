@@ -56,11 +56,6 @@ def drop_inactive(params: Sequence[Parameter], values: Mapping[str, Any]) -> dic
     return {p.name: kept[p.name] for p in params if p.name in kept}
 
 
-def active_names(params: Sequence[Parameter], values: Mapping[str, Any]) -> set[str]:
-    """The names a trial with ``values`` must have: what :func:`drop_inactive` keeps."""
-    return set(drop_inactive(params, values))
-
-
 # --------------------------------------------------------------------------- validation
 
 

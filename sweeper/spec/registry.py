@@ -79,8 +79,6 @@ METHOD_INFO: Mapping[str, MethodInfo] = {
 ASKS_IN_ORDER = frozenset({"gp"})
 #: Runner classes that are sweeper's own subclasses of Optuna's (in ``sweeper._optuna_compat``).
 OWN_SAMPLERS = frozenset({"LocalPenaltyGPSampler"})
-#: TPE's defaults (kept under this name: the tests quote them).
-TPE_DEFAULTS: Mapping[str, Any] = METHOD_INFO["tpe"].defaults
 #: Added for a conditional space: TPE's ``group`` decomposes the search space by which
 #: parameters occur together, so the multivariate model sees each branch of a condition whole
 #: (without it, conditional parameters would be sampled independently).
@@ -89,9 +87,6 @@ TPE_CONDITIONAL_DEFAULTS: Mapping[str, Any] = {"group": True}
 _SCALAR_TYPES = frozenset({"int", "float", "bool", "str", "None"})
 #: Never an option: the seed is derived per index from the spec's ``seed``.
 _RESERVED = frozenset({"seed"})
-#: Kept for existing imports: TPE keywords a spec may not set.
-TPE_RESERVED = frozenset({"seed", "gamma", "weights", "categorical_distance_func",
-                          "constraints_func"})
 
 
 def pruner_class(ptype: str) -> type[BasePruner]:

@@ -12,7 +12,6 @@ import pytest
 from sweeper.errors import SpecError
 from sweeper.space import (
     conditional_grid,
-    contains,
     grid_point,
     grid_size,
     planned_sets,
@@ -21,7 +20,7 @@ from sweeper.space import (
 from sweeper.spec import parse_spec_dict
 from sweeper.spec.conditions import dependency_order, drop_inactive, is_active
 from sweeper.spec.grid import grid_size_of
-from tests.support.helpers import make_spec
+from tests.support.helpers import contains, make_spec
 
 SPACE: dict[str, Any] = {
     # a child before its parent in YAML order: dependency order puts the parent first

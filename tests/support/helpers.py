@@ -8,7 +8,10 @@ from typing import Any
 
 import yaml
 
+from sweeper._optuna_compat import distribution_contains
+from sweeper.space import distributions
 from sweeper.spec import SweepSpec, parse_spec
+from sweeper.spec.conditions import drop_inactive, is_active
 
 QUADRATIC = "trial_runner.examples.synthetic:quadratic"
 
@@ -103,3 +106,21 @@ def stop_process(proc: subprocess.Popen[Any], timeout_s: float = 10) -> None:
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait()
+
+
+def contains(spec: SweepSpec, params: dict[str, Any]) -> bool:
+    """Whether params is exactly one point of the space (every active parameter, nothing
+    else)."""
+    dists = distributions(spec)
+    if set(params) != set(drop_inactive(spec.parameters, params)) or \
+            not set(params) <= set(dists):
+        return False
+    missing = [p for p in spec.parameters if p.name not in params
+               and is_active(p, params)]
+    if missing:
+        return False
+    dists = {n: d for n, d in dists.items() if n in params}
+    try:
+        return all(distribution_contains(d, params[n]) for n, d in dists.items())
+    except (ValueError, TypeError):
+        return False

@@ -112,11 +112,3 @@ def connection_error(e: BaseException, server: str | None) -> BackendError:
         why = first_line(text.split(": ", 1)[-1]) or type(reason).__name__
     return BackendError(f"cannot reach the Kubernetes API server at {server or '?'}: {why} "
                         "(is the cluster up and the kubeconfig context right?)")
-
-
-def is_not_found(e: BackendError) -> bool:
-    """Whether ``e`` was translated from a 404 answer (the object does not exist)."""
-    from kubernetes.client.exceptions import ApiException
-
-    cause = e.__cause__
-    return isinstance(cause, ApiException) and cause.status == 404
