@@ -294,20 +294,21 @@ def objective_values(result: Any, metrics: tuple[str, ...]) -> tuple[list[float]
     else:
         raise InvalidResult(f"a multi-objective trial must return a dict with {list(metrics)}, "
                             f"got {type(result).__name__}")
-    values = []
-    for name, v in zip(metrics, raw, strict=True):
-        if v is None:
-            raise InvalidResult(f"the objective returned None for {name!r}")
+    return [_objective_value(name, v) for name, v in zip(metrics, raw, strict=True)], extra
+
+
+def _objective_value(name: str, v: Any) -> float:
+    """One objective's value as a finite float (numpy and torch scalars too)."""
+    if v is None:
+        raise InvalidResult(f"the objective returned None for {name!r}")
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        if hasattr(v, "item") and callable(v.item):  # numpy / torch scalars
+            v = v.item()
         if isinstance(v, bool) or not isinstance(v, (int, float)):
-            if hasattr(v, "item") and callable(v.item):  # numpy / torch scalars
-                v = v.item()
-            if isinstance(v, bool) or not isinstance(v, (int, float)):
-                raise InvalidResult(
-                    f"{name!r} must be a number, got {type(v).__name__} {v!r}"[:300])
-        if not math.isfinite(float(v)):
-            raise InvalidResult(f"{name!r} is {v} (not finite)")
-        values.append(float(v))
-    return values, extra
+            raise InvalidResult(f"{name!r} must be a number, got {type(v).__name__} {v!r}"[:300])
+    if not math.isfinite(float(v)):
+        raise InvalidResult(f"{name!r} is {v} (not finite)")
+    return float(v)
 
 
 class InvalidResult(Exception):

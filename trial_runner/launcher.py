@@ -97,6 +97,12 @@ def run_ranks(ctx: TrialContext, spec: SweepSpec, gang: Gang | None = None) -> A
         stop_followers(followers, clean=proc.returncode == 0)
     result = json.loads(result_file.read_text()) if result_file.exists() else None
     shutil.rmtree(workdir, ignore_errors=True)
+    return _main_result(code, result, stderr)
+
+
+def _main_result(code: int, result: dict[str, Any] | None, stderr: StderrTee) -> Any:
+    """What the main rank returned, from torchrun's exit code and the main rank's result
+    file; raises TrialPruned, or RuntimeError naming the rank that failed and why."""
     if result is not None and result.get("status") == "pruned":
         raise optuna.TrialPruned()
     why = stderr.reason()  # also waits until all of torchrun's stderr is read

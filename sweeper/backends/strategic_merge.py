@@ -97,18 +97,24 @@ def _merge_list(field: str, base: list[Any], patch: list[Any], path: tuple[str |
         if not isinstance(item, dict) or item.get(key) is None:
             raise MergeError((*path, i), f"each element of {field} needs its merge key "
                                          f"{key!r}")
-        at = next((j for j, x in enumerate(out) if isinstance(x, dict)
-                   and x.get(key) == item[key]), None)
-        if item.get(PATCH) == "delete":
-            if at is not None:
-                del out[at]
-            continue
-        out_item = _merge_map(out[at] if at is not None else {}, item, (*path, i))
-        if at is None:
-            out.append(out_item)
-        else:
-            out[at] = out_item
+        _merge_keyed(out, key, item, (*path, i))
     return out
+
+
+def _merge_keyed(out: list[Any], key: str, item: dict[str, Any],
+                 path: tuple[str | int, ...]) -> None:
+    """Merge one patch element into the element of ``out`` with the same ``key`` (appended
+    when there is none; removed for ``$patch: delete``)."""
+    at = next((j for j, x in enumerate(out) if isinstance(x, dict) and x.get(key) == item[key]),
+              None)
+    if item.get(PATCH) == "delete":
+        if at is not None:
+            del out[at]
+        return
+    if at is None:
+        out.append(_merge_map({}, item, path))
+    else:
+        out[at] = _merge_map(out[at], item, path)
 
 
 def _clean(value: Any) -> Any:

@@ -16,6 +16,18 @@ _DATA_KEYS = ("path", "s3", "endpoint_url", "region", "credentials_secret")
 _S3_URL_RE = re.compile(r"^s3://([^/]+)(?:/(.*))?$")
 
 
+def _s3_url(v: Checks, value: Any, path: Path_) -> tuple[str, str | None]:
+    """(bucket, prefix) of an ``s3://bucket/prefix`` URL."""
+    url = v.string(value, path)
+    match = _S3_URL_RE.match(url)
+    if not match:
+        raise v.err(path, f"expected s3://bucket/prefix, got {url!r}")
+    if not BUCKET_RE.match(match.group(1)) or ".." in match.group(1):
+        raise v.err(path, f"{match.group(1)!r} is not a valid bucket name (3-63 lowercase "
+                          "letters, digits, '.' and '-')")
+    return match.group(1), match.group(2) or None
+
+
 def data_section(v: Checks, value: Any, path: Path_, artifacts: ArtifactsSpec) -> DataSpec:
     """The bucket, endpoint and secret are checked as for artifacts (``s3_location``)."""
     if value is None or value == {}:  # {}: the normalised form of "no data"
@@ -31,15 +43,9 @@ def data_section(v: Checks, value: Any, path: Path_, artifacts: ArtifactsSpec) -
             if key != "path":
                 raise v.err((*path, key), f"{key!r} applies to data.s3 only")
         return DataSpec(path=v.string(m["path"], (*path, "path")).rstrip("/") or "/")
-    url = v.string(m["s3"], (*path, "s3"))
-    match = _S3_URL_RE.match(url)
-    if not match:
-        raise v.err((*path, "s3"), f"expected s3://bucket/prefix, got {url!r}")
-    if not BUCKET_RE.match(match.group(1)) or ".." in match.group(1):
-        raise v.err((*path, "s3"), f"{match.group(1)!r} is not a valid bucket name (3-63 "
-                                   "lowercase letters, digits, '.' and '-')")
+    bucket, prefix = _s3_url(v, m["s3"], (*path, "s3"))
     inherit = artifacts if artifacts.store == "s3" else ArtifactsSpec()
-    s3 = s3_location(v, {"bucket": match.group(1), "prefix": match.group(2) or None,
+    s3 = s3_location(v, {"bucket": bucket, "prefix": prefix,
                          "endpoint_url": m.get("endpoint_url", inherit.endpoint_url),
                          "region": m.get("region", inherit.region),
                          "credentials_secret": m.get("credentials_secret",

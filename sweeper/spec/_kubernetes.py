@@ -209,24 +209,27 @@ def metadata_map(v: Checks, value: Any, path: Path_, *, labels: bool) -> dict[st
     """Labels or annotations: Kubernetes key syntax, string values (numbers and booleans
     are written as YAML would print them), none of the keys sweeper sets itself."""
     m = v.mapping(value, path)
-    out: dict[str, str] = {}
-    for key, raw in m.items():
-        p = (*path, key)
-        if problem := _key_problem(str(key)):
-            raise v.err(p, f"{clip(key)} is not a valid {'label' if labels else 'annotation'} "
-                           f"key: {problem}")
-        if str(key).startswith(_RESERVED_KEY_PREFIXES) or (labels and key in _RESERVED_LABELS):
-            raise v.err(p, f"{key} is set by sweeper (or the Job controller) itself")
-        if isinstance(raw, (dict, list)) or raw is None:
-            raise v.err(p, f"expected a string, got {kind_of(raw)}")
-        text = str(raw).lower() if isinstance(raw, bool) else str(raw)
-        if labels and (len(text) > 63 or (text and not _LABEL_NAME_RE.match(text))):
-            raise v.err(p, f"label value {clip(text)} must be at most 63 characters: letters, "
-                           "digits, '-', '_' and '.', starting and ending with a letter or digit")
-        out[str(key)] = text
+    out = {str(key): _metadata_entry(v, key, raw, (*path, key), labels=labels)
+           for key, raw in m.items()}
     if not labels and sum(len(k) + len(x) for k, x in out.items()) > _MAX_ANNOTATIONS_BYTES:
         raise v.err(path, "annotations may hold at most 256 KiB in total")
     return out
+
+
+def _metadata_entry(v: Checks, key: Any, raw: Any, p: Path_, *, labels: bool) -> str:
+    """One label's or annotation's value as a string, its key checked."""
+    if problem := _key_problem(str(key)):
+        raise v.err(p, f"{clip(key)} is not a valid {'label' if labels else 'annotation'} "
+                       f"key: {problem}")
+    if str(key).startswith(_RESERVED_KEY_PREFIXES) or (labels and key in _RESERVED_LABELS):
+        raise v.err(p, f"{key} is set by sweeper (or the Job controller) itself")
+    if isinstance(raw, (dict, list)) or raw is None:
+        raise v.err(p, f"expected a string, got {kind_of(raw)}")
+    text = str(raw).lower() if isinstance(raw, bool) else str(raw)
+    if labels and (len(text) > 63 or (text and not _LABEL_NAME_RE.match(text))):
+        raise v.err(p, f"label value {clip(text)} must be at most 63 characters: letters, "
+                       "digits, '-', '_' and '.', starting and ending with a letter or digit")
+    return text
 
 
 def _key_problem(key: str) -> str | None:

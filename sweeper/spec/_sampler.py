@@ -82,36 +82,49 @@ def sampler_warnings(v: Checks, method: str, options: dict[str, Any],
                      params: tuple[Parameter, ...], trials: int) -> list[str]:
     """One line each for what Optuna would do quietly: sample some parameters independently
     (at random) rather than with the method's model, or never get past its first phase."""
-    out = []
-    conditional = [p.name for p in params if p.when]
-    categorical = [p.name for p in params if p.values is not None or p.choices is not None]
-    path: Path_ = ("method",)
-    if method == "cmaes":
-        fallback = list(dict.fromkeys(categorical + conditional))
-        numeric = [p.name for p in params if p.name not in fallback]
-        if fallback:
-            out.append(_warn(v, path, f"cmaes samples {_names(fallback)} independently at "
-                             "random: Optuna's CMA-ES models only float and int ranges that "
-                             "every trial has (categorical, values: and when: parameters fall "
-                             "back); use tpe for such spaces"))
-        if len(numeric) == 1:
-            out.append(_warn(v, path, f"cmaes needs two or more float/int parameters; with "
-                             f"only {numeric[0]!r} Optuna samples it at random"))
-    elif method in ("gp", "nsga2", "nsga3") and conditional:
-        out.append(_warn(v, path, f"{method} samples the conditional parameters "
-                         f"{_names(conditional)} independently at random (Optuna's "
-                         f"{registry.METHOD_INFO[method].options_class} models only the "
-                         "parameters every trial has); tpe models conditional spaces"))
-    elif method == "tpe" and conditional and options.get("group") is False \
-            and options.get("multivariate", True):
-        out.append(_warn(v, ("sampler", "group"), "multivariate TPE without group samples "
-                         f"the conditional parameters {_names(conditional)} independently"))
+    out = _model_warnings(v, method, options, params)
     if method in ("nsga2", "nsga3"):
         population = options.get("population_size", 50)
         if population >= trials:
             out.append(_warn(v, ("trials",), f"{trials} trials do not fill one {method} "
                              f"generation (population_size {population}): every trial is "
                              "random; lower sampler.population_size or raise trials"))
+    return out
+
+
+def _model_warnings(v: Checks, method: str, options: dict[str, Any],
+                    params: tuple[Parameter, ...]) -> list[str]:
+    """The parameters the method's model leaves out (sampled independently at random)."""
+    conditional = [p.name for p in params if p.when]
+    path: Path_ = ("method",)
+    if method == "cmaes":
+        return _cmaes_warnings(v, params, conditional)
+    if method in ("gp", "nsga2", "nsga3") and conditional:
+        return [_warn(v, path, f"{method} samples the conditional parameters "
+                      f"{_names(conditional)} independently at random (Optuna's "
+                      f"{registry.METHOD_INFO[method].options_class} models only the "
+                      "parameters every trial has); tpe models conditional spaces")]
+    if method == "tpe" and conditional and options.get("group") is False \
+            and options.get("multivariate", True):
+        return [_warn(v, ("sampler", "group"), "multivariate TPE without group samples "
+                      f"the conditional parameters {_names(conditional)} independently")]
+    return []
+
+
+def _cmaes_warnings(v: Checks, params: tuple[Parameter, ...], conditional: list[str]
+                    ) -> list[str]:
+    out = []
+    categorical = [p.name for p in params if p.values is not None or p.choices is not None]
+    fallback = list(dict.fromkeys(categorical + conditional))
+    numeric = [p.name for p in params if p.name not in fallback]
+    if fallback:
+        out.append(_warn(v, ("method",), f"cmaes samples {_names(fallback)} independently at "
+                         "random: Optuna's CMA-ES models only float and int ranges that "
+                         "every trial has (categorical, values: and when: parameters fall "
+                         "back); use tpe for such spaces"))
+    if len(numeric) == 1:
+        out.append(_warn(v, ("method",), f"cmaes needs two or more float/int parameters; with "
+                         f"only {numeric[0]!r} Optuna samples it at random"))
     return out
 
 

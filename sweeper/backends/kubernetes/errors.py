@@ -66,22 +66,30 @@ def _status_error(status: int, reason: str, message: str, details: dict[str, Any
         return BackendError("the Kubernetes API rejected the credentials (401 Unauthorized): "
                             "check the kubeconfig user or log in again")
     if status == 404:
-        if details.get("kind") == "namespaces" or message.startswith("namespaces "):
-            ns = details.get("name") or message
-            return BackendError(f"namespace {ns} not found (kubectl apply -k manifests/ "
-                                "creates sweeper)")
-        return BackendError(f"not found: {message}")
+        return _not_found(message, details)
     if status == 409:
         name = details.get("name") or job or "?"
         hint = f" (sweeper cancel {sweep}, or resume)" if sweep else ""
         return BackendError(f"Job {name} already exists{hint}")
     if status == 422:
-        causes = details.get("causes") or []
-        parts = [f"{c.get('field', '')}: {c.get('message', '')}".strip(": ")
-                 for c in causes if isinstance(c, dict)]
-        what = "; ".join(parts) or message
-        return BackendError(f"the API server rejected Job {details.get('name') or job}: {what}")
+        return _invalid(message, details, job)
     return BackendError(f"Kubernetes API error {status} {reason}: {message}")
+
+
+def _not_found(message: str, details: dict[str, Any]) -> BackendError:
+    if details.get("kind") == "namespaces" or message.startswith("namespaces "):
+        ns = details.get("name") or message
+        return BackendError(f"namespace {ns} not found (kubectl apply -k manifests/ creates "
+                            "sweeper)")
+    return BackendError(f"not found: {message}")
+
+
+def _invalid(message: str, details: dict[str, Any], job: str | None) -> BackendError:
+    causes = details.get("causes") or []
+    parts = [f"{c.get('field', '')}: {c.get('message', '')}".strip(": ")
+             for c in causes if isinstance(c, dict)]
+    what = "; ".join(parts) or message
+    return BackendError(f"the API server rejected Job {details.get('name') or job}: {what}")
 
 
 def _forbidden(message: str) -> BackendError:

@@ -115,8 +115,6 @@ def job_info(job: Obj, trials: int | None) -> JobInfo:
     mapping = protocol.decode_index_map(ann.get(m.INDEX_MAP_ANNOTATION))
     per_pod = int(ann.get(m.INDEXES_PER_POD_ANNOTATION) or 1)
     launch = m.launch_of(sweep, meta.get("name", ""))
-    if launch is None:
-        launch = int(ann.get(m.LAUNCH_ANNOTATION) or 0)
     state, reason, message = job_state(job)
     completions = int(spec.get("completions") or 0)
     size = trials if trials is not None else \
@@ -126,15 +124,21 @@ def job_info(job: Obj, trials: int | None) -> JobInfo:
         return tuple(sorted({i for k in job_indexes
                              for i in protocol.chunk(k, per_pod, mapping, size)}))
     return JobInfo(
-        name=meta.get("name", ""), namespace=meta.get("namespace", ""), launch=launch,
+        name=meta.get("name", ""), namespace=meta.get("namespace", ""),
+        launch=launch if launch is not None else int(ann.get(m.LAUNCH_ANNOTATION) or 0),
         state=state, reason=reason, message=message,
-        active=int(status.get("active") or 0), ready=int(status.get("ready") or 0),
-        succeeded=int(status.get("succeeded") or 0), failed=int(status.get("failed") or 0),
+        active=_count(status, "active"), ready=_count(status, "ready"),
+        succeeded=_count(status, "succeeded"), failed=_count(status, "failed"),
         indexes=mapped(range(completions)),
         completed=mapped(parse_intervals(status.get("completedIndexes"))),
         failed_indexes=mapped(parse_intervals(status.get("failedIndexes"))),
         per_pod=per_pod, mapping=mapping, created=str(meta.get("creationTimestamp") or ""),
         trials=size)
+
+
+def _count(status: Obj, key: str) -> int:
+    """A count of a Job's status (absent while zero)."""
+    return int(status.get(key) or 0)
 
 
 # --------------------------------------------------------------------------- pods

@@ -75,6 +75,23 @@ def _param_rows(rows: list[TrialRow]) -> list[tuple[int, str, float, str]]:
     return out
 
 
+def _attr_rows(ids: list[int], rows: list[TrialRow]
+               ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The user and system attribute rows of the inserted trials ``ids`` (one per row)."""
+    user_attrs, system_attrs = [], []
+    for tid, r in zip(ids, rows, strict=True):
+        user_attrs.append({"trial_id": tid, "key": INDEX_ATTR, "value_json": json.dumps(r.index)})
+        user_attrs.append({"trial_id": tid, "key": ATTEMPT_ATTR,
+                           "value_json": json.dumps(r.attempt)})
+        if r.retry_of is not None:
+            user_attrs.append({"trial_id": tid, "key": RETRY_OF_ATTR,
+                               "value_json": json.dumps(r.retry_of)})
+        if r.params is not None:
+            system_attrs.append({"trial_id": tid, "key": FIXED_PARAMS_ATTR,
+                                 "value_json": json.dumps(r.params)})
+    return user_attrs, system_attrs
+
+
 def insert_trials(conn: sa.Connection, study_id: int, rows: list[TrialRow]) -> list[int]:
     """Insert trials in a handful of statements (not one round trip per trial). Must run
     inside :func:`exclusive`, which makes the trial numbers we assign safe."""
@@ -95,17 +112,7 @@ def insert_trials(conn: sa.Connection, study_id: int, rows: list[TrialRow]) -> l
         {"s": study_id, "n": first})]
     if len(ids) != len(rows):
         raise StorageError("trial numbering changed during a locked insert")
-    user_attrs, system_attrs = [], []
-    for tid, r in zip(ids, rows, strict=True):
-        user_attrs.append({"trial_id": tid, "key": INDEX_ATTR, "value_json": json.dumps(r.index)})
-        user_attrs.append({"trial_id": tid, "key": ATTEMPT_ATTR,
-                           "value_json": json.dumps(r.attempt)})
-        if r.retry_of is not None:
-            user_attrs.append({"trial_id": tid, "key": RETRY_OF_ATTR,
-                               "value_json": json.dumps(r.retry_of)})
-        if r.params is not None:
-            system_attrs.append({"trial_id": tid, "key": FIXED_PARAMS_ATTR,
-                                 "value_json": json.dumps(r.params)})
+    user_attrs, system_attrs = _attr_rows(ids, rows)
     conn.execute(tables.trial_user_attributes.insert(), user_attrs)
     if system_attrs:
         conn.execute(tables.trial_system_attributes.insert(), system_attrs)
