@@ -9,12 +9,14 @@ harmless).
    ``kubectl apply -k`` of an overlay of ``manifests/`` plus the component
    ``components/storage-proxy`` with ``images:`` overrides only: ``postgres`` ->
    sweeper-postgres:15-bookworm (Debian's PostgreSQL with the official image's contract;
-   tools/cluster/images/postgres.Containerfile), ``sweeper-trial-runner`` -> the test image.
+   tools/cluster/images/postgres.Containerfile), ``ghcr.io/optuna/optuna-dashboard`` ->
+   sweeper-optuna-dashboard:0.21.0 (upstream's contract: tools/cluster/images/
+   dashboard.Containerfile), ``sweeper-trial-runner`` -> the test image.
    The PostgreSQL claim gets a hostPath PersistentVolume when the cluster has no default
    StorageClass (the local cluster's node sees this machine's files). Pod Security
    ``restricted`` must admit every pod without a warning.
-2. PostgreSQL's StatefulSet and the proxy's Deployment roll out with their own probes
-   (``pg_isready``; the kubelet's gRPC health checks).
+2. PostgreSQL's StatefulSet, the proxy's and the dashboard's Deployments roll out with their
+   own probes (``pg_isready``; the kubelet's gRPC health checks; the dashboard's /api/meta).
 3. An admin ServiceAccount bound to ``sweeper-proxy-admin`` gets a token for the audience
    ``sweeper-proxy``; ``sweeper run SPEC --backend kubernetes`` reaches the study through
    ``kubectl port-forward svc/sweeper-storage-proxy`` with that token, and the spec's
@@ -23,12 +25,12 @@ harmless).
    README's URL, the proxy out of the way), ``sweeper status`` says so, and the password is
    nowhere but in the Secret, PostgreSQL and the proxy's pods: not in a trial pod, its Job or
    its ConfigMap, not in the CLI's output, not in the proxy's or PostgreSQL's log.
+5. optuna-dashboard, through ``kubectl port-forward svc/sweeper-dashboard`` as manifests/
+   dashboard.yaml says, lists the sweep's study and its trials, every one complete.
 
-Not covered: optuna-dashboard (upstream's ghcr.io image cannot be pulled here and no local
-build of it exists, so its Deployment is applied and deleted but never becomes Available; the
-sweep does not need it), and the NetworkPolicies (applied; the node's bridge CNI does not
-enforce them). Everything the test made is deleted afterwards, foreground, except the
-namespace and the base's RBAC, which the rest of the suite shares.
+Not covered: the NetworkPolicies (applied; the node's bridge CNI does not enforce them).
+Everything the test made is deleted afterwards, foreground, except the namespace and the base's
+RBAC, which the rest of the suite shares.
 """
 
 from __future__ import annotations
@@ -57,9 +59,12 @@ MANIFESTS = REPO / "manifests"
 COMPONENT = MANIFESTS / "components" / "storage-proxy"
 #: What the overlay's ``images:`` puts in place of postgres.yaml's postgres:16.6-bookworm.
 POSTGRES_IMAGE = "docker.io/library/sweeper-postgres:15-bookworm"
+#: And for dashboard.yaml's ghcr.io/optuna/optuna-dashboard:v0.21.0.
+DASHBOARD_IMAGE = "docker.io/library/sweeper-optuna-dashboard:0.21.0"
 DB_SECRET = "sweeper-db"
 POSTGRES = "sweeper-postgres"
 PROXY = "sweeper-storage-proxy"
+DASHBOARD = "sweeper-dashboard"
 PROXY_PORT = 13000
 #: The claim postgres.yaml's volumeClaimTemplate ``data`` makes for pod 0 (retained when the
 #: StatefulSet goes: whenDeleted: Retain).
@@ -120,7 +125,8 @@ def _overlay(tmp: Path, image: str) -> Path:
         # kustomize takes a base and a component only by a relative path
         "resources": [os.path.relpath(MANIFESTS, overlay)],
         "components": [os.path.relpath(COMPONENT, overlay)],
-        "images": [_image("postgres", POSTGRES_IMAGE), _image("sweeper-trial-runner", image)]}
+        "images": [_image("postgres", POSTGRES_IMAGE), _image("sweeper-trial-runner", image),
+                   _image("ghcr.io/optuna/optuna-dashboard", DASHBOARD_IMAGE)]}
     (overlay / "kustomization.yaml").write_text(yaml.safe_dump(kustomization, sort_keys=False))
     return overlay
 
@@ -179,19 +185,23 @@ def _create_volume(kube: Kube, tmp: Path) -> None:
 
 
 def _install(kube: Kube, overlay: Path, password: str, tmp: Path) -> str:
-    """Namespace, Secret, volume, ``kubectl apply -k``; PostgreSQL and the proxy rolled out.
+    """Namespace, Secret, volume, ``kubectl apply -k``; PostgreSQL, the proxy and the
+    dashboard rolled out.
     Returns what ``apply -k`` printed on stderr (Pod Security's warnings would be there)."""
     kube.ok("apply", "-f", str(MANIFESTS / "namespace.yaml"))
     _create_db_secret(kube, password)
     if not _has_default_storage_class(kube):
         _create_volume(kube, tmp)
     applied = kube.ok("apply", "-k", str(overlay))
-    for made in (f"statefulset.apps/{POSTGRES}", f"deployment.apps/{PROXY}"):
+    for made in (f"statefulset.apps/{POSTGRES}", f"deployment.apps/{PROXY}",
+                 f"deployment.apps/{DASHBOARD}"):
         assert f"{made} created" in applied.stdout, applied.stdout
     kube.ok("-n", NS, "rollout", "status", f"statefulset/{POSTGRES}", f"--timeout={ROLLOUT}")
-    kube.ok("-n", NS, "rollout", "status", f"deployment/{PROXY}", f"--timeout={ROLLOUT}")
-    kube.ok("-n", NS, "wait", f"deployment/{PROXY}", "--for=condition=Available",
-            f"--timeout={ROLLOUT}")
+    for deployment in (PROXY, DASHBOARD):
+        kube.ok("-n", NS, "rollout", "status", f"deployment/{deployment}",
+                f"--timeout={ROLLOUT}")
+        kube.ok("-n", NS, "wait", f"deployment/{deployment}", "--for=condition=Available",
+                f"--timeout={ROLLOUT}")
     return applied.stderr
 
 
@@ -333,6 +343,7 @@ class Seen:
     configmap: str  # the sweep's spec ConfigMap as JSON
     proxy_log: str  # both replicas'
     postgres_log: str
+    dashboard: dict[str, list[str]]  # study name -> its trials' states, as the dashboard says
 
 
 def _see(kube: Kube, stack: ExitStack, target: Target, tmp: Path, overlay: Path,
@@ -355,7 +366,20 @@ def _see(kube: Kube, stack: ExitStack, target: Target, tmp: Path, overlay: Path,
         kube.items("jobs", *sweep),
         kube.ok("get", "-n", NS, "configmap", f"{SWEEP}-spec", "-o", "json").stdout,
         _logs(kube, f"app.kubernetes.io/name={PROXY}"),
-        _logs(kube, "app.kubernetes.io/name=postgres")), token
+        _logs(kube, "app.kubernetes.io/name=postgres"),
+        _dashboard(stack.enter_context(port_forward(kube.base, f"svc/{DASHBOARD}", 8080)))
+    ), token
+
+
+def _dashboard(port: int) -> dict[str, list[str]]:
+    """The studies optuna-dashboard's API lists, each with its trials' states."""
+    import urllib.request
+
+    def get(path: str) -> Any:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=30) as r:
+            return json.loads(r.read())
+    return {s["study_name"]: [t["state"] for t in get(f"/api/studies/{s['study_id']}")["trials"]]
+            for s in get("/api/studies")["study_summaries"]}
 
 
 def _check_sweep(seen: Seen) -> None:
@@ -374,6 +398,7 @@ def _check_sweep(seen: Seen) -> None:
     _check_trial_pods(seen.pods)
     serving = f"storage proxy for postgresql://sweeper:***@{POSTGRES}:5432/sweeper on grpc://"
     assert seen.proxy_log.count(serving) == 2, seen.proxy_log  # both replicas serve
+    assert seen.dashboard == {SWEEP: ["Complete"] * n}, seen.dashboard
 
 
 def _check_password(seen: Seen, password: str, token: str) -> None:

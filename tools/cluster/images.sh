@@ -10,10 +10,13 @@
 #                 official image's contract (tools/cluster/images/postgres.Containerfile)
 #   test-runner   docker.io/library/sweeper-test-runner:local       the trial runner + tests/
 #                 (tools/cluster/images/test-runner.Containerfile), for the test suite only
+#   dashboard     docker.io/library/sweeper-optuna-dashboard:0.21.0  optuna-dashboard with the
+#                 contract of upstream's ghcr.io image (tools/cluster/images/dashboard.Containerfile)
 #   pause         registry.k8s.io/pause:3.10  k8s.io/kubernetes's build/pause/linux/pause.c
 #                 (3.10.2 in v1.36.3), static, on scratch; containerd's sandbox_image must name it
 #
-#   tools/cluster/images.sh [base|trial-runner|test-runner|postgres|pause]...   (no name: all)
+#   tools/cluster/images.sh [base|trial-runner|test-runner|postgres|dashboard|pause]...
+#                                                                                  (no name: all)
 #
 # Prints the archives' paths on stdout, one per line; progress goes to stderr and each build's
 # output to .cluster/buildah/logs/NAME.log. A stamp of each image's inputs (the files that go
@@ -37,12 +40,12 @@ PAUSE_VERSION=3.10.2
 die() { echo "cluster-images: $*" >&2; exit 1; }
 say() { echo "cluster-images: $*" >&2; }
 
-ALL=(base trial-runner test-runner postgres pause)
+ALL=(base trial-runner test-runner postgres dashboard pause)
 want=("$@")
 [[ ${#want[@]} -gt 0 ]] || want=("${ALL[@]}")
 for name in "${want[@]}"; do
 	case "$name" in
-		base | trial-runner | test-runner | postgres | pause) ;;
+		base | trial-runner | test-runner | postgres | dashboard | pause) ;;
 		*) die "unknown image '$name'; the images are: ${ALL[*]}" ;;
 	esac
 done
@@ -80,6 +83,8 @@ BASE_REF=docker.io/library/sweeper-debian-base:$SUITE
 TRIAL_REF=docker.io/library/sweeper-trial-runner:$VERSION
 TEST_REF=docker.io/library/sweeper-test-runner:local
 POSTGRES_REF=docker.io/library/sweeper-postgres:$PG_MAJOR-$SUITE
+DASHBOARD_VERSION=0.21.0  # manifests/dashboard.yaml's upstream image tag, setup.cfg's version
+DASHBOARD_REF=docker.io/library/sweeper-optuna-dashboard:$DASHBOARD_VERSION
 PAUSE_REF=registry.k8s.io/pause:3.10
 
 # The Debian mirror the machine's apt uses (deb822 .sources or one-line .list), else Debian's CDN.
@@ -377,6 +382,27 @@ build_postgres() {
 	say "postgres built in $((SECONDS - start)) s"
 }
 
+build_dashboard() {
+	local hash dir="$HERE/images" optuna
+	optuna="$(awk -F'==' '/^[[:space:]]*optuna==/{print $2; exit}' "$ROOT/setup.cfg")"
+	[[ -n "$optuna" ]] || die "no optuna==VERSION pin in setup.cfg"
+	hash="$(inputs_hash "$SELF" "$dir/dashboard.Containerfile" \
+		-- "$(cat "$(stamp_of base)")" "$DASHBOARD_REF" "$optuna")"
+	fresh dashboard "$hash" && return 0
+	local start=$SECONDS
+	: >"$LOGS/dashboard.log"
+	ensure_base_in_storage
+	say "building $DASHBOARD_REF (optuna-dashboard $DASHBOARD_VERSION, optuna $optuna, from PyPI)"
+	logged dashboard "buildah bud" "${B[@]}" bud --layers --pull=never --isolation chroot --network host \
+		"${BUD_TLS[@]}" \
+		--file "$dir/dashboard.Containerfile" --build-arg "BASE_IMAGE=$BASE_REF" \
+		--build-arg "OPTUNA_VERSION=$optuna" --build-arg "DASHBOARD_VERSION=$DASHBOARD_VERSION" \
+		--tag "$DASHBOARD_REF" "$dir"
+	"${B[@]}" rmi --prune >/dev/null 2>&1 || true
+	export_archive dashboard "$DASHBOARD_REF" "$hash"
+	say "dashboard built in $((SECONDS - start)) s"
+}
+
 build_pause() {
 	local src
 	src="$(cd "$HERE/k8s" && go list -m -f '{{.Dir}}' k8s.io/kubernetes 2>/dev/null)" || src=""
@@ -414,6 +440,7 @@ for name in "${want[@]}"; do
 		trial-runner) build_trial_runner ;;
 		test-runner) build_trial_runner; build_test_runner ;;
 		postgres) build_postgres ;;
+		dashboard) build_dashboard ;;
 		pause) build_pause ;;
 	esac
 	real "$(archive_of "$name")"
