@@ -28,7 +28,7 @@ from typing import Any
 
 from sweeper import messages, protocol
 from sweeper.entrypoint import load_entrypoint
-from sweeper.errors import SpecError, StorageError
+from sweeper.errors import SpecError, StorageError, StorageUnavailableError
 from sweeper.gang import Gang, gang_from_env
 from sweeper.spec import SweepSpec
 from sweeper.study import InheritedSweep, Sweep, open_storage
@@ -134,6 +134,9 @@ def main(argv: list[str] | None = None, *, inherited: InheritedSweep | None = No
     try:
         sweep = sweep or open_sweep(storage, name, os.environ)
         objective = _with_fixed_paths(load_objective(sweep.spec), sweep.spec)
+    except StorageUnavailableError as e:
+        logger.error("%s", e)
+        return protocol.EXIT_RETRY  # no one's mistake: the storage may come back
     except (SpecError, StorageError) as e:
         logger.error("%s", e)
         return protocol.EXIT_CONFIG

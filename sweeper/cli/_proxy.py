@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from sweeper.cli._common import _errors
-from sweeper.cli._group import cli
+from sweeper.cli._group import cli, storage_wait_s
 from sweeper.cli._proxy_security import build_security, security_options
 from sweeper.errors import SweeperError
 
@@ -18,6 +18,8 @@ if TYPE_CHECKING:
     from sweeper.study import StudyStorage
 
 logger = logging.getLogger("sweeper.proxy.metrics")
+#: How long ``sweeper proxy`` waits for its database by default (in a pod it may start first).
+PROXY_STORAGE_WAIT_S = 60.0
 
 
 @cli.command()
@@ -49,7 +51,8 @@ def proxy(storage: str | None, host: str, port: int, metrics_port: int,
     url = resolve_storage_url(storage)
     registry = CollectorRegistry()
     server = ProxyServer(url, host=host, port=port, metrics=ProxyMetrics(registry),
-                         pool_size=pool_size, max_overflow=pool_size, connect_deadline_s=60,
+                         pool_size=pool_size, max_overflow=pool_size,
+                         connect_deadline_s=storage_wait_s(PROXY_STORAGE_WAIT_S),
                          **build_security(host, security))
     registry.register(StudyCollector(lambda: server.storage))
     metrics = None
