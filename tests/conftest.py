@@ -42,6 +42,22 @@ def _admin_engine() -> sa.Engine:
                             connect_args={"connect_timeout": 5})
 
 
+@pytest.fixture(scope="session", autouse=True)
+def runtime_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """A runtime directory of the session's own ($XDG_RUNTIME_DIR, 0700), inherited by every
+    process a test starts: the secrets of the loopback proxies the tests start go there, not
+    to the machine user's."""
+    path = tmp_path_factory.mktemp("run")
+    path.chmod(0o700)
+    old = os.environ.get("XDG_RUNTIME_DIR")
+    os.environ["XDG_RUNTIME_DIR"] = str(path)
+    yield path
+    if old is None:
+        os.environ.pop("XDG_RUNTIME_DIR", None)
+    else:
+        os.environ["XDG_RUNTIME_DIR"] = old
+
+
 @pytest.fixture(scope="session")
 def pg_admin() -> Iterator[sa.Engine]:
     engine = _admin_engine()
