@@ -58,6 +58,19 @@ def runtime_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
         os.environ["XDG_RUNTIME_DIR"] = old
 
 
+@pytest.fixture(autouse=True)
+def proxy_token_restored() -> Iterator[None]:
+    """$SWEEPER_PROXY_TOKEN as it was before the test: a local run's in-process proxy puts its
+    secret into this process's environment, where it would be a wrong credential for the
+    proxies of later tests."""
+    before = os.environ.get("SWEEPER_PROXY_TOKEN")
+    yield
+    if before is None:
+        os.environ.pop("SWEEPER_PROXY_TOKEN", None)
+    else:
+        os.environ["SWEEPER_PROXY_TOKEN"] = before
+
+
 @pytest.fixture(scope="session")
 def pg_admin() -> Iterator[sa.Engine]:
     engine = _admin_engine()
