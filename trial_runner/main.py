@@ -134,12 +134,9 @@ def main(argv: list[str] | None = None, *, inherited: InheritedSweep | None = No
     try:
         sweep = sweep or open_sweep(storage, name, os.environ)
         objective = _with_fixed_paths(load_objective(sweep.spec), sweep.spec)
-    except StorageUnavailableError as e:
-        logger.error("%s", e)
-        return protocol.EXIT_RETRY  # no one's mistake: the storage may come back
     except (SpecError, StorageError) as e:
         logger.error("%s", e)
-        return protocol.EXIT_CONFIG
+        return _exit_code_of(e)
     settings = RunnerSettings.from_env()
     signal.signal(signal.SIGTERM, _raise_interrupted)
     signal.signal(signal.SIGINT, _raise_interrupted)
@@ -184,6 +181,13 @@ def _run_indexes(sweep: Sweep, storage: Any, only: int | None,
     finally:
         storage.close()
     return protocol.combine_exit_codes(codes)
+
+
+def _exit_code_of(e: SpecError | StorageError) -> int:
+    """A storage that stayed unreachable may come back (retryable); a spec or sweep that is
+    wrong will not (configuration error)."""
+    return protocol.EXIT_RETRY if isinstance(e, StorageUnavailableError) else \
+        protocol.EXIT_CONFIG
 
 
 def _taken_over(inherited: InheritedSweep | None, url: str, name: str) -> Sweep | None:
