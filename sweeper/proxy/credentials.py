@@ -157,7 +157,13 @@ def refusal(error: Exception, url: str, what: str) -> StorageError | None:
         return None
     code, details = error.code(), str(error.details() or "")
     if code.name in _REFUSED:
-        return StorageError(f"storage proxy {url} refused {what} ({code.name}): {details}")
+        hint = ""
+        if "no credential" in details:
+            hint = (" (a proxy on loopback is called with the secret it writes to a file of "
+                    "its user's runtime directory: is it another user's? Else set "
+                    "$SWEEPER_PROXY_TOKEN)")
+        return StorageError(f"storage proxy {url} refused {what} ({code.name}): "
+                            f"{details}{hint}")
     if code == grpc.StatusCode.UNAVAILABLE and any(w in details.lower() for w in _TLS_FAILURES):
         has_ca = bool(os.environ.get(ENV_PROXY_CA))
         hint = ("the CA in $SWEEPER_PROXY_CA did not sign its certificate" if has_ca else

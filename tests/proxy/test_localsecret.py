@@ -207,3 +207,19 @@ def test_a_secret_file_others_may_read_is_no_secret(tmp_path: Path,
     path.chmod(0o644)
     assert existing_secret("127.0.0.1", 14000) is None
     assert existing_secret("127.0.0.1", 0) is None  # any free port: never reused
+
+
+def test_a_client_without_the_secret_is_told_why(proxy: ProxyProcess, tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    from sweeper.errors import StorageError
+    from sweeper.proxy.client import ProxyStorage
+
+    elsewhere = tmp_path / "another-runtime"
+    elsewhere.mkdir(mode=0o700)
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(elsewhere))  # as a user whose file is not there
+    client = ProxyStorage(proxy.url)
+    with pytest.raises(StorageError, match=r"refused ListSweeps \(UNAUTHENTICATED\): "
+                                           r"unauthenticated: no credential \(a proxy on "
+                                           r"loopback .* another user's\?"):
+        client.list_sweeps()
+    client.close()
