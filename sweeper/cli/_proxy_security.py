@@ -5,11 +5,16 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from sweeper.errors import SweeperError
+
+if TYPE_CHECKING:
+    from sweeper.proxy.auth import Authenticator
+    from sweeper.proxy.limits import Limits
+    from sweeper.proxy.tls import ServerTLS
 
 
 def security_options(fn: Any) -> Any:
@@ -57,9 +62,9 @@ class Security:
     """What the options ask of the proxy: ProxyServer's ``auth``, ``limits`` and ``tls``, and
     on a loopback address without --auth the secret to publish once the port is bound."""
 
-    auth: Any
-    limits: Any
-    tls: Any
+    auth: Authenticator | None
+    limits: Limits
+    tls: ServerTLS | None
     local_secret: str | None = None
 
     def server_kwargs(self) -> dict[str, Any]:
@@ -95,7 +100,7 @@ def build_security(host: str, port: int, opts: dict[str, Any]) -> Security:
     return Security(_authenticator(mode, opts), limits, tls)
 
 
-def _authenticator(mode: str, opts: dict[str, Any]) -> Any:
+def _authenticator(mode: str, opts: dict[str, Any]) -> Authenticator | None:
     if mode == "none":
         return None
     if mode == "secret":
