@@ -118,6 +118,12 @@ def classify(e: BaseException) -> str | None:
         code = str(code)
         return "transient" if code in TRANSIENT_SQLSTATES or code[:2] in _TRANSIENT_CLASSES \
             else "permanent"
+    return _classify_without_sqlstate(orig)
+
+
+def _classify_without_sqlstate(orig: BaseException) -> str:
+    """A driver error that carries no SQLSTATE: SQLite's, or a connection that was lost or
+    could not be opened (decided by its message)."""
     message = str(orig).lower()
     name = str(getattr(orig, "sqlite_errorname", "") or "")
     if name or "sqlite" in type(orig).__module__:
@@ -127,8 +133,9 @@ def classify(e: BaseException) -> str | None:
         return "permanent"
     if isinstance(orig, (sa.exc.OperationalError, sa.exc.InterfaceError)) or \
             type(orig).__name__ in ("OperationalError", "InterfaceError"):
-        # No SQLSTATE: the client lost or could not open the connection. A refused login is
-        # for good; anything else (refused, reset, closed, DNS) a restart or a network blip.
+        # No SQLSTATE: the client lost or could not open the connection. A refused login, an
+        # unknown database or host is for good; anything else (refused, reset, closed, a DNS
+        # server that does not answer) a restart or a network blip.
         if any(m in message for m in _PERMANENT_CONNECT_MESSAGES):
             return "permanent"
         return "transient"
