@@ -93,11 +93,17 @@ def option_rows(cmd: click.Command, ctx: click.Context) -> list[tuple[str, str]]
 
 
 def cli_page() -> str:
+    from sweeper.errors import EXIT_CODES
+
     out = ["# CLI reference", "",
            "Generated from the click commands of `sweeper.cli` when this site is built: the "
            "same text as `sweeper COMMAND --help`. The [guide](../running.md) shows the "
-           "commands at work; exit codes: 0 done, 1 some index failed for good, 2 bad input "
-           "or unreachable storage, 3 backend error, 130 interrupted.", ""]
+           "commands at work.", "", "## Exit codes", "",
+           "Every command exits with one of these (`sweeper.errors.EXIT_CODES`); an error is "
+           "one line on stderr, no traceback (`-v` shows it).", "",
+           "| code | meaning |", "|---|---|"]
+    out += [f"| {code} | {_cell(meaning)} |" for code, meaning in EXIT_CODES]
+    out.append("")
     for path, cmd, ctx in commands():
         out += [f"## `{path}`", "", _help_text(cmd), "", "```text", cmd.get_usage(ctx), "```",
                 ""]

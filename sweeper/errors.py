@@ -1,6 +1,9 @@
-"""One error hierarchy. Library code raises these; only sweeper.cli turns them into exit codes."""
+"""One error hierarchy. Library code raises these; only sweeper.cli turns them into exit codes
+(:data:`EXIT_CODES` lists every code the CLI exits with)."""
 
 from __future__ import annotations
+
+from typing import Final
 
 
 class SweeperError(Exception):
@@ -35,6 +38,15 @@ class StorageError(SweeperError):
     """The study storage cannot be reached or used. Messages never contain a password."""
 
     exit_code = 2
+
+
+class StorageUnavailableError(StorageError):
+    """The storage did not answer within the retry window (a server restarting or failing
+    over, a proxy that is down, too many connections): the input may be right, a retry later
+    may succeed. Its own exit code, so that scripts and schedulers can tell it from a
+    mistake (EX_TEMPFAIL of sysexits.h)."""
+
+    exit_code = 75
 
 
 class StorageMissingError(StorageError):
@@ -75,3 +87,19 @@ class PortInUseError(SweeperError):
     """A port a command must listen on is taken: choose another (a usage problem)."""
 
     exit_code = 2
+
+
+#: What ``sweeper`` exits with after Ctrl-C or SIGTERM (128 + SIGINT, as a shell reports it).
+EXIT_INTERRUPTED: Final = 130
+
+#: Every exit code of the ``sweeper`` command and what it means (the CLI reference's table).
+EXIT_CODES: Final[tuple[tuple[int, str], ...]] = (
+    (0, "done"),
+    (SweepFailedError.exit_code, "the sweep ran, some index failed for good"),
+    (SpecError.exit_code, "bad input, no retry helps: the spec, an option, the storage URL, "
+                          "password or database, an unknown sweep"),
+    (BackendError.exit_code, "the backend (local processes, Kubernetes) failed"),
+    (StorageUnavailableError.exit_code, "the storage stayed unreachable for all of "
+                                        "--storage-wait: the input may be right, try later"),
+    (EXIT_INTERRUPTED, "interrupted (Ctrl-C, SIGTERM): run the same command again to go on"),
+)

@@ -40,6 +40,35 @@ def _admin_engine() -> sa.Engine:
                             connect_args={"connect_timeout": 5})
 
 
+@pytest.fixture(scope="session", autouse=True)
+def runtime_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """A runtime directory of the session's own ($XDG_RUNTIME_DIR, 0700), inherited by every
+    process a test starts: the secrets of the loopback proxies the tests start go there, not
+    to the machine user's."""
+    path = tmp_path_factory.mktemp("run")
+    path.chmod(0o700)
+    old = os.environ.get("XDG_RUNTIME_DIR")
+    os.environ["XDG_RUNTIME_DIR"] = str(path)
+    yield path
+    if old is None:
+        os.environ.pop("XDG_RUNTIME_DIR", None)
+    else:
+        os.environ["XDG_RUNTIME_DIR"] = old
+
+
+@pytest.fixture(autouse=True)
+def proxy_token_restored() -> Iterator[None]:
+    """$SWEEPER_PROXY_TOKEN as it was before the test: a local run's in-process proxy puts its
+    secret into this process's environment, where it would be a wrong credential for the
+    proxies of later tests."""
+    before = os.environ.get("SWEEPER_PROXY_TOKEN")
+    yield
+    if before is None:
+        os.environ.pop("SWEEPER_PROXY_TOKEN", None)
+    else:
+        os.environ["SWEEPER_PROXY_TOKEN"] = before
+
+
 @pytest.fixture(scope="session")
 def pg_admin() -> Iterator[sa.Engine]:
     engine = _admin_engine()

@@ -69,6 +69,24 @@ def test_the_cli_page_names_every_command_and_option(gen: ModuleType) -> None:
         assert html.escape(first_help_line, quote=False) in section, path
 
 
+def test_the_cli_page_lists_every_exit_code(gen: ModuleType) -> None:
+    from sweeper.errors import EXIT_CODES, SweeperError
+
+    page = gen.cli_page()
+    table = page[page.index("## Exit codes\n"):page.index("## `sweeper`")]
+    codes = {code for code, _ in EXIT_CODES}
+    for code, _ in EXIT_CODES:
+        assert f"\n| {code} | " in table, code
+    assert {0, 1, 2, 3, 75, 130} <= codes
+
+    def subclasses(cls: type) -> list[type]:
+        return [cls, *(c for s in cls.__subclasses__() for c in subclasses(s))]
+
+    raised = {cls.exit_code for cls in subclasses(SweeperError)  # type: ignore[attr-defined]
+              if cls.__module__.startswith("sweeper.")}
+    assert raised <= codes, raised - codes  # every error's code is documented
+
+
 def test_every_spec_key_and_model_field_is_on_the_spec_page(gen: ModuleType) -> None:
     page = gen.spec_page()
     for path, keys in SPEC_KEYS.items():

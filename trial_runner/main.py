@@ -28,7 +28,7 @@ from typing import Any
 
 from sweeper import messages, protocol
 from sweeper.entrypoint import load_entrypoint
-from sweeper.errors import SpecError, StorageError
+from sweeper.errors import SpecError, StorageError, StorageUnavailableError
 from sweeper.gang import Gang, gang_from_env
 from sweeper.spec import SweepSpec
 from sweeper.study import InheritedSweep, Sweep, open_storage
@@ -136,7 +136,7 @@ def main(argv: list[str] | None = None, *, inherited: InheritedSweep | None = No
         objective = _with_fixed_paths(load_objective(sweep.spec), sweep.spec)
     except (SpecError, StorageError) as e:
         logger.error("%s", e)
-        return protocol.EXIT_CONFIG
+        return _exit_code_of(e)
     settings = RunnerSettings.from_env()
     signal.signal(signal.SIGTERM, _raise_interrupted)
     signal.signal(signal.SIGINT, _raise_interrupted)
@@ -181,6 +181,13 @@ def _run_indexes(sweep: Sweep, storage: Any, only: int | None,
     finally:
         storage.close()
     return protocol.combine_exit_codes(codes)
+
+
+def _exit_code_of(e: SpecError | StorageError) -> int:
+    """A storage that stayed unreachable may come back (retryable); a spec or sweep that is
+    wrong will not (configuration error)."""
+    return protocol.EXIT_RETRY if isinstance(e, StorageUnavailableError) else \
+        protocol.EXIT_CONFIG
 
 
 def _taken_over(inherited: InheritedSweep | None, url: str, name: str) -> Sweep | None:

@@ -1,8 +1,9 @@
 """The ``sweeper`` command. Click only: parse arguments, call the library, print.
 
 Results go to stdout, diagnostics and progress to stderr. Every SweeperError becomes one line
-and its exit code (2: bad input or unreachable storage, 1: some index failed, 3: backend);
-no traceback for user mistakes (``-v`` shows them).
+and its exit code (``sweeper.errors.EXIT_CODES``: 1 some index failed, 2 bad input, 3 backend,
+75 a storage that stayed unreachable, 130 interrupted); no traceback for user mistakes (``-v``
+shows them).
 
 The commands live in private modules by job (_spec, _run, _inspect, _manage, _cluster, _import,
 _proxy) and attach themselves to the group in _group when imported here; _common holds what

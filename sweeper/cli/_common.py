@@ -13,6 +13,7 @@ from typing import Any, TypeVar
 
 import click
 
+from sweeper.cli._group import storage_wait_s
 from sweeper.errors import SweeperError
 
 logger = logging.getLogger("sweeper")
@@ -93,14 +94,21 @@ def _target(name_or_spec: str, storage: str | None) -> _Target:
     return _Target(name_or_spec, resolve_storage_url(storage))
 
 
+def _open(url: str, *, create: bool = True) -> Any:
+    """The storage at ``url``, waiting ``--storage-wait`` for one that is unavailable (a line
+    on stderr while it waits; exit code 75 after that); permanent errors fail at once."""
+    from sweeper.study import open_storage
+
+    return open_storage(url, create=create, connect_deadline_s=storage_wait_s())
+
+
 def _open_existing(url: str, name: str | None = None) -> Any:
     """The storage at ``url`` opened without creating anything (commands that only read, and
     delete); a storage that does not exist is "no sweep named NAME" with the reason."""
     from sweeper.errors import StorageMissingError, StudyNotFoundError
-    from sweeper.study import open_storage
 
     try:
-        return open_storage(url, create=False)
+        return _open(url, create=False)
     except StorageMissingError as e:
         if name is None:
             raise

@@ -10,14 +10,16 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from sweeper.cli._common import _errors
-from sweeper.cli._group import cli
-from sweeper.cli._proxy_security import build_security, security_options
+from sweeper.cli._group import cli, storage_wait_s
+from sweeper.cli._proxy_security import announce, build_security, security_options
 from sweeper.errors import SweeperError
 
 if TYPE_CHECKING:
     from sweeper.study import StudyStorage
 
 logger = logging.getLogger("sweeper.proxy.metrics")
+#: How long ``sweeper proxy`` waits for its database by default (in a pod it may start first).
+PROXY_STORAGE_WAIT_S = 60.0
 
 
 @cli.command()
@@ -48,9 +50,11 @@ def proxy(storage: str | None, host: str, port: int, metrics_port: int,
 
     url = resolve_storage_url(storage)
     registry = CollectorRegistry()
+    guard = build_security(host, port, security)
     server = ProxyServer(url, host=host, port=port, metrics=ProxyMetrics(registry),
-                         pool_size=pool_size, max_overflow=pool_size, connect_deadline_s=60,
-                         **build_security(host, security))
+                         pool_size=pool_size, max_overflow=pool_size,
+                         connect_deadline_s=storage_wait_s(PROXY_STORAGE_WAIT_S),
+                         **guard.server_kwargs())
     registry.register(StudyCollector(lambda: server.storage))
     metrics = None
     if metrics_port:
@@ -60,6 +64,11 @@ def proxy(storage: str | None, host: str, port: int, metrics_port: int,
             server.stop(0)
             raise SweeperError(f"cannot serve metrics on {host}:{metrics_port}: "
                                f"{e.strerror}") from None
+    try:
+        announce(guard, host, server.port)
+    except SweeperError:
+        server.stop(0)
+        raise
     server.start()
     shown = f", metrics on http://{host}:{metrics_port}/metrics" if metrics_port else ""
     click.echo(f"storage proxy for {redact(url)} on grpc://{host}:{server.port}{shown} "

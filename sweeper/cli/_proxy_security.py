@@ -1,13 +1,20 @@
-"""``sweeper proxy``'s security options: who may call it (``--auth``), TLS, limits."""
+"""``sweeper proxy``'s security options: who may call it (``--auth``), TLS, limits; and the
+loopback default, a secret in a file only this user can read (:mod:`sweeper.proxy.localsecret`)."""
 
 from __future__ import annotations
 
 import os
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from sweeper.errors import SweeperError
+
+if TYPE_CHECKING:
+    from sweeper.proxy.auth import Authenticator
+    from sweeper.proxy.limits import Limits
+    from sweeper.proxy.tls import ServerTLS
 
 
 def security_options(fn: Any) -> Any:
@@ -16,8 +23,11 @@ def security_options(fn: Any) -> Any:
                      help="Who may call: kubernetes (every call carries a ServiceAccount "
                           "token for --audience, checked with TokenReview; trial pods reach "
                           "only their own sweep, others need the admin role), secret (the "
-                          "token in $SWEEPER_PROXY_SECRET), none. Default: kubernetes, none "
-                          "on a loopback --host."),
+                          "token in $SWEEPER_PROXY_SECRET), none (anyone who reaches the port: "
+                          "a warning). Default: kubernetes; on a loopback --host a random "
+                          "secret in a file only this user can read, in the user's runtime "
+                          "directory, which sweeper commands and runners of this user find "
+                          "there for this address."),
         click.option("--audience", default="sweeper-proxy", show_default=True,
                      help="The token audience the proxy accepts."),
         click.option("--namespace", metavar="NS",
@@ -47,9 +57,23 @@ def security_options(fn: Any) -> Any:
     return fn
 
 
-def build_security(host: str, opts: dict[str, Any]) -> dict[str, Any]:
-    """ProxyServer's ``auth``, ``limits`` and ``tls`` keyword arguments from the options."""
-    from sweeper.proxy.auth import SharedSecret
+@dataclass(frozen=True)
+class Security:
+    """What the options ask of the proxy: ProxyServer's ``auth``, ``limits`` and ``tls``, and
+    on a loopback address without --auth the secret to publish once the port is bound."""
+
+    auth: Authenticator | None
+    limits: Limits
+    tls: ServerTLS | None
+    local_secret: str | None = None
+
+    def server_kwargs(self) -> dict[str, Any]:
+        return {"auth": self.auth, "limits": self.limits, "tls": self.tls}
+
+
+def build_security(host: str, port: int, opts: dict[str, Any]) -> Security:
+    """The proxy's security from the options (a usage error for a combination that would
+    serve plaintext off loopback)."""
     from sweeper.proxy.limits import Limits
     from sweeper.proxy.tls import ServerTLS, is_loopback
 
@@ -62,22 +86,49 @@ def build_security(host: str, opts: dict[str, Any]) -> dict[str, Any]:
     elif not loopback and not opts["insecure_plaintext"]:
         raise click.UsageError(f"--host {host} is not loopback: serve TLS (--tls-cert, "
                                "--tls-key) or pass --insecure-plaintext")
-    mode = opts["auth"] or ("none" if loopback else "kubernetes")
-    auth: Any = None
+    limits = Limits(max_message_bytes=int(opts["max_message_mb"] * 1024 * 1024),
+                    rate=opts["rate"], burst=opts["burst"])
+    mode = opts["auth"] or ("local" if loopback else "kubernetes")
+    if mode == "local":
+        from sweeper.proxy.auth import SharedSecret
+        from sweeper.proxy.credentials import new_local_secret
+        from sweeper.proxy.localsecret import existing_secret
+
+        secret = existing_secret(host, port) or new_local_secret()
+        return Security(SharedSecret(secret, name="holder of the local proxy secret"), limits,
+                        tls, local_secret=secret)
+    return Security(_authenticator(mode, opts), limits, tls)
+
+
+def _authenticator(mode: str, opts: dict[str, Any]) -> Authenticator | None:
+    if mode == "none":
+        return None
     if mode == "secret":
+        from sweeper.proxy.auth import SharedSecret
+
         secret = os.environ.get("SWEEPER_PROXY_SECRET", "")
         if len(secret) < 16:
             raise SweeperError("--auth secret needs $SWEEPER_PROXY_SECRET (16 characters "
                                "or more)")
-        auth = SharedSecret(secret, name="holder of the proxy secret")
-    elif mode == "kubernetes":
-        from sweeper.backends.kubernetes.client import ClientFactory
-        from sweeper.proxy.kubeauth import KubernetesAuthenticator, in_cluster_namespace
+        return SharedSecret(secret, name="holder of the proxy secret")
+    from sweeper.backends.kubernetes.client import ClientFactory
+    from sweeper.proxy.kubeauth import KubernetesAuthenticator, in_cluster_namespace
 
-        namespace = opts["namespace"] or in_cluster_namespace()
-        auth = KubernetesAuthenticator(ClientFactory(opts["kubeconfig"]), namespace,
-                                       audience=opts["audience"],
-                                       ttl_s=opts["auth_cache_ttl"])
-    limits = Limits(max_message_bytes=int(opts["max_message_mb"] * 1024 * 1024),
-                    rate=opts["rate"], burst=opts["burst"])
-    return {"auth": auth, "limits": limits, "tls": tls}
+    namespace = opts["namespace"] or in_cluster_namespace()
+    return KubernetesAuthenticator(ClientFactory(opts["kubeconfig"]), namespace,
+                                   audience=opts["audience"], ttl_s=opts["auth_cache_ttl"])
+
+
+def announce(security: Security, host: str, port: int) -> None:
+    """Before the proxy serves: the loopback secret written to its file (its path said, never
+    the secret), or the one-line warning of a proxy that lets anyone in."""
+    from sweeper.proxy.localsecret import write_secret
+
+    if security.local_secret is not None:
+        path = write_secret(host, port, security.local_secret)
+        click.echo(f"callers need the secret in {path} (mode 0600: this user only); sweeper "
+                   "commands and runners of this user read it there", err=True)
+    elif security.auth is None:
+        click.echo(f"warning: --auth none: anyone who reaches {host}:{port} (on loopback: "
+                   "every user of this machine) can read, change and delete every study",
+                   err=True)

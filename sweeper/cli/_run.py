@@ -19,6 +19,7 @@ from sweeper.cli._common import (
     _job_options,
     _load,
     _load_target,
+    _open,
     _ranges_of,
     _target,
     name_storage_option,
@@ -28,13 +29,12 @@ from sweeper.cli._common import (
 from sweeper.cli._group import cli
 from sweeper.cli._proxy import proxy_options, run_extras
 from sweeper.cli._stop import ignore_stop_option, may_launch, report_stop
-from sweeper.errors import SweeperError, SweepFailedError
+from sweeper.errors import EXIT_INTERRUPTED, SweeperError, SweepFailedError
 
 if TYPE_CHECKING:
     from sweeper.backends.base import Backend, RunResult
     from sweeper.study import IndexStatus
 
-EXIT_INTERRUPTED = 130
 #: Failed indexes whose reason and log lines run's summary shows (the rest: sweeper status).
 FAILURES_SHOWN = 10
 #: Lines of each failed index's log that run's summary shows.
@@ -181,12 +181,11 @@ def _launch(spec: Any, url: str, backend: Backend, fmt: str = "text",
     from sweeper.study import (
         create_or_resume,
         indexes_to_run,
-        open_storage,
         redact,
         unfinished_indexes,
     )
 
-    storage = open_storage(url)
+    storage = _open(url)
     sweep, created = create_or_resume(storage, spec)
     if not may_launch(sweep, ignore_stop):
         return

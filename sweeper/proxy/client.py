@@ -25,7 +25,13 @@ from urllib.parse import urlsplit
 import optuna
 
 from sweeper._optuna_compat import GrpcStorageProxyOnChannel
-from sweeper.errors import SpecError, StorageError, StudyNotFoundError, SweeperError
+from sweeper.errors import (
+    SpecError,
+    StorageError,
+    StorageUnavailableError,
+    StudyNotFoundError,
+    SweeperError,
+)
 from sweeper.protocol import ENV_PARENT_PID
 from sweeper.proxy import service as wire
 from sweeper.study.retry import retried
@@ -145,8 +151,9 @@ class ProxyStorage(GrpcStorageProxyOnChannel):
                 if code != grpc.StatusCode.UNAVAILABLE and not is_throttled(e):
                     raise
                 if time.monotonic() - start > self.retry_deadline_s:
-                    raise StorageError(f"storage proxy {self.proxy_url} unavailable for "
-                                       f"{self.retry_deadline_s:.0f}s during {what}") from None
+                    raise StorageUnavailableError(
+                        f"storage proxy {self.proxy_url} unavailable for "
+                        f"{self.retry_deadline_s:.0f}s during {what}") from None
                 if _orphaned():
                     raise StorageError(f"storage proxy {self.proxy_url} unavailable during "
                                        f"{what}, and the sweeper run that started this worker "
@@ -198,13 +205,15 @@ class ProxyStorage(GrpcStorageProxyOnChannel):
         return self._info.storage
 
     def wait_ready(self, timeout_s: float) -> None:
-        """Block until the proxy answers (raises StorageError after ``timeout_s``, or at once
-        when its TLS handshake fails: a CA that is missing or wrong is no outage)."""
+        """Block until the proxy answers (raises StorageUnavailableError after ``timeout_s``,
+        StorageError at once when its TLS handshake fails: a CA that is missing or wrong is no
+        outage). A warning says once that it waits."""
         import grpc
 
         from sweeper.proxy.credentials import diagnose
 
         deadline = time.monotonic() + timeout_s
+        warned = False
         while True:
             try:  # on our channel (Optuna's wait_server_ready opens a plaintext one)
                 grpc.channel_ready_future(self.channel).result(
@@ -215,9 +224,13 @@ class ProxyStorage(GrpcStorageProxyOnChannel):
                 if failed is not None:
                     raise failed from None
                 if time.monotonic() >= deadline:
-                    raise StorageError(f"cannot reach the storage proxy {self.proxy_url} "
-                                       f"(waited {timeout_s:g}s): is `sweeper proxy` running "
-                                       "there?") from None
+                    raise StorageUnavailableError(
+                        f"cannot reach the storage proxy {self.proxy_url} (waited "
+                        f"{timeout_s:g}s): is `sweeper proxy` running there?") from None
+                if not warned:
+                    logger.warning("storage proxy %s not answering; waiting up to %gs",
+                                   self.proxy_url, timeout_s)
+                    warned = True
 
     # ---------------------------------------------------------------- the index store
     # Each operation of sweeper.study.store.IndexStore, sent as it is (sweeper.proxy.service);

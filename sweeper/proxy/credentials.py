@@ -4,9 +4,10 @@ channel is secured.
 - the credential: ``$SWEEPER_PROXY_TOKEN`` (a local run's per-run secret, or a token a user
   exported: ``kubectl create token NAME --audience sweeper-proxy``), else the file
   ``$SWEEPER_PROXY_TOKEN_FILE`` names (a pod's projected ServiceAccount token, re-read when the
-  kubelet renews it), else none; sent on every call as ``authorization: Bearer TOKEN``
-  metadata by a client interceptor (call credentials would need TLS; a loopback proxy has
-  none);
+  kubelet renews it), else, for a proxy on loopback, the secret file that proxy wrote for its
+  address in this user's runtime directory (:mod:`.localsecret`), else none; sent on every
+  call as ``authorization: Bearer TOKEN`` metadata by a client interceptor (call credentials
+  would need TLS; a loopback proxy has none);
 - TLS: ``$SWEEPER_PROXY_CA`` names the CA (PEM) that signed the proxy's certificate; the
   channel then verifies it, and a proxy with another certificate is refused.
 
@@ -35,12 +36,15 @@ REREAD_S = 10.0
 
 
 class TokenSource:
-    """The credential of this process: a literal token or a file re-read when it changes."""
+    """The credential of this process: a literal token or a file re-read when it changes.
+    ``optional``: a file that is not there (yet) is no credential, looked for again on the
+    next call (a loopback proxy's secret, written when that proxy starts)."""
 
     def __init__(self, token: str | None = None, path: str | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, optional: bool = False) -> None:
         self._token = token
         self._path = path
+        self._optional = optional
         self._clock = clock
         self._read_at = float("-inf")
         self._mtime = 0.0
@@ -71,7 +75,7 @@ class TokenSource:
                     self._token = f.read().strip()
                 self._mtime = mtime
         except OSError as e:
-            if self._token is None:
+            if self._token is None and not self._optional:
                 raise StorageError(f"cannot read the storage proxy token {path}: "
                                    f"{e.strerror}") from None
         self._read_at = self._clock()
@@ -84,8 +88,11 @@ def _interceptor(source: TokenSource) -> Any:
         """Adds the credential to every call's metadata."""
 
         def intercept_unary_unary(self, continuation: Any, details: Any, request: Any) -> Any:
+            token = source.token()
+            if not token:  # an optional credential that is not there: the call goes without
+                return continuation(details, request)
             metadata = list(details.metadata or [])
-            metadata.append((METADATA_KEY, f"Bearer {source.token()}"))
+            metadata.append((METADATA_KEY, f"Bearer {token}"))
             return continuation(details._replace(metadata=metadata), request)
 
     return Bearer()
@@ -109,11 +116,23 @@ def open_channel(host: str, port: int, options: Sequence[tuple[str, Any]],
                                       options=list(options))
     else:
         channel = grpc.insecure_channel(target, options=list(options))
-    source = TokenSource.from_env(env)
+    source = TokenSource.from_env(env) or _local_secret(host, port, env)
     if source is None:
         return channel
     source.token()  # a missing token file fails here, with one line, not on the first call
     return grpc.intercept_channel(channel, _interceptor(source))
+
+
+def _local_secret(host: str, port: int, env: Mapping[str, str]) -> TokenSource | None:
+    """The secret a loopback ``sweeper proxy`` of this user writes for ``host:port``
+    (:mod:`.localsecret`), read when a call is made (the proxy may start after this client)
+    and again when it changes; None off loopback."""
+    from sweeper.proxy.localsecret import expected_path
+    from sweeper.proxy.tls import is_loopback
+
+    if not is_loopback(host):
+        return None
+    return TokenSource(path=str(expected_path(host, port, env)), optional=True)
 
 
 def new_local_secret() -> str:
@@ -138,7 +157,13 @@ def refusal(error: Exception, url: str, what: str) -> StorageError | None:
         return None
     code, details = error.code(), str(error.details() or "")
     if code.name in _REFUSED:
-        return StorageError(f"storage proxy {url} refused {what} ({code.name}): {details}")
+        hint = ""
+        if "no credential" in details:
+            hint = (" (a proxy on loopback is called with the secret it writes to a file of "
+                    "its user's runtime directory: is it another user's? Else set "
+                    "$SWEEPER_PROXY_TOKEN)")
+        return StorageError(f"storage proxy {url} refused {what} ({code.name}): "
+                            f"{details}{hint}")
     if code == grpc.StatusCode.UNAVAILABLE and any(w in details.lower() for w in _TLS_FAILURES):
         has_ca = bool(os.environ.get(ENV_PROXY_CA))
         hint = ("the CA in $SWEEPER_PROXY_CA did not sign its certificate" if has_ca else

@@ -16,8 +16,12 @@ def open_storage(url: str, *, connect_deadline_s: float = 0.0, pool_size: int = 
                  create: bool = True) -> StudyStorage:
     """Open (and on first use create) the study storage at ``url``.
 
-    ``connect_deadline_s`` > 0 keeps retrying a storage that is not up yet (runners);
-    0 fails at once with one clear line (the CLI). Errors never contain the password.
+    ``connect_deadline_s`` > 0 keeps retrying a storage that is unavailable (not up yet,
+    dropping connections, a proxy that is down) that long, with a warning while it waits, then
+    raises :class:`sweeper.errors.StorageUnavailableError`; 0 fails at once (a proxy gets a
+    few seconds to answer). Permanent errors (wrong password, unknown database or host, an
+    unknown schema version) fail at once with one clear line. Errors never contain the
+    password.
     ``prepared``: the orchestrator already created and checked the schema (trial runners), so
     skip Optuna's table creation and alembic version check and the index DDL.
     ``create=False`` (commands that only read, and delete): never create anything; a storage

@@ -8,10 +8,12 @@ deadlocks (40001, 40P01), a lock timeout (55P03), SQLite's "database is locked".
 
 Permanent, failed at once with :class:`StorageFailure` (one line, no password): every other
 error the server reports (a missing table, a read-only database or transaction, failed
-authentication, disk full, a statement timeout, ...), SQLite errors other than busy/locked
-("no such table", "attempt to write a readonly database", "unable to open database file"), and
-a transient error that outlasts the deadline. Errors that are not database errors (KeyError for
-an unknown id, Optuna's UpdateFinishedTrialError, ...) pass through untouched.
+authentication, disk full, a statement timeout, ...), a host name that does not resolve,
+SQLite errors other than busy/locked ("no such table", "attempt to write a readonly database",
+"unable to open database file"). A transient error that outlasts the deadline is a
+:class:`StorageOutage` (a StorageFailure with the exit code of an unreachable storage). Errors
+that are not database errors (KeyError for an unknown id, Optuna's UpdateFinishedTrialError,
+...) pass through untouched.
 
 A retried write may have landed before its acknowledgement was lost. Writes that cannot simply
 run twice say what "already done" looks like: ``landed`` (checked before each retry) or a token
@@ -31,7 +33,7 @@ from typing import Any, Final, TypeVar, cast
 import optuna
 import sqlalchemy as sa
 
-from sweeper.errors import StorageError
+from sweeper.errors import StorageError, StorageUnavailableError
 
 logger = logging.getLogger(__name__)
 
@@ -51,10 +53,14 @@ TRANSIENT_SQLSTATES: Final = frozenset({
 _TRANSIENT_CLASSES: Final = ("08",)
 
 #: libpq / psycopg2 messages of a connection that failed for good (no SQLSTATE reaches the
-#: client when the server refuses a connection): wrong password, no such role or database.
+#: client when the server refuses a connection): wrong password, no such role or database, a
+#: host name that does not exist (getaddrinfo's EAI_NONAME; its EAI_AGAIN, "temporary failure
+#: in name resolution", is a DNS server that may answer again).
 _PERMANENT_CONNECT_MESSAGES: Final = (
     "authentication failed", "no pg_hba.conf entry", "does not exist", "permission denied",
     "invalid dsn", "invalid connection option", "sslmode value",
+    "name or service not known", "nodename nor servname provided",
+    "no address associated with hostname",
 )
 #: SQLite's retryable conditions, by message (its exceptions carry sqlite_errorname too).
 _SQLITE_TRANSIENT_MESSAGES: Final = ("database is locked", "database table is locked",
@@ -68,6 +74,10 @@ class StorageFailure(StorageError, optuna.exceptions.StorageInternalError):
     StorageError for sweeper (one line, exit code 2) and a StorageInternalError for Optuna's
     callers (what RDBStorage raises for database errors)."""
 
+
+class StorageOutage(StorageUnavailableError, StorageFailure):
+    """A transient database error that outlasted the deadline: the database may come back, so
+    it is no user's mistake (the exit code of :class:`StorageUnavailableError`)."""
 
 
 #: What wraps a driver's error on its way up: SQLAlchemy's errors and Optuna's storage error.
@@ -108,6 +118,12 @@ def classify(e: BaseException) -> str | None:
         code = str(code)
         return "transient" if code in TRANSIENT_SQLSTATES or code[:2] in _TRANSIENT_CLASSES \
             else "permanent"
+    return _classify_without_sqlstate(orig)
+
+
+def _classify_without_sqlstate(orig: BaseException) -> str:
+    """A driver error that carries no SQLSTATE: SQLite's, or a connection that was lost or
+    could not be opened (decided by its message)."""
     message = str(orig).lower()
     name = str(getattr(orig, "sqlite_errorname", "") or "")
     if name or "sqlite" in type(orig).__module__:
@@ -117,8 +133,9 @@ def classify(e: BaseException) -> str | None:
         return "permanent"
     if isinstance(orig, (sa.exc.OperationalError, sa.exc.InterfaceError)) or \
             type(orig).__name__ in ("OperationalError", "InterfaceError"):
-        # No SQLSTATE: the client lost or could not open the connection. A refused login is
-        # for good; anything else (refused, reset, closed, DNS) a restart or a network blip.
+        # No SQLSTATE: the client lost or could not open the connection. A refused login, an
+        # unknown database or host is for good; anything else (refused, reset, closed, a DNS
+        # server that does not answer) a restart or a network blip.
         if any(m in message for m in _PERMANENT_CONNECT_MESSAGES):
             return "permanent"
         return "transient"
@@ -147,7 +164,8 @@ def describe(e: BaseException) -> str:
 
 def failure(e: BaseException, what: str, *, waited_s: float | None = None,
             url: str | None = None) -> StorageFailure:
-    """The one-line error for a database error no retry fixes."""
+    """The one-line error for a database error no retry fixes: permanent, or (``waited_s``
+    given) transient for longer than the caller waits, a :class:`StorageOutage`."""
     if waited_s is None:
         text = f"database error during {what}: {describe(e)}"
     else:
@@ -156,7 +174,7 @@ def failure(e: BaseException, what: str, *, waited_s: float | None = None,
         from sweeper.study.urls import scrub
 
         text = scrub(text, url)
-    return StorageFailure(text)
+    return StorageFailure(text) if waited_s is None else StorageOutage(text)
 
 
 class _NotDone:
@@ -200,10 +218,11 @@ def with_retry(fn: Callable[..., T], *args: Any, deadline_s: float = 300.0,
                 raise failure(e, name, url=url) from e
             if waited > deadline_s:
                 raise failure(e, name, waited_s=waited, url=url) from e
+            pause = min(delay * (0.5 + random.random()), max(0.05, deadline_s - waited))
             logger.warning("database unavailable during %s (%s); retrying in %.1fs", name,
-                           describe(e), delay)
+                           describe(e), pause)
             interrupted = True
-            time.sleep(delay * (0.5 + random.random()))
+            time.sleep(pause)
             delay = min(delay * 2, 5.0)
 
 

@@ -17,7 +17,7 @@ import pytest
 import sqlalchemy as sa
 import yaml
 
-from sweeper.errors import StorageError
+from sweeper.errors import StorageError, StorageUnavailableError
 from sweeper.study import open_storage
 from sweeper.study.retry import NOT_DONE, StorageFailure, classify, failure, with_retry
 
@@ -128,6 +128,23 @@ def test_connection_refused_is_transient_a_refused_login_permanent(pg_url: str) 
     nodb = sa.create_engine(pg_url.replace("postgresql://", "postgresql+psycopg2://", 1)
                             + "_missing")
     assert classify(_raised(nodb.connect)) == "permanent"
+    nohost = sa.create_engine("postgresql+psycopg2://u:pw@no-such-host-40.invalid/db")
+    assert classify(_raised(nohost.connect)) == "permanent"  # EAI_NONAME: no such host
+
+
+@pytest.mark.parametrize(("message", "kind"), [
+    ('could not translate host name "db" to address: Temporary failure in name resolution',
+     "transient"),  # EAI_AGAIN: the DNS server may answer again
+    ('could not translate host name "db" to address: Name or service not known', "permanent"),
+    ('FATAL:  permission denied for database "sweeps"', "permanent"),
+    ("SSL connection has been closed unexpectedly", "transient"),
+    ("server closed the connection unexpectedly", "transient"),
+])
+def test_connection_failures_are_classified_by_libpq_message(message: str, kind: str) -> None:
+    import psycopg2
+
+    assert classify(sa.exc.OperationalError("connect", {}, psycopg2.OperationalError(message))) \
+        == kind
 
 
 def test_sqlite_locked_is_transient_readonly_and_missing_table_permanent(tmp_path: Path) -> None:
@@ -201,6 +218,14 @@ def test_past_the_deadline_a_transient_error_fails_with_one_line_and_no_password
     assert "\n" not in text
     assert isinstance(e.value, StorageError)
     assert isinstance(e.value, optuna.exceptions.StorageInternalError)
+    assert isinstance(e.value, StorageUnavailableError) and e.value.exit_code == 75
+    def denied() -> None:
+        raise _server_error(pg, "42501")  # insufficient_privilege
+
+    with pytest.raises(StorageFailure) as permanent:
+        with_retry(denied, what="claim", url=url)
+    assert not isinstance(permanent.value, StorageUnavailableError)
+    assert permanent.value.exit_code == 2
     leaked = failure(RuntimeError(f"cannot reach {url} (password s3cret-pw)"), "connect",
                      url=url)
     assert "s3cret-pw" not in str(leaked) and "me:***@db.example" in str(leaked)

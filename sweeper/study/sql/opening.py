@@ -14,7 +14,7 @@ from optuna.storages import RDBStorage
 
 from sweeper.errors import StorageError, StorageMissingError
 from sweeper.protocol import INDEX_ATTR
-from sweeper.study.retry import with_retry
+from sweeper.study.retry import StorageFailure, StorageOutage, with_retry
 from sweeper.study.sql import writes
 from sweeper.study.sql.storage import logger
 from sweeper.study.sql.store import SqlStore
@@ -32,8 +32,10 @@ def open_sql_store(url: str, *, connect_deadline_s: float = 0.0, pool_size: int 
                    create: bool = True) -> SqlStore:
     """Open (and on first use create) the Optuna schema at ``url``.
 
-    ``connect_deadline_s`` > 0 keeps retrying a database that is not up yet (runners);
-    0 fails at once with one clear line (the CLI). Errors never contain the password.
+    ``connect_deadline_s`` > 0 keeps retrying transient errors (a database not up yet, or
+    dropping connections) that long, a warning on each retry, then raises
+    :class:`~sweeper.study.retry.StorageOutage`; 0 fails at once. Permanent errors fail at once
+    either way, with one clear line. Errors never contain the password.
     ``prepared``: the orchestrator already created and checked the schema (trial runners), so
     skip Optuna's table creation and alembic version check (a second connection held at once
     and a tenth of a runner's start-up) and the index DDL (a table lock on PostgreSQL); a
@@ -56,15 +58,24 @@ def open_sql_store(url: str, *, connect_deadline_s: float = 0.0, pool_size: int 
 
     try:
         if connect_deadline_s > 0:
-            return with_retry(connect, deadline_s=connect_deadline_s, what="connect", url=url)
+            return with_retry(connect, deadline_s=connect_deadline_s,
+                              what=f"opening {redact(url)}", url=url)
         return connect()
+    except StorageOutage:
+        raise
+    except StorageFailure as e:  # permanent: said as when there is no retry
+        raise _cannot_open(url, e.__cause__ or e) from None
     except StorageError:
         raise
     except OPEN_ERRORS as e:
-        cause = e.__cause__ or e
-        detail = str(getattr(cause, "orig", None) or cause).strip().splitlines()
-        reason = detail[0] if detail else type(cause).__name__
-        raise StorageError(scrub(f"cannot open storage {redact(url)}: {reason}", url)) from None
+        raise _cannot_open(url, e) from None
+
+
+def _cannot_open(url: str, e: BaseException) -> StorageError:
+    cause = e.__cause__ or e
+    detail = str(getattr(cause, "orig", None) or cause).strip().splitlines()
+    reason = detail[0] if detail else type(cause).__name__
+    return StorageError(scrub(f"cannot open storage {redact(url)}: {reason}", url))
 
 
 def engine_options(url: str, *, pool_size: int = 1, max_overflow: int = 1) -> dict[str, Any]:
