@@ -106,7 +106,8 @@ def _run_in(workdir: Path, ctx: TrialContext, argv: list[str], values: dict[str,
     timer = _expire_after(proc, timeout_s, timed_out)
     last: deque[str] = deque(maxlen=3)
     try:
-        _follow(proc, None if tail is not None else seen, fmt, last)
+        # A W&B program's stdout is read too: its name=value lines count, as any command's.
+        _follow(proc, None if tail is not None and how.wandb is None else seen, fmt, last)
         code = proc.wait()
     except BaseException:
         terminate(proc)

@@ -1,10 +1,10 @@
 """Run at the start-up of a W&B program under sweeper (:mod:`trial_runner.wandb_bridge`).
 
 Standard library only: the program's Python need not have sweeper. When the program imports
-the real ``wandb``, three public names are wrapped: ``wandb.init`` updates the run's config
-with ``$SWEEPER_WANDB_CONFIG`` (as W&B's agent puts a sweep's parameters there) and
-``wandb.Run.log`` appends each call's numbers (nested dicts flattened with ``/``), with W&B's
-step, as one JSON line to ``$SWEEPER_WANDB_LOG``. The step follows W&B's documented rule:
+the real ``wandb``, two public names are wrapped: ``wandb.init`` updates the run's config with
+``$SWEEPER_WANDB_CONFIG`` (as W&B's agent puts a sweep's parameters there) and
+``wandb.Run.log`` appends each call's numbers (a nested dict's keys joined by ``.``, as W&B
+names them), with W&B's step, as one JSON line to ``$SWEEPER_WANDB_LOG``. The step follows W&B's documented rule:
 an explicit ``step`` moves it forward (a smaller one is dropped, as W&B drops it), and a call
 with neither ``step`` nor ``commit``, or with ``commit=True``, ends its step. A
 ``sitecustomize`` this module hides (Debian's, a virtual environment's) runs after it.
@@ -31,13 +31,13 @@ _steps: dict[int, int] = {}  # id(run) -> the step its next log() goes to
 
 
 def numbers(data: Mapping[str, Any], prefix: str = "") -> dict[str, float]:
-    """The numbers of one ``wandb.log`` payload; a nested dict's keys joined by ``/``; media,
+    """The numbers of one ``wandb.log`` payload; a nested dict's keys joined by ``.``; media,
     tables, strings and booleans are not metrics."""
     out: dict[str, float] = {}
     for key, value in data.items():
         name = f"{prefix}{key}"
         if isinstance(value, Mapping):
-            out.update(numbers(value, f"{name}/"))
+            out.update(numbers(value, f"{name}."))
         elif isinstance(value, (int, float)) and not isinstance(value, bool):
             out[name] = float(value)
         elif type(value).__module__ in ("numpy", "torch") and getattr(value, "ndim", 1) == 0:
@@ -72,13 +72,13 @@ def record(key: int, data: Any, step: Any, commit: Any) -> None:
         f.write(line + "\n")
 
 
-def patch(wandb: ModuleType) -> None:
-    """Wrap ``wandb.init`` and ``wandb.Run.log`` (``wandb.sdk.wandb_run.Run`` in releases that
-    do not export ``Run``)."""
-    run_class = getattr(wandb, "Run", None)
-    if run_class is None:
-        run_class = importlib.import_module("wandb.sdk.wandb_run").Run
-    real_log = run_class.log
+def wrap_log(run_class: Any) -> None:
+    """Wrap ``run_class.log`` so each call is also recorded (once per class)."""
+    real_log = run_class.__dict__.get("log")
+    if real_log is None or getattr(real_log, "_sweeper", False):
+        real_log = run_class.log
+        if getattr(real_log, "_sweeper", False):
+            return
 
     @functools.wraps(real_log)
     def log(self: Any, data: Any, step: Any = None, commit: Any = None, *args: Any,
@@ -87,14 +87,31 @@ def patch(wandb: ModuleType) -> None:
         record(id(self), data, step, commit)
         return result
 
+    log._sweeper = True  # type: ignore[attr-defined]
     run_class.log = log
+
+
+def patch(wandb: ModuleType) -> None:
+    """Wrap ``wandb.init`` and ``wandb.Run.log`` (``wandb.sdk.wandb_run.Run`` in releases that
+    do not export ``Run``); a run of a subclass with its own ``log`` (``WANDB_MODE=disabled``
+    gives one) has that wrapped at ``wandb.init``, and ``wandb.log`` rebound to it."""
+    run_class = getattr(wandb, "Run", None)
+    if run_class is None:
+        run_class = importlib.import_module("wandb.sdk.wandb_run").Run
+    wrap_log(run_class)
     real_init = wandb.init
 
     @functools.wraps(real_init)
     def init(*args: Any, **kwargs: Any) -> Any:
         run = real_init(*args, **kwargs)
+        if run is None:
+            return run
+        if not getattr(type(run).log, "_sweeper", False):
+            wrap_log(type(run))
+            if getattr(wandb.log, "__self__", None) is run:
+                wandb.log = run.log
         config = json.loads(os.environ.get("SWEEPER_WANDB_CONFIG") or "{}")
-        if run is not None and config:
+        if config:
             run.config.update(config, allow_val_change=True)
         return run
 
