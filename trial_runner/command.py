@@ -87,9 +87,7 @@ def _run_in(workdir: Path, ctx: TrialContext, argv: list[str], values: dict[str,
     params_file = workdir / "params.json"
     params_file.write_text(json.dumps(ctx.params))
     metrics_file = workdir / "metrics.json"
-    env = _trial_env(ctx, params_file, metrics_file)
-    if how.wandb is not None:
-        env.update(wandb_env(env, ctx.params, how.wandb, workdir / WANDB_LOG_FILE))
+    env = _trial_env(ctx, params_file, metrics_file, how, workdir / WANDB_LOG_FILE)
     ctx.checkpoint_dir.mkdir(parents=True, exist_ok=True)
     try:
         proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
@@ -106,8 +104,8 @@ def _run_in(workdir: Path, ctx: TrialContext, argv: list[str], values: dict[str,
     timer = _expire_after(proc, timeout_s, timed_out)
     last: deque[str] = deque(maxlen=3)
     try:
-        # A W&B program's stdout is read too: its name=value lines count, as any command's.
-        _follow(proc, None if tail is not None and how.wandb is None else seen, fmt, last)
+        # Only a trial.metrics.file replaces stdout: a W&B program's name=value lines count.
+        _follow(proc, None if how.file is not None else seen, fmt, last)
         code = proc.wait()
     except BaseException:
         terminate(proc)
@@ -144,8 +142,10 @@ def _followed_file(workdir: Path, how: MetricsSpec, values: dict[str, Any]) -> P
     return Path(how.file.format_map(values)) if how.file is not None else None
 
 
-def _trial_env(ctx: TrialContext, params_file: Path, metrics_file: Path) -> dict[str, str]:
-    """The program's environment: this process's, less its secrets, plus the trial's."""
+def _trial_env(ctx: TrialContext, params_file: Path, metrics_file: Path, how: MetricsSpec,
+               wandb_log: Path) -> dict[str, str]:
+    """The program's environment: this process's, less its secrets, plus the trial's (and,
+    for a W&B program, what :mod:`trial_runner.wandb_bridge` adds, ``wandb_log`` its file)."""
     env = {k: v for k, v in os.environ.items() if k not in _SECRET_ENV}
     env.update({
         protocol.ENV_PARAMS: json.dumps(ctx.params), protocol.ENV_PARAMS_FILE: str(params_file),
@@ -156,6 +156,8 @@ def _trial_env(ctx: TrialContext, params_file: Path, metrics_file: Path) -> dict
     data = ctx.data_dir
     if data is not None:
         env[protocol.ENV_DATA_DIR] = str(data)
+    if how.wandb is not None:
+        env.update(wandb_env(env, ctx.params, how.wandb, wandb_log))
     return env
 
 

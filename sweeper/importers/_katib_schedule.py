@@ -97,7 +97,8 @@ def _pbt(im: Importer, settings: dict[str, str], s: dict[str, Any]) -> Schedule 
                         "top quantiles cannot overlap, quantile_fraction 0.5")
         quantile = _MAX_QUANTILE
     resample = settings.get("resample_probability")
-    cap = s.get("maxTrialCount") if isinstance(s.get("maxTrialCount"), int) else population
+    raw_cap = s.get("maxTrialCount")
+    cap: int = raw_cap if isinstance(raw_cap, int) and raw_cap > 0 else population
     generations = max(2, math.ceil(cap / population))
     scheduler = {"type": "pbt", "max_resource": generations - 1, "perturbation_interval": 1,
                  "quantile_fraction": quantile,

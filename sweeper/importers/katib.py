@@ -336,7 +336,7 @@ def _early_stopping(im: Importer, s: dict[str, Any], method: str,
         im.note("spec.earlyStopping", f"{es.get('algorithmName')!r} has no sweeper "
                                       "counterpart: not mapped")
         return None
-    pruner = {"type": "median"}
+    pruner: dict[str, Any] = {"type": "median"}
     for key, raw in _settings(im, es, ("spec", "earlyStopping")).items():
         option = {"min_trials_required": "n_startup_trials",
                   "start_step": "n_warmup_steps"}.get(key)

@@ -50,11 +50,11 @@ from sweeper.spec.model import (
     METHODS,
     SCHEMA_KEY,
     STORAGE_SCHEMES,
+    TRIAL_VALUES,
     Objective,
     Parameter,
     Pruner,
     Resources,
-    TRIAL_VALUES,
     SweepSpec,
     TrialSpec,
 )
@@ -265,7 +265,8 @@ class _Validator(Checks):
 
     def placeholders(self, arg: str, path: Path_, known: set[str]) -> None:
         """Every ``{name}`` in one argv element must name a parameter, a fixed value or one of
-        :data:`TRIAL_VALUES` (index, trial_number, checkpoint_dir), exactly as ``str.format_map`` will fill it in."""
+        :data:`TRIAL_VALUES` (index, trial_number, checkpoint_dir), exactly as
+        ``str.format_map`` will fill it in."""
         literal = "write {{ and }} for literal braces"
         try:
             parsed = list(string.Formatter().parse(arg))

@@ -4,10 +4,11 @@ Standard library only: the program's Python need not have sweeper. When the prog
 the real ``wandb``, two public names are wrapped: ``wandb.init`` updates the run's config with
 ``$SWEEPER_WANDB_CONFIG`` (as W&B's agent puts a sweep's parameters there) and
 ``wandb.Run.log`` appends each call's numbers (a nested dict's keys joined by ``.``, as W&B
-names them), with W&B's step, as one JSON line to ``$SWEEPER_WANDB_LOG``. The step follows W&B's documented rule:
-an explicit ``step`` moves it forward (a smaller one is dropped, as W&B drops it), and a call
-with neither ``step`` nor ``commit``, or with ``commit=True``, ends its step. A
-``sitecustomize`` this module hides (Debian's, a virtual environment's) runs after it.
+names them), with W&B's step, as one JSON line to ``$SWEEPER_WANDB_LOG``. The step follows
+W&B's documented rule: an explicit ``step`` moves it forward (a smaller one is dropped, as
+W&B drops it), and a call with neither ``step`` nor ``commit``, or with ``commit=True``, ends
+its step. A ``sitecustomize`` this module hides (Debian's, a virtual environment's) runs after
+it.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from typing import Any
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _lock = threading.Lock()
 _steps: dict[int, int] = {}  # id(run) -> the step its next log() goes to
+_wrapped: set[Any] = set()  # the log functions this module made
 
 
 def numbers(data: Mapping[str, Any], prefix: str = "") -> dict[str, float]:
@@ -74,11 +76,9 @@ def record(key: int, data: Any, step: Any, commit: Any) -> None:
 
 def wrap_log(run_class: Any) -> None:
     """Wrap ``run_class.log`` so each call is also recorded (once per class)."""
-    real_log = run_class.__dict__.get("log")
-    if real_log is None or getattr(real_log, "_sweeper", False):
-        real_log = run_class.log
-        if getattr(real_log, "_sweeper", False):
-            return
+    real_log = run_class.log
+    if real_log in _wrapped:
+        return
 
     @functools.wraps(real_log)
     def log(self: Any, data: Any, step: Any = None, commit: Any = None, *args: Any,
@@ -87,11 +87,11 @@ def wrap_log(run_class: Any) -> None:
         record(id(self), data, step, commit)
         return result
 
-    log._sweeper = True  # type: ignore[attr-defined]
+    _wrapped.add(log)
     run_class.log = log
 
 
-def patch(wandb: ModuleType) -> None:
+def patch(wandb: Any) -> None:
     """Wrap ``wandb.init`` and ``wandb.Run.log`` (``wandb.sdk.wandb_run.Run`` in releases that
     do not export ``Run``); a run of a subclass with its own ``log`` (``WANDB_MODE=disabled``
     gives one) has that wrapped at ``wandb.init``, and ``wandb.log`` rebound to it."""
@@ -104,18 +104,23 @@ def patch(wandb: ModuleType) -> None:
     @functools.wraps(real_init)
     def init(*args: Any, **kwargs: Any) -> Any:
         run = real_init(*args, **kwargs)
-        if run is None:
-            return run
-        if not getattr(type(run).log, "_sweeper", False):
-            wrap_log(type(run))
-            if getattr(wandb.log, "__self__", None) is run:
-                wandb.log = run.log
-        config = json.loads(os.environ.get("SWEEPER_WANDB_CONFIG") or "{}")
-        if config:
-            run.config.update(config, allow_val_change=True)
+        if run is not None:
+            started(wandb, run)
         return run
 
     wandb.init = init
+
+
+def started(wandb: Any, run: Any) -> None:
+    """A run ``wandb.init`` returned: its class's ``log`` wrapped (a subclass may have its
+    own), and its config updated with the trial's parameters."""
+    if type(run).log not in _wrapped:
+        wrap_log(type(run))
+        if id(getattr(wandb.log, "__self__", None)) == id(run):  # wandb.log is run.log
+            wandb.log = run.log
+    config = json.loads(os.environ.get("SWEEPER_WANDB_CONFIG") or "{}")
+    if config:
+        run.config.update(config, allow_val_change=True)
 
 
 class _Finder(importlib.abc.MetaPathFinder):
