@@ -40,7 +40,8 @@ _ALGORITHMS: dict[str, tuple[str, dict[str, Any], str | None]] = {
 _NAS = ("enas", "darts")
 #: Katib algorithmSettings -> sampler option, per method.
 _SETTINGS: dict[str, dict[str, str]] = {
-    "tpe": {"n_startup_trials": "n_startup_trials", "n_ei_candidates": "n_ei_candidates"},
+    "tpe": {"n_startup_trials": "n_startup_trials", "n_ei_candidates": "n_ei_candidates",
+            "n_EI_candidates": "n_ei_candidates"},  # hyperopt's spelling (Katib's tpe)
     "cmaes": {"restart_strategy": "restart_strategy"},
     "gp": {"n_initial_points": "n_startup_trials"},
 }
