@@ -4,8 +4,9 @@ The argv gets ``{param}`` placeholders filled in (never through a shell); the pa
 in the environment (``SWEEPER_PARAMS`` JSON, ``SWEEPER_PARAMS_FILE``). Metrics come from the
 program's stdout as ``name=value`` / ``name: value`` pairs (Katib's StdOut format; a line with
 ``step=N`` is an intermediate report), or the spec's ``trial.metrics`` (a regex for stdout
-lines, or a JSON-lines file; see :mod:`trial_runner.metrics`), and/or a JSON object written to
-``$SWEEPER_METRICS_FILE``.
+lines, or a JSON-lines file; see :mod:`trial_runner.metrics`), or the program's ``wandb.log``
+calls (``trial.metrics.wandb``, :mod:`trial_runner.wandb_bridge`), and/or a JSON object written
+to ``$SWEEPER_METRICS_FILE``.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from sweeper.spec import MetricsSpec
 from trial_runner.context import InvalidResult, ProgramFailed, TrialContext, TrialTimeout
 from trial_runner.metrics import JsonLinesTail, Metrics, parse_metric_line
 from trial_runner.processes import StderrTee, die_with_parent, terminate
+from trial_runner.wandb_bridge import wandb_env
 
 #: Environment variables never passed on to the user's program (the storage URL has a password).
 _SECRET_ENV = protocol.SECRET_ENV
@@ -55,7 +57,8 @@ def run_command(ctx: TrialContext, template: Sequence[str], timeout_s: float | N
                 metrics: MetricsSpec | None = None, ranks: int | None = None
                 ) -> dict[str, float]:
     how = metrics or MetricsSpec()
-    values = {**ctx.params, "index": ctx.index, "trial_number": ctx.trial_number}
+    values = {**ctx.params, "index": ctx.index, "trial_number": ctx.trial_number,
+              "checkpoint_dir": str(ctx.checkpoint_dir)}
     argv = render_argv(template, values)
     if ranks is not None:
         from trial_runner.launcher import torchrun_argv
@@ -78,12 +81,13 @@ def _run_in(workdir: Path, ctx: TrialContext, argv: list[str], values: dict[str,
             timeout_s: float | None, how: MetricsSpec) -> dict[str, float]:
     seen = Metrics(lambda step, m: _report(ctx, step, m))
     fmt = re.compile(how.format) if how.format is not None else None
-    tail = JsonLinesTail(Path(how.file.format_map(values)), seen, lambda: terminate(proc),
-                         fmt) if how.file is not None else None
+    followed = _followed_file(workdir, how, values)
+    tail = JsonLinesTail(followed, seen, lambda: terminate(proc), fmt) \
+        if followed is not None else None
     params_file = workdir / "params.json"
     params_file.write_text(json.dumps(ctx.params))
     metrics_file = workdir / "metrics.json"
-    env = _trial_env(ctx, params_file, metrics_file)
+    env = _trial_env(ctx, params_file, metrics_file, how, workdir / WANDB_LOG_FILE)
     ctx.checkpoint_dir.mkdir(parents=True, exist_ok=True)
     try:
         proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
@@ -100,7 +104,8 @@ def _run_in(workdir: Path, ctx: TrialContext, argv: list[str], values: dict[str,
     timer = _expire_after(proc, timeout_s, timed_out)
     last: deque[str] = deque(maxlen=3)
     try:
-        _follow(proc, None if tail is not None else seen, fmt, last)
+        # Only a trial.metrics.file replaces stdout: a W&B program's name=value lines count.
+        _follow(proc, None if how.file is not None else seen, fmt, last)
         code = proc.wait()
     except BaseException:
         terminate(proc)
@@ -126,8 +131,21 @@ def _run_in(workdir: Path, ctx: TrialContext, argv: list[str], values: dict[str,
             or k in ctx.objective_metrics}
 
 
-def _trial_env(ctx: TrialContext, params_file: Path, metrics_file: Path) -> dict[str, str]:
-    """The program's environment: this process's, less its secrets, plus the trial's."""
+#: Where a W&B program's ``wandb.log`` calls go, in the trial's scratch directory.
+WANDB_LOG_FILE = "wandb-log.jsonl"
+
+
+def _followed_file(workdir: Path, how: MetricsSpec, values: dict[str, Any]) -> Path | None:
+    """The file whose lines are the metrics, followed while the program runs (None: stdout)."""
+    if how.wandb is not None:
+        return workdir / WANDB_LOG_FILE
+    return Path(how.file.format_map(values)) if how.file is not None else None
+
+
+def _trial_env(ctx: TrialContext, params_file: Path, metrics_file: Path, how: MetricsSpec,
+               wandb_log: Path) -> dict[str, str]:
+    """The program's environment: this process's, less its secrets, plus the trial's (and,
+    for a W&B program, what :mod:`trial_runner.wandb_bridge` adds, ``wandb_log`` its file)."""
     env = {k: v for k, v in os.environ.items() if k not in _SECRET_ENV}
     env.update({
         protocol.ENV_PARAMS: json.dumps(ctx.params), protocol.ENV_PARAMS_FILE: str(params_file),
@@ -138,6 +156,8 @@ def _trial_env(ctx: TrialContext, params_file: Path, metrics_file: Path) -> dict
     data = ctx.data_dir
     if data is not None:
         env[protocol.ENV_DATA_DIR] = str(data)
+    if how.wandb is not None:
+        env.update(wandb_env(env, ctx.params, how.wandb, wandb_log))
     return env
 
 
@@ -159,7 +179,9 @@ def _expire_after(proc: subprocess.Popen[str], timeout_s: float | None,
 
 def _no_metric(metric: str, how: MetricsSpec, last: list[str]) -> str:
     """Why a command trial has no objective value: which lines were expected, none seen."""
-    if how.file is not None:
+    if how.wandb is not None:
+        expected = f"a wandb.log call with {metric!r} (wandb.log({{{metric!r}: 0.25}}))"
+    elif how.file is not None:
         expected = f"a JSON line with {metric!r} in {how.file}"
     elif how.format is not None:
         expected = f"a stdout line matching metrics.format {how.format!r} for {metric!r}"

@@ -2,7 +2,8 @@
 a sweeper spec.
 
 Mapped: ``algorithm`` (random, grid, tpe, multivariate-tpe, cmaes, sobol,
-bayesianoptimization, and their settings where Optuna has them), ``objective`` (type, goal ->
+bayesianoptimization, and their settings where Optuna has them; hyperband and pbt as sweeper's
+schedulers, ``_katib_schedule``), ``objective`` (type, goal ->
 ``stop.value``, objectiveMetricName; additionalMetricNames are kept anyway: sweeper records
 every metric a trial prints), ``parameters`` (double / int / categorical / discrete,
 feasibleSpace min / max / step / list, distribution uniform / logUniform),
@@ -18,6 +19,7 @@ from __future__ import annotations
 from typing import Any
 
 from sweeper.importers._common import Importer, number, param_name, read, sweep_name
+from sweeper.importers._katib_schedule import SCHEDULERS, SETTINGS, apply, schedule
 from sweeper.importers._katib_template import metrics_collector, named_groups, trial_template
 from sweeper.spec._yaml import Path_
 
@@ -31,16 +33,15 @@ _ALGORITHMS: dict[str, tuple[str, dict[str, Any], str | None]] = {
     "sobol": ("qmc", {"qmc_type": "sobol"}, None),
     "bayesianoptimization": ("gp", {}, "Katib's scikit-optimize Gaussian process is replaced "
                                        "by Optuna's GPSampler (method gp)"),
-    "hyperband": ("random", {}, "Katib's Hyperband suggestion (trials scheduled by the "
-                                "resource parameter) has no Optuna sampler: substituted "
-                                "method random with the hyperband pruner on reported steps"),
-    "pbt": ("random", {}, "population based training (exploit/explore of checkpoints) has no "
-                          "Optuna counterpart: substituted method random"),
+    # Trials sampled at random, trained by a scheduler (_katib_schedule).
+    "hyperband": ("random", {}, None),
+    "pbt": ("random", {}, None),
 }
 _NAS = ("enas", "darts")
 #: Katib algorithmSettings -> sampler option, per method.
 _SETTINGS: dict[str, dict[str, str]] = {
-    "tpe": {"n_startup_trials": "n_startup_trials", "n_ei_candidates": "n_ei_candidates"},
+    "tpe": {"n_startup_trials": "n_startup_trials", "n_ei_candidates": "n_ei_candidates",
+            "n_EI_candidates": "n_ei_candidates"},  # hyperopt's spelling (Katib's tpe)
     "cmaes": {"restart_strategy": "restart_strategy"},
     "gp": {"n_initial_points": "n_startup_trials"},
 }
@@ -74,6 +75,7 @@ def import_katib(path: str) -> tuple[dict[str, Any], list[str]]:
         out["stop"] = stop
     kube["namespace"] = namespace
     out["kubernetes"] = kube
+    _scheduler(im, s, out)
     for key in ("resumePolicy", "nasConfig"):
         if key in s:
             im.note(f"spec.{key}", "not mapped (sweeper resumes a sweep with `sweeper resume`)"
@@ -93,6 +95,21 @@ def _experiment(im: Importer, data: Any) -> tuple[dict[str, Any], dict[str, Any]
         raise im.err(("spec",), "a Katib Experiment needs a spec mapping")
     meta = data["metadata"] if isinstance(data.get("metadata"), dict) else {}
     return data["spec"], meta
+
+
+def _scheduler(im: Importer, s: dict[str, Any], out: dict[str, Any]) -> None:
+    """hyperband and pbt: the scheduler that trains the trials (``_katib_schedule``)."""
+    algo = s["algorithm"]
+    name = str(algo["algorithmName"])
+    if name not in SCHEDULERS:
+        return
+    sched = schedule(im, name, _settings(im, algo, ("spec", "algorithm")), s, out["parameters"])
+    if sched is None:
+        return
+    if "pruner" in out:
+        im.note("spec.earlyStopping", f"{name} decides which trials go on: earlyStopping is "
+                                      "dropped (sweeper's scheduler takes no pruner)")
+    apply(out, sched)
 
 
 def _run_shape(im: Importer, s: dict[str, Any], method: str, params: dict[str, Any],
@@ -154,8 +171,8 @@ def _algorithm(im: Importer, s: dict[str, Any]) -> tuple[str, dict[str, Any], in
         option = _SETTINGS.get(method, {}).get(key)
         if key == "random_state" and raw.lstrip("-").isdigit():
             seed = abs(int(raw))
-        elif name == "hyperband" and key == "eta":
-            continue  # the hyperband pruner's reduction_factor (_early_stopping)
+        elif key in SETTINGS.get(name, ()):
+            continue  # read by _katib_schedule
         elif option is not None:
             value: Any = number(im, raw, ("spec", "algorithm"), integer=True) \
                 if raw.lstrip("-").isdigit() else raw
@@ -313,15 +330,6 @@ def _step(im: Importer, p: dict[str, Any], space: dict[str, Any], fpath: Path_,
 
 def _early_stopping(im: Importer, s: dict[str, Any], method: str,
                     params: dict[str, Any]) -> dict[str, Any] | None:
-    algo = (s.get("algorithm") or {}).get("algorithmName")
-    if algo == "hyperband":
-        settings = _settings(im, s["algorithm"], ("spec", "algorithm"))
-        pruner: dict[str, Any] = {"type": "hyperband"}
-        if settings.get("eta", "").isdigit():
-            pruner["reduction_factor"] = int(settings["eta"])
-        im.note("spec.algorithm", "hyperband pruning needs intermediate reports: lines with "
-                                  "step=N (or JSON lines with a step) from the program")
-        return pruner
     es = s.get("earlyStopping")
     if not isinstance(es, dict):
         return None
@@ -329,7 +337,7 @@ def _early_stopping(im: Importer, s: dict[str, Any], method: str,
         im.note("spec.earlyStopping", f"{es.get('algorithmName')!r} has no sweeper "
                                       "counterpart: not mapped")
         return None
-    pruner = {"type": "median"}
+    pruner: dict[str, Any] = {"type": "median"}
     for key, raw in _settings(im, es, ("spec", "earlyStopping")).items():
         option = {"min_trials_required": "n_startup_trials",
                   "start_step": "n_warmup_steps"}.get(key)

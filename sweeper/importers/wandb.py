@@ -5,9 +5,10 @@ Mapped: ``method`` grid / random / bayes (-> gp), ``metric`` name + goal (+ targ
 ``distribution`` constant / categorical / int_uniform / uniform / q_uniform / log_uniform
 (exponents) / log_uniform_values / q_log_uniform(_values) / inv_log_uniform(_values), the
 ``q_*`` ones keeping their type and grid (see ``_wandb_q``), nested ``parameters:``
-flattened), ``early_terminate`` hyperband -> the hyperband pruner,
+flattened), ``early_terminate`` hyperband -> the successive-halving pruner at W&B's brackets,
 ``command`` with ``${program}``, ``${args}``, ``${args_no_hyphens}`` and friends -> the argv
-template, ``run_cap`` -> trials, ``name``, ``description``. What has no counterpart (normal
+template, ``run_cap`` -> trials, ``name``, ``description``; the program's ``wandb.config`` and
+``wandb.log`` work unchanged (``trial.metrics.wandb``). What has no counterpart (normal
 distributions, ``probabilities``, ``${args_json}``, project and entity, ...) is a note, with
 the substitute used where there is an honest one.
 """
@@ -89,6 +90,7 @@ def import_wandb(path: str) -> tuple[dict[str, Any], list[str]]:
     trial: dict[str, Any] = {"command": _command(im, data, space)}
     if space.fixed:
         trial["fixed"] = space.fixed
+    trial["metrics"] = {"wandb": _config_keys(space)}
     out["trial"] = trial
     if not space.params:
         raise im.err(("parameters",), "every parameter is a constant: nothing to search")
@@ -96,10 +98,14 @@ def import_wandb(path: str) -> tuple[dict[str, Any], list[str]]:
     if target is not None:
         out["stop"] = {"value": target}
     _unmapped_keys(im, data)
-    im.note(f"metric {out['objective']['metric']}", "sweeper reads metrics from the program's "
-            "stdout (name=value or name: value lines) or trial.metrics.file, not from "
-            "wandb.log: make the program print them (a line with step=N reports a step)")
     return out, im.notes
+
+
+def _config_keys(space: _Space) -> dict[str, str] | bool:
+    """``trial.metrics.wandb``: the W&B config key of each parameter sweeper renamed (true when
+    none is): the program's ``wandb.config`` holds what W&B's agent would put there."""
+    renamed = {name: full for name, full in space.original.items() if name != full}
+    return renamed or True
 
 
 def _check_config(im: Importer, data: Any) -> None:
@@ -284,25 +290,31 @@ def _normal(im: Importer, p: dict[str, Any], where: Path_, full: str,
 
 
 def _early_terminate(im: Importer, et: Any) -> dict[str, Any] | None:
+    """W&B's hyperband early termination as Optuna's SuccessiveHalvingPruner: W&B checks every
+    run at the same brackets (``min_iter * eta**k``, or ``max_iter / eta**k`` for k = s..1)
+    and stops the runs below the top 1/eta there; that is successive halving with rungs at
+    those steps (``min_early_stopping_rate: 0``). Optuna's HyperbandPruner would instead
+    spread the trials over several such brackets with different first rungs."""
     if et is None:
         return None
     if not isinstance(et, dict) or et.get("type") != "hyperband":
         im.note("early_terminate", f"{et!r}: only hyperband is documented; not mapped")
         return None
-    eta = et.get("eta", 3)
-    pruner: dict[str, Any] = {"type": "hyperband", "reduction_factor": int(eta)}
+    eta = int(number(im, et.get("eta", 3), ("early_terminate", "eta"), integer=True))
+    pruner: dict[str, Any] = {"type": "successive_halving", "reduction_factor": eta,
+                              "min_early_stopping_rate": 0}
     if et.get("min_iter") is not None:
-        pruner["min_resource"] = int(et["min_iter"])
-    if et.get("max_iter") is not None:
-        pruner["max_resource"] = int(et["max_iter"])
-        if et.get("min_iter") is None and et.get("s") is not None:
-            pruner["min_resource"] = max(1, round(int(et["max_iter"]) / int(eta) ** int(et["s"])))
-    if "s" in et or "strict" in et:
-        im.note("early_terminate", "Optuna's HyperbandPruner derives its brackets from "
-                                   "min/max_resource and reduction_factor; s and strict are "
-                                   "not used")
-    im.note("early_terminate", "pruning needs intermediate reports: lines with step=N (or "
-                               "JSON lines with a step) from the program")
+        pruner["min_resource"] = int(number(im, et["min_iter"], ("early_terminate", "min_iter"),
+                                            integer=True))
+    elif et.get("max_iter") is not None:
+        top = int(number(im, et["max_iter"], ("early_terminate", "max_iter"), integer=True))
+        brackets = int(number(im, et.get("s", 0), ("early_terminate", "s"), integer=True))
+        pruner["min_resource"] = max(1, round(top / eta ** max(brackets, 1)))
+    if et.get("strict"):
+        im.note("early_terminate.strict", "W&B's strict mode (comparing only with runs that "
+                                          "reached the bracket) has no counterpart: Optuna's "
+                                          "successive halving compares with every trial that "
+                                          "reported the rung")
     return pruner
 
 

@@ -15,7 +15,9 @@ from sweeper.spec.model import MetricsSpec
 
 METRIC_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-/]*$")
 METRIC_RULE = "letters, digits, _, -, . and /, starting with a letter or _"
-_METRICS_KEYS = ("format", "file")
+_METRICS_KEYS = ("format", "file", "wandb")
+#: A W&B config key: names joined by dots (a dot nests).
+_WANDB_KEY_RE = re.compile(r"^[^.\s][^\s]*$")
 #: The named groups a ``format`` regex must have.
 FORMAT_GROUPS = ("name", "value")
 
@@ -28,10 +30,13 @@ def metric_name(v: Checks, value: Any, path: Path_) -> str:
 
 
 def metrics_spec(v: Checks, value: Any, path: Path_, command: bool,
-                 check_placeholders: Any) -> MetricsSpec:
+                 check_placeholders: Any, values: set[str] | frozenset[str] = frozenset()
+                 ) -> MetricsSpec:
     """``trial.metrics: {format: REGEX}`` (stdout lines), ``{file: PATH}`` (JSON lines) or both
-    (a text file, each line read with the regex: Katib's File collector); ``check_placeholders
-    (text, path)`` checks ``{name}`` placeholders in the path as in the command's argv."""
+    (a text file, each line read with the regex: Katib's File collector), or ``{wandb: ...}``
+    (a W&B program: ``wandb.log``); ``check_placeholders(text, path)`` checks ``{name}``
+    placeholders in the path as in the command's argv; ``values``: the parameters and fixed
+    values, which ``wandb`` may name."""
     if value is None:
         return MetricsSpec()
     m = v.mapping(value, path, _METRICS_KEYS)
@@ -41,6 +46,11 @@ def metrics_spec(v: Checks, value: Any, path: Path_, command: bool,
     if not m:
         raise v.err(path, "expected format: REGEX (stdout lines), file: PATH (JSON lines the "
                           "program writes) or both (a text file read with the regex)")
+    if "wandb" in m:
+        if len(m) > 1:
+            raise v.err(path, "wandb: the metrics are the program's wandb.log calls; leave out "
+                              "format and file")
+        return MetricsSpec(wandb=wandb_keys(v, m["wandb"], (*path, "wandb"), values))
     fmt = metrics_format(v, m["format"], (*path, "format")) if "format" in m else None
     file = None
     if "file" in m:
@@ -66,3 +76,24 @@ def metrics_format(v: Checks, value: Any, path: Path_) -> str:
     if regex.search(""):
         raise v.err(path, "the regex matches an empty line; it must match a metric")
     return text
+
+
+def wandb_keys(v: Checks, value: Any, path: Path_, values: set[str] | frozenset[str]
+               ) -> tuple[tuple[str, str], ...]:
+    """``wandb: true`` (every parameter under its own name) or ``{param: W&B key}``."""
+    if value is True:
+        return ()
+    if not isinstance(value, dict):
+        raise v.err(path, "expected true or a mapping of parameter -> W&B config key "
+                          "(optimizer_lr: optimizer.lr)")
+    out = []
+    for name, key in value.items():
+        if str(name) not in values:
+            raise v.err((*path, str(name)), f"{clip(str(name))} is not a parameter or fixed "
+                                            "value of this spec")
+        text = v.string(key, (*path, str(name)))
+        if not _WANDB_KEY_RE.match(text) or text.endswith(".") or ".." in text:
+            raise v.err((*path, str(name)), f"not a W&B config key: {clip(text)} (names "
+                                            "joined by dots, no spaces)")
+        out.append((str(name), text))
+    return tuple(out)

@@ -50,6 +50,7 @@ from sweeper.spec.model import (
     METHODS,
     SCHEMA_KEY,
     STORAGE_SCHEMES,
+    TRIAL_VALUES,
     Objective,
     Parameter,
     Pruner,
@@ -235,16 +236,17 @@ class _Validator(Checks):
                                                       f"{entrypoint!r}")
         cmd = None
         if command is not None:
-            known = names | set(fixed) | {"index", "trial_number"}
+            known = names | set(fixed) | set(TRIAL_VALUES)
             cmd = self.command(command, (*path, "command"), known)
         retries = self.integer(m.get("retries", 1), (*path, "retries"), 0)
         timeout = m.get("timeout")
         timeout_s = self.duration(timeout, (*path, "timeout")) if timeout is not None else None
         resources = self.resources(m.get("resources"), (*path, "resources"))
         launcher, nproc, nodes = launcher_fields(self, m, path, resources, cmd is not None)
-        known = names | set(fixed) | {"index", "trial_number"}
+        known = names | set(fixed) | set(TRIAL_VALUES)
         metrics = metrics_spec(self, m.get("metrics"), (*path, "metrics"), cmd is not None,
-                               lambda text, p: self.placeholders(text, p, known))
+                               lambda text, p: self.placeholders(text, p, known),
+                               names | set(fixed))
         return TrialSpec(entrypoint=entrypoint, command=cmd, fixed=fixed, retries=retries,
                          launcher=launcher, nproc=nproc, nodes=nodes,  # type: ignore[arg-type]
                          timeout=timeout_s, resources=resources, metrics=metrics)
@@ -262,8 +264,9 @@ class _Validator(Checks):
         return cmd
 
     def placeholders(self, arg: str, path: Path_, known: set[str]) -> None:
-        """Every ``{name}`` in one argv element must name a parameter, a fixed value, index or
-        trial_number, exactly as ``str.format_map`` will fill it in."""
+        """Every ``{name}`` in one argv element must name a parameter, a fixed value or one of
+        :data:`TRIAL_VALUES` (index, trial_number, checkpoint_dir), exactly as
+        ``str.format_map`` will fill it in."""
         literal = "write {{ and }} for literal braces"
         try:
             parsed = list(string.Formatter().parse(arg))

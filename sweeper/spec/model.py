@@ -151,16 +151,33 @@ class Resources:
     memory: str | None = None
 
 
+#: The per-trial values a ``trial.command`` argv (and ``trial.metrics.file``) may name besides
+#: parameters and fixed values: the index, the Optuna trial number, the index's checkpoint
+#: directory.
+TRIAL_VALUES = ("index", "trial_number", "checkpoint_dir")
+
+
 @dataclass(frozen=True)
 class MetricsSpec:
-    """How a ``trial.command`` program's metrics are read. Default (both None): ``name=value``
+    """How a ``trial.command`` program's metrics are read. Default (all None): ``name=value``
     and ``name: value`` pairs on its stdout. ``format``: a regex with named groups ``name`` and
     ``value``, matched against each stdout line instead. ``file``: JSON lines the program
     appends to (``{"step": 3, "val/loss": 0.4}``), instead of stdout; with ``format`` too, a
-    text file whose lines are read with the regex."""
+    text file whose lines are read with the regex. ``wandb``: the program is a W&B program;
+    its ``wandb.log`` calls are the reports and its ``wandb.config`` holds the parameters, each
+    under the W&B key paired with it here (a parameter or fixed value not named keeps its own
+    name; a dot in a key nests, as W&B's nested sweep parameters do)."""
 
     format: str | None = None
     file: str | None = None
+    wandb: tuple[tuple[str, str], ...] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The normalised form; ``wandb`` only when set (earlier sweeps keep their hash)."""
+        out: dict[str, Any] = {"format": self.format, "file": self.file}
+        if self.wandb is not None:
+            out["wandb"] = dict(self.wandb)
+        return out
 
 
 @dataclass(frozen=True)
@@ -337,8 +354,8 @@ def _spec_to_dict(s: SweepSpec) -> dict[str, Any]:
                              "resources": {"gpu": t.resources.gpu, "cpu": t.resources.cpu,
                                            "memory": t.resources.memory},
                              "launcher": t.launcher, "nproc": t.nproc,
-                             "metrics": {"format": t.metrics.format, "file": t.metrics.file}
-                             if t.metrics != MetricsSpec() else None}
+                             "metrics": t.metrics.to_dict() if t.metrics != MetricsSpec()
+                             else None}
     if t.nodes != 1:  # absent when 1: the stored specs of earlier sweeps keep their hash
         trial["nodes"] = t.nodes
     kube = s.kubernetes.to_dict()

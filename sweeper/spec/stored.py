@@ -212,7 +212,8 @@ class _Reader:
                            ("gpu", "cpu", "memory"))
         rpath: Path_ = (*path, "resources")
         metrics = self.mapping(self.get(m, "metrics", path, "dict", {}), (*path, "metrics"),
-                               ("format", "file"))
+                               ("format", "file", "wandb"))
+        wandb = self.get(metrics, "wandb", (*path, "metrics"), "dict", None)
         return TrialSpec(
             entrypoint=entrypoint, command=tuple(str(a) for a in command) if command else None,
             fixed=dict(self.get(m, "fixed", path, "dict", {})),
@@ -225,7 +226,9 @@ class _Reader:
             nproc=self.get(m, "nproc", path, "int", None),
             metrics=MetricsSpec(format=self.get(metrics, "format", (*path, "metrics"), "str",
                                                 None),
-                                file=self.get(metrics, "file", (*path, "metrics"), "str", None)),
+                                file=self.get(metrics, "file", (*path, "metrics"), "str", None),
+                                wandb=tuple((str(k), str(v)) for k, v in wandb.items())
+                                if wandb is not None else None),
             nodes=self.get(m, "nodes", path, "int", 1))
 
     def kubernetes(self, m: dict[str, Any]) -> KubernetesSpec:

@@ -93,6 +93,8 @@ def _specs() -> list[tuple[str, SweepSpec]]:
     metrics = {"format": r"(?P<name>\w+)=(?P<value>.+)"}
     out.append(("command", make_spec(trial={"command": ["python", "t.py", "{a}"],
                                             "metrics": metrics})))
+    out.append(("command-wandb", make_spec(trial={
+        "command": ["python", "t.py"], "metrics": {"wandb": {"a": "opt.a"}}})))
     return out
 
 
