@@ -11,9 +11,9 @@ from click.testing import CliRunner
 from optuna.trial import TrialState
 
 from sweeper.cli import cli
-from sweeper.space import contains
 from sweeper.spec import load_spec
 from sweeper.study import load_sweep, open_storage
+from tests.support.helpers import contains
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLES = sorted((REPO / "search_spaces").glob("synthetic_*.yaml"))

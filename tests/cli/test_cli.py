@@ -15,9 +15,8 @@ from click.testing import CliRunner
 from optuna.trial import TrialState
 
 from sweeper.cli import cli
-from sweeper.space import contains
 from sweeper.study import load_sweep, open_storage
-from tests.support.helpers import write_spec
+from tests.support.helpers import contains, write_spec
 
 REPO = Path(__file__).resolve().parents[2]
 SWEEPER = Path(sys.executable).parent / "sweeper"

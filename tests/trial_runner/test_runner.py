@@ -14,9 +14,9 @@ from optuna.trial import TrialState
 
 from sweeper import protocol
 from sweeper._optuna_compat import trial_id_of
-from sweeper.space import contains, grid_point
+from sweeper.space import grid_point
 from sweeper.study import create_or_resume, open_storage
-from tests.support.helpers import make_spec
+from tests.support.helpers import contains, make_spec
 from trial_runner.context import TrialContext
 from trial_runner.runner import RunnerSettings, run_index
 
