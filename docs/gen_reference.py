@@ -8,6 +8,11 @@
   from ``docs/spec-keys.yml``. A key the validator accepts with no description there, or a
   description of a key it no longer accepts, is an error: the build (``mkdocs build --strict``)
   and ``tests/test_docs.py`` fail, so the page cannot drift from the code.
+- ``reference/trial-context.md``: ``trial_runner.TrialContext``, what user code receives: its
+  docstring, then every public method and property with its signature and docstring, in
+  source order.
+- ``examples.md``: every spec of ``search_spaces/``, each with its leading comment (what it
+  shows), the spec itself and the command that runs it.
 - ``benchmarks/*.md``: the committed benchmark pages of ``benchmarks/``, included as they are.
 
 Run on its own, ``python docs/gen_reference.py OUT_DIR`` writes the pages under OUT_DIR.
@@ -39,7 +44,82 @@ class Page:
 
 def pages() -> list[Page]:
     return [Page("reference/cli.md", cli_page()), Page("reference/spec.md", spec_page()),
-            *benchmark_pages()]
+            Page("reference/trial-context.md", trial_context_page()),
+            Page("examples.md", examples_page()), *benchmark_pages()]
+
+
+# --------------------------------------------------------------------------- TrialContext
+
+
+def trial_context_page() -> str:
+    from trial_runner import TrialContext
+
+    out = ["# TrialContext", "",
+           "`trial_runner.TrialContext` is what an `entrypoint` function receives as `ctx` "
+           "(`from trial_runner import TrialContext, TrialPruned`). This page is generated "
+           "from its docstrings.", "", inspect.cleandoc(TrialContext.__doc__ or ""), ""]
+    for name, member in public_members(TrialContext):
+        out += [f"## `{name}`", "", "```python", signature_line(name, member), "```", "",
+                inspect.cleandoc(docstring_of(member)), ""]
+    return "\n".join(out)
+
+
+def public_members(cls: type) -> list[tuple[str, Any]]:
+    """The public methods and properties of ``cls``, in source order."""
+    found = [(n, m) for n, m in vars(cls).items()
+             if not n.startswith("_") and (isinstance(m, property) or inspect.isfunction(m))]
+    return sorted(found, key=lambda nm: _function_of(nm[1]).__code__.co_firstlineno)
+
+
+def _function_of(member: Any) -> Any:
+    return member.fget if isinstance(member, property) else member
+
+
+def docstring_of(member: Any) -> str:
+    return _function_of(member).__doc__ or ""
+
+
+class _Annotation(str):
+    """An annotation as written in the source (``from __future__ import annotations`` keeps
+    them as strings), shown without quotes."""
+
+    def __repr__(self) -> str:
+        return str(self)
+
+
+def signature_line(name: str, member: Any) -> str:
+    if isinstance(member, property):
+        returns = inspect.signature(member.fget).return_annotation
+        return f"ctx.{name}  # -> {returns}"
+    sig = inspect.signature(member)
+    params = [p.replace(annotation=_Annotation(p.annotation))
+              if isinstance(p.annotation, str) else p
+              for p in list(sig.parameters.values())[1:]]  # without self
+    returns = sig.return_annotation
+    sig = sig.replace(parameters=params, return_annotation=_Annotation(returns)
+                      if isinstance(returns, str) else returns)
+    return f"ctx.{name}{sig}"
+
+
+# --------------------------------------------------------------------------- examples
+
+
+def examples_page() -> str:
+    import yaml
+
+    out = ["# Examples", "",
+           "Every spec in `search_spaces/`, runnable as it is from the repository's root "
+           "(`make install` first). Generated from the files.", ""]
+    for path in sorted((REPO / "search_spaces").glob("*.yaml")):
+        text = path.read_text()
+        lines = text.splitlines()
+        comment = [line.lstrip("#").strip() for line in lines if line.startswith("#")]
+        body = "\n".join(line for line in lines if not line.startswith("#")).strip()
+        name = yaml.safe_load(text)["name"]
+        out += [f"## {name}", "", " ".join(comment) or "(no description)", "",
+                "```yaml", body, "```", "", "```sh",
+                f"sweeper run search_spaces/{path.name}", "```", ""]
+    return "\n".join(out)
 
 
 # --------------------------------------------------------------------------- the CLI

@@ -147,3 +147,29 @@ def test_the_readme_is_a_front_page() -> None:
         if not re.match(r"[a-z]+://", target):
             assert (REPO / target).exists(), f"README links to {target}, which does not exist"
 
+
+
+def test_the_trial_context_reference_documents_every_public_member(gen: ModuleType) -> None:
+    from trial_runner import TrialContext
+
+    members = gen.public_members(TrialContext)
+    assert {"report", "should_prune", "save_checkpoint", "load_checkpoint", "device"} <= \
+        {name for name, _ in members}
+    undocumented = [name for name, m in members if not gen.docstring_of(m).strip()]
+    assert undocumented == [], "TrialContext members without a docstring: " \
+        f"{undocumented} (docs/reference/trial-context.md would show them bare)"
+    page = gen.trial_context_page()
+    for name, _ in members:
+        assert f"## `{name}`" in page and f"ctx.{name}" in page
+
+
+def test_the_examples_page_shows_every_spec_of_search_spaces(gen: ModuleType) -> None:
+    import yaml
+
+    page = gen.examples_page()
+    for path in sorted((REPO / "search_spaces").glob("*.yaml")):
+        spec = yaml.safe_load(path.read_text())
+        assert f"## {spec['name']}\n" in page, path.name
+        assert f"sweeper run search_spaces/{path.name}" in page
+        assert path.read_text().splitlines()[0].startswith("#"), \
+            f"{path.name} has no leading comment saying what it shows"

@@ -51,6 +51,12 @@ class TrialContext:
     the objective's intermediate value (what pruners and the dashboard's charts use) and keeps
     every other metric on the trial. ``checkpoint_dir`` is shared by all attempts of this index,
     so a retry can resume where a killed attempt stopped (``load_checkpoint``).
+
+    Also: ``index`` (the sweep index this trial runs), ``attempt`` (0 for the first try of the
+    index, then 1, 2, ... for its retries), ``trial_number`` (the Optuna trial's number),
+    ``trial`` (the ``optuna.Trial`` itself), ``objective_metrics`` (the metric names of the
+    spec's objective) and ``resumed_from_step`` (the step ``load_checkpoint`` returned, or
+    None).
     """
 
     params: dict[str, Any]
@@ -120,6 +126,8 @@ class TrialContext:
 
     @property
     def device(self) -> str:
+        """Where to put tensors: ``cuda`` when torch sees a GPU (``cuda:LOCAL_RANK`` in a rank
+        torchrun started), else ``cpu``. The trial records which GPU it ran on."""
         if self._device is None:
             self._device = detect_device()
             self._set_attr(DEVICE_ATTR, self._device_description())
