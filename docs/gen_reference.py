@@ -89,8 +89,7 @@ class _Annotation(str):
 
 def signature_line(name: str, member: Any) -> str:
     if isinstance(member, property):
-        returns = inspect.signature(member.fget).return_annotation
-        return f"ctx.{name}  # -> {returns}"
+        return f"ctx.{name}  # -> {inspect.signature(_function_of(member)).return_annotation}"
     sig = inspect.signature(member)
     params = [p.replace(annotation=_Annotation(p.annotation))
               if isinstance(p.annotation, str) else p
