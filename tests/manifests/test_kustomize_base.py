@@ -849,3 +849,17 @@ def test_kustomization_check_catches(
     broken = copy.deepcopy(kustomization)
     change(broken)
     assert kustomization_problems(broken, _manifest_files()) != []
+
+
+def test_the_docs_name_exactly_the_roles_rules(objects: Objects) -> None:
+    """manifests/README.md and docs/kubernetes.md say what the CLI's Role allows: every
+    resource with its verbs as rbac.yaml lists them (the docs drifted from the Role once)."""
+    (role,) = [o for o in objects if o["kind"] == "Role" and o["metadata"]["name"] == CLI_ACCOUNT]
+    readme = (MANIFESTS / "README.md").read_text(encoding="utf-8")
+    guide = " ".join((MANIFESTS.parent / "docs" / "kubernetes.md").read_text(
+        encoding="utf-8").split())  # the page wraps lines
+    for rule in role["rules"]:
+        verbs = "/".join(rule["verbs"])
+        for resource in rule["resources"]:
+            assert f"{resource} {verbs}" in readme, (resource, verbs)
+            assert resource in guide and verbs in guide, (resource, verbs)
