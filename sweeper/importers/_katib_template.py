@@ -39,20 +39,25 @@ def metrics_collector(im: Importer, s: dict[str, Any]) -> dict[str, Any] | None:
             im.note("metricsCollectorSpec.source.filter", "only the first metricsFormat is "
                                                           "used")
     if kind == "File":
-        fs = source.get("fileSystemPath") or {}
-        out["file"] = str(fs.get("path"))
-        if fs.get("format", "TEXT") == "JSON":
-            out.pop("format", None)
-        elif "format" not in out:
-            out["format"] = r"(?P<name>[\w|-]+)\s*=\s*(?P<value>[+-]?\d*(\.\d+)?([Ee][+-]?\d+)?)"
-        if out["file"].startswith("/"):
-            im.note("metricsCollectorSpec", f"the program writes {out['file']}: sweeper's "
-                    "pods have a read-only root filesystem, so on Kubernetes point the "
-                    "program (and trial.metrics.file) under /scratch")
+        _file_collector(im, source.get("fileSystemPath") or {}, out)
     elif kind != "StdOut":
         im.note("metricsCollectorSpec.collector", f"kind {kind} has no sweeper counterpart: "
                 "metrics are read from the program's stdout (name=value lines) instead")
     return out or None
+
+
+def _file_collector(im: Importer, fs: dict[str, Any], out: dict[str, Any]) -> None:
+    """Katib's File collector as ``trial.metrics.file`` (JSON lines, or text lines read with
+    the format: Katib's default ``name=value`` one unless a metricsFormat gave one)."""
+    out["file"] = str(fs.get("path"))
+    if fs.get("format", "TEXT") == "JSON":
+        out.pop("format", None)
+    elif "format" not in out:
+        out["format"] = r"(?P<name>[\w|-]+)\s*=\s*(?P<value>[+-]?\d*(\.\d+)?([Ee][+-]?\d+)?)"
+    if out["file"].startswith("/"):
+        im.note("metricsCollectorSpec", f"the program writes {out['file']}: sweeper's "
+                "pods have a read-only root filesystem, so on Kubernetes point the "
+                "program (and trial.metrics.file) under /scratch")
 
 
 def named_groups(katib: str) -> str | None:

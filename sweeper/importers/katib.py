@@ -272,14 +272,7 @@ def _parameter(im: Importer, p: dict[str, Any], path: Path_, method: str) -> dic
         raise im.err((*path, "feasibleSpace"), "expected a mapping")
     fpath = (*path, "feasibleSpace")
     if ptype in ("categorical", "discrete"):
-        values = space.get("list")
-        if not isinstance(values, list) or not values:
-            raise im.err((*fpath, "list"), f"a {ptype} parameter needs a non-empty list")
-        if ptype == "categorical":
-            return {"type": "categorical", "choices": [str(v) for v in values]}
-        nums = [number(im, v, (*fpath, "list", k)) for k, v in enumerate(values)]
-        kind = "int" if all(isinstance(n, int) for n in nums) else "float"
-        return {"type": kind, "values": [float(n) if kind == "float" else n for n in nums]}
+        return _listed(im, ptype, space, fpath)
     if ptype not in ("double", "int"):
         raise im.err((*path, "parameterType"), f"expected double, int, categorical or "
                                                f"discrete, got {ptype!r}")
@@ -290,7 +283,29 @@ def _parameter(im: Importer, p: dict[str, Any], path: Path_, method: str) -> dic
     if low == high:
         im.note(f"parameter {p['name']}", f"min = max = {low}: a one-value list")
         return {"type": out["type"], "values": [low]}
-    dist = space.get("distribution", "uniform")
+    _distribution(im, p, space.get("distribution", "uniform"), out)
+    if space.get("step") is not None:
+        _step(im, p, space, fpath, out, integer)
+    elif method == "grid" and not integer:
+        im.note(f"parameter {p['name']}", "a double without step on a grid: Katib refuses it "
+                                          "too; give it a step")
+    return out
+
+
+def _listed(im: Importer, ptype: str, space: dict[str, Any], fpath: Path_) -> dict[str, Any]:
+    """A categorical parameter's choices, or a discrete one's numbers as ``values``."""
+    values = space.get("list")
+    if not isinstance(values, list) or not values:
+        raise im.err((*fpath, "list"), f"a {ptype} parameter needs a non-empty list")
+    if ptype == "categorical":
+        return {"type": "categorical", "choices": [str(v) for v in values]}
+    nums = [number(im, v, (*fpath, "list", k)) for k, v in enumerate(values)]
+    kind = "int" if all(isinstance(n, int) for n in nums) else "float"
+    return {"type": kind, "values": [float(n) if kind == "float" else n for n in nums]}
+
+
+def _distribution(im: Importer, p: dict[str, Any], dist: Any, out: dict[str, Any]) -> None:
+    """Katib's ``distribution`` as Optuna's ``log`` (or the nearest uniform, with a note)."""
     if dist == "logUniform":
         out["log"] = True
     elif dist in ("normal", "logNormal"):
@@ -299,12 +314,6 @@ def _parameter(im: Importer, p: dict[str, Any], path: Path_, method: str) -> dic
                 f"substituted {'log-' if out['log'] else ''}uniform over [min, max]")
     elif dist != "uniform":
         im.note(f"parameter {p['name']}", f"distribution {dist!r}: substituted uniform")
-    if space.get("step") is not None:
-        _step(im, p, space, fpath, out, integer)
-    elif method == "grid" and not integer:
-        im.note(f"parameter {p['name']}", "a double without step on a grid: Katib refuses it "
-                                          "too; give it a step")
-    return out
 
 
 def _step(im: Importer, p: dict[str, Any], space: dict[str, Any], fpath: Path_,

@@ -214,11 +214,16 @@ def _values(im: Importer, values: Any, where: Path_, full: str) -> dict[str, Any
         im.note(f"parameters.{full}.values", "numbers written like 1e-5 are strings in YAML "
                                              "1.1: read as numbers")
         values = [number(im, v, (*where, "values", k)) for k, v in enumerate(values)]
-    if all(isinstance(v, int) and not isinstance(v, bool) for v in values):
+    if all(_is_int(v) for v in values):
         return {"type": "int", "values": values}
-    if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
+    if all(_is_int(v) or isinstance(v, float) for v in values):
         return {"type": "float", "values": [float(v) for v in values]}
     return {"type": "categorical", "choices": values}
+
+
+def _is_int(v: Any) -> bool:
+    """An int that is not a bool (YAML's true/false are bools, and bools are ints)."""
+    return isinstance(v, int) and not isinstance(v, bool)
 
 
 def _parameter(im: Importer, p: dict[str, Any], where: Path_,
@@ -231,16 +236,17 @@ def _parameter(im: Importer, p: dict[str, Any], where: Path_,
             im.note(f"parameters.{full}.probabilities", "Optuna has no weighted categorical: "
                                                         "every value is equally likely")
         return _values(im, p.get("values"), where, full)
+    if dist in _NORMALS:
+        return _normal(im, p, where, full, dist)
     if "min" not in p or "max" not in p:
-        if dist in ("normal", "q_normal", "log_normal", "q_log_normal"):
-            return _normal(im, p, where, full, dist)
         raise im.err(where, "expected values, value, or min and max")
     if dist is None:
-        ints = all(isinstance(p[k], int) and not isinstance(p[k], bool) for k in ("min", "max"))
-        dist = "int_uniform" if ints else "uniform"
-    if dist in ("normal", "q_normal", "log_normal", "q_log_normal"):
-        return _normal(im, p, where, full, dist)
+        dist = "int_uniform" if _is_int(p["min"]) and _is_int(p["max"]) else "uniform"
     return _range(im, p, where, full, dist)
+
+
+#: W&B's normal distributions: a mean and a standard deviation, no bounds needed.
+_NORMALS = ("normal", "q_normal", "log_normal", "q_log_normal")
 
 
 def _bounds(im: Importer, p: dict[str, Any], where: Path_, full: str) -> tuple[float, float]:
