@@ -133,18 +133,7 @@ def index_log(clients: ClientFactory, namespace: str, sweep_name: str, trials: i
         chosen, text = runs[-1], _read(api, namespace, runs[-1], index)
         section = pick(split_attempts(text), index, None)
     else:
-        for run in reversed(runs):
-            try:
-                text = _read(api, namespace, run, index)
-            except BackendError:
-                continue  # not started, or its log is gone: look at the older pods
-            section = pick(split_attempts(text), index, attempt)
-            if section is not None:
-                chosen = run
-                break
-        else:
-            raise BackendError(f"no log of attempt {attempt} of index {index} in the "
-                               f"{len(runs)} pod(s) of sweep {sweep_name} that ran it")
+        chosen, text, section = _attempt_log(api, namespace, runs, index, attempt, sweep_name)
     h = section.header if section is not None else None
     parts: list[Section] = []
     others: tuple[str, ...] = ()
@@ -161,6 +150,22 @@ def index_log(clients: ClientFactory, namespace: str, sweep_name: str, trials: i
     return PodLog(pod=pod_name(chosen.pod), job=chosen.job, phase=_phase(chosen),
                   attempt=chosen.key[1], text=last_lines(shown, tail_lines), header=h,
                   segments=max(1, len(parts)), promoted_in=others)
+
+
+def _attempt_log(api: KubeClient, namespace: str, runs: list[_PodRun], index: int,
+                 attempt: int, sweep_name: str) -> tuple[_PodRun, str, Section]:
+    """The newest pod whose log holds attempt ``attempt`` of ``index``: the pod, its log and
+    that attempt's section of it."""
+    for run in reversed(runs):
+        try:
+            text = _read(api, namespace, run, index)
+        except BackendError:
+            continue  # not started, or its log is gone: look at the older pods
+        section = pick(split_attempts(text), index, attempt)
+        if section is not None:
+            return run, text, section
+    raise BackendError(f"no log of attempt {attempt} of index {index} in the "
+                       f"{len(runs)} pod(s) of sweep {sweep_name} that ran it")
 
 
 def follow_index_log(clients: ClientFactory, namespace: str, sweep_name: str,
