@@ -29,24 +29,14 @@ def _docs_example() -> str:
     return block.group(1)
 
 
-def _readme_example() -> str:
-    """The YAML block of the README's "Multi-node trials" section."""
-    text = (REPO / "README.md").read_text()
-    section = text[text.index("## Multi-node trials"):]
-    block = re.search(r"```yaml\n(.*?)```", section, re.S)
-    assert block is not None
-    return block.group(1)
-
-
 def _container(obj: dict[str, Any]) -> dict[str, Any]:
     pod = obj["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
     [container] = pod["containers"]
     return dict(container)
 
 
-def test_the_readme_and_docs_examples_and_the_runnable_one_render_schema_valid_jobsets() -> None:
-    for spec in (parse_spec(_docs_example()), parse_spec(_readme_example()),
-                 load_spec(EXAMPLE)):
+def test_the_docs_example_and_the_runnable_one_render_schema_valid_jobsets() -> None:
+    for spec in (parse_spec(_docs_example()), load_spec(EXAMPLE)):
         objects = js.render(spec)
         assert validate_k8s_objects(objects) == []
         assert [o["kind"] for o in objects] == ["ConfigMap", "JobSet"]
