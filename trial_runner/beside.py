@@ -32,6 +32,8 @@ _STATUS_GRACE_S = 2.0
 #: The exit status a program reads as when its container died before the shim wrote one.
 LOST = protocol.EXIT_SIGNAL_BASE + signal.SIGKILL
 _SIGNALS = {"TERM": signal.SIGTERM, "INT": signal.SIGINT}
+#: How long the runner waits for the kubelet's SIGTERM once the shim has exited.
+_AFTER_SHIM_S = 10.0
 
 
 def alive(pid: int) -> bool:
@@ -276,10 +278,17 @@ def current() -> Exchange | None:
     return _current[0]
 
 
-def wait_for_the_end() -> None:
+def wait_for_the_end(exchange: Exchange) -> None:
     """After the exit order: the kubelet stops this sidecar (SIGTERM) once the shim's
-    container has ended; exit 0 then (a sidecar that ends on its own is restarted)."""
+    container has ended; exit then, or a while after the shim is gone (a sidecar that ends
+    on its own before the kubelet saw the trial's container end is started again)."""
     stopped = threading.Event()
     signal.signal(signal.SIGTERM, lambda signum, frame: stopped.set())
     signal.signal(signal.SIGINT, lambda signum, frame: stopped.set())
-    stopped.wait(protocol.DEFAULT_TERMINATION_GRACE_PERIOD_S * 20)
+    while not stopped.wait(_POLL_S * 4):
+        if exchange.shim_pid is None:
+            line = _line(exchange.root / shim.READY)
+            exchange.shim_pid = int(line) if line and line.strip().isdigit() else None
+        if exchange.shim_pid is not None and not alive(exchange.shim_pid):
+            stopped.wait(_AFTER_SHIM_S)
+            return

@@ -105,11 +105,12 @@ def main(argv: list[str] | None = None, *, inherited: InheritedSweep | None = No
     if exchange is None:
         return _main(argv, inherited)
     if exchange.recover():  # restarted after it had given the shim its exit code
-        beside.wait_for_the_end()
+        beside.wait_for_the_end(exchange)
         return protocol.EXIT_OK
     code = _main(argv, inherited)
     exchange.finish(code)
-    beside.wait_for_the_end()
+    if not _deadline_armed.is_set():  # else the kubelet is stopping this sidecar already
+        beside.wait_for_the_end(exchange)
     return protocol.EXIT_OK
 
 
