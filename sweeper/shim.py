@@ -25,7 +25,8 @@ RUNNER_CONTAINER = "sweeper-runner"
 READY = "shim"
 #: Written by the shim when the kubelet (or anyone) signals it: ``TERM`` or ``INT``.
 SIGNAL = "signal"
-#: The shim, run as ``sh -c SCRIPT sweeper-shim DIR``. Only shell built-ins and ``sleep`` (it
+#: The shim, run as ``sh -c SCRIPT sweeper-shim DIR`` (no ``$(NAME)``: Kubernetes expands it).
+#: Only shell built-ins and ``sleep`` (it
 #: looks for the runner's next order every 0.1 s).
 SCRIPT = """\
 d=$1; n=0; pid=
@@ -49,8 +50,10 @@ done
 
 
 def shim_command() -> list[str]:
-    """The user's container's command: the shim, whatever the image's entrypoint."""
-    return ["/bin/sh", "-c", SCRIPT, "sweeper-shim", DIR]
+    """The user's container's command: the shim, whatever the image's entrypoint. Kubernetes
+    reads ``$(NAME)`` in a command as a variable and ``$$`` as an escaped ``$``: the shell's
+    ``$$`` is written ``$$$$``."""
+    return ["/bin/sh", "-c", SCRIPT.replace("$$", "$$$$"), "sweeper-shim", DIR]
 
 
 def order_file(n: int) -> str:

@@ -4,6 +4,7 @@ Bad values are in tests/data/bad_specs/kubernetes_*.yaml. Pure: no storage, no c
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
@@ -406,3 +407,13 @@ def test_runner_image_is_for_command_trials_only(trial: str, message: str) -> No
                                         rf"beside a trial\.command program in any image; "
                                         rf"{message}"):
         parse_spec(text)
+
+
+def test_the_shim_reaches_the_shell_as_written() -> None:
+    """Kubernetes expands ``$(NAME)`` and ``$$`` in a container's command; the shim's text,
+    expanded as the kubelet does, is the script."""
+    from sweeper import shim
+
+    script = shim.shim_command()[2]
+    assert re.search(r"\$\([A-Za-z_]", script) is None  # $((n + 1)) names no variable
+    assert re.sub(r"\$\$", "$", script) == shim.SCRIPT
