@@ -88,18 +88,24 @@ def pod_template(spec: SweepSpec, mapping: list[int] | None, labels: Mapping[str
         pod["tolerations"] = tolerations
     if k.image_pull_secrets:
         pod["imagePullSecrets"] = [{"name": s} for s in k.image_pull_secrets]
-    metadata: dict[str, Any] = {"labels": {**k.labels, **labels}}
-    if k.annotations:
-        metadata["annotations"] = dict(k.annotations)
     if split(spec):
         split_pod(spec, pod)
-        # `kubectl logs POD` shows the trial's log (the runner's: headers, output, outcome).
-        metadata["annotations"] = {**metadata.get("annotations", {}),
-                                   DEFAULT_CONTAINER_ANNOTATION: shim.RUNNER_CONTAINER}
-    template = {"metadata": metadata, "spec": pod}
+    template = {"metadata": _metadata(spec, labels), "spec": pod}
     if k.pod_template:
         template = _merge_template(spec, template, dict(k.pod_template))
     return template
+
+
+def _metadata(spec: SweepSpec, labels: Mapping[str, str]) -> dict[str, Any]:
+    k = spec.kubernetes
+    metadata: dict[str, Any] = {"labels": {**k.labels, **labels}}
+    annotations = dict(k.annotations)
+    if split(spec):
+        # `kubectl logs POD` shows the trial's log (the runner's: headers, output, outcome).
+        annotations[DEFAULT_CONTAINER_ANNOTATION] = shim.RUNNER_CONTAINER
+    if annotations:
+        metadata["annotations"] = annotations
+    return metadata
 
 
 def split(spec: SweepSpec) -> bool:
