@@ -133,6 +133,32 @@ def test_a_killed_trial_container_is_retried_without_a_duplicate(cluster: Cluste
     assert killed["state"]["terminated"]["exitCode"] == 137
 
 
+def test_a_killed_runner_is_restarted_and_its_attempt_retried_in_the_same_pod(
+        cluster: Cluster) -> None:
+    """The runner's container dies mid-trial (SIGKILL): the kubelet starts it again (a native
+    sidecar), the new runner stops the program the old one left running, and the index
+    protocol fails the old attempt once its heartbeat is stale and runs the next one."""
+    doc = _imported(cluster, "kci-runner", retries=1)
+    doc.update(trials=1, parallelism=1)
+    doc.setdefault("kubernetes", {})["env"] = {"STANDIN_SECONDS": "8"}
+    _run(cluster, doc, "--detach")
+    victim = _running(cluster, "kci-runner", 0)
+    time.sleep(2)
+    cluster.kill_container({"status": {"containerStatuses":
+                                       victim["status"]["initContainerStatuses"]}})
+
+    job = cluster.wait_for_job("kci-runner", 90)
+    assert parse_intervals(job["status"]["completedIndexes"]) == [0], job["status"]
+    trials = cluster.trials("kci-runner")
+    assert [t.state for t in trials[0]] == [TrialState.FAIL, TrialState.COMPLETE]
+    assert "heartbeat" in trials[0][0].user_attrs["sweeper:fail_reason"]
+    (pod,) = cluster.pods("kci-runner")  # the same pod ran both attempts
+    assert pod["status"]["phase"] == "Succeeded"
+    assert pod["status"]["initContainerStatuses"][0]["restartCount"] == 1
+    log = _log(cluster, "kci-runner", 0)
+    assert "which the previous runner of this pod left running" in log
+
+
 def _running(cluster: Cluster, name: str, index: int) -> dict[str, Any]:
     """The pod of ``index`` once its trial is RUNNING (the runner claimed it)."""
     deadline = time.monotonic() + cluster.patience(30)
