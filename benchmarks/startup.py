@@ -97,9 +97,11 @@ def command_startup(repeats: int) -> dict[str, Any]:
         storage.close()
         env = dict(plain_env(), SWEEPER_STORAGE=url, SWEEPER_STUDY="bench-command",
                    SWEEPER_LOG_LEVEL="WARNING")
-        one = [_python(["-m", "trial_runner", "--index", str(i)], dict(env, JOB_ID=str(i)))
-               for i in range(repeats)]
-        beside = [split(repeats + i, env) for i in range(repeats)]
+        one, beside = [], []
+        for i in range(repeats):  # in turn, so that a busy moment of the machine hits both
+            one.append(_python(["-m", "trial_runner", "--index", str(2 * i)],
+                               dict(env, JOB_ID=str(2 * i))))
+            beside.append(split(2 * i + 1, env))
     return {"one_container_s": one, "beside_s": beside}
 
 

@@ -27,7 +27,7 @@ READY = "shim"
 SIGNAL = "signal"
 #: The shim, run as ``sh -c SCRIPT sweeper-shim DIR`` (no ``$(NAME)``: Kubernetes expands it).
 #: Only shell built-ins and ``sleep`` (it
-#: looks for the runner's next order every 0.1 s).
+#: looks for the runner's next order every 0.05 s).
 SCRIPT = """\
 d=$1; n=0; pid=
 on() { echo "$1" > "$d/signal"; [ -z "$pid" ] || kill -"$1" "$pid" 2>/dev/null; }
@@ -35,7 +35,7 @@ trap 'on TERM' TERM
 trap 'on INT' INT
 echo "$$" > "$d/shim"
 while :; do
-  while [ ! -f "$d/$n.order" ]; do sleep 0.1; done
+  while [ ! -f "$d/$n.order" ]; do sleep 0.05; done
   read -r verb code < "$d/$n.order"
   if [ "$verb" = exit ]; then exit "$code"; fi
   . "$d/$n.sh" > "$d/$n.out" 2> "$d/$n.err" &

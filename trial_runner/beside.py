@@ -25,7 +25,7 @@ from trial_runner.outcome import Interrupted
 logger = logging.getLogger(__name__)
 
 #: How often the runner looks at the shim's files.
-_POLL_S = 0.05
+_POLL_S = 0.02
 #: How long the status of a program whose process is gone may take to appear before the
 #: shim (the user's container) counts as dead.
 _STATUS_GRACE_S = 2.0
@@ -285,7 +285,7 @@ def wait_for_the_end(exchange: Exchange) -> None:
     stopped = threading.Event()
     signal.signal(signal.SIGTERM, lambda signum, frame: stopped.set())
     signal.signal(signal.SIGINT, lambda signum, frame: stopped.set())
-    while not stopped.wait(_POLL_S * 4):
+    while not stopped.wait(_POLL_S * 10):
         if exchange.shim_pid is None:
             line = _line(exchange.root / shim.READY)
             exchange.shim_pid = int(line) if line and line.strip().isdigit() else None
