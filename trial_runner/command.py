@@ -83,8 +83,7 @@ def _run_in(workdir: Path, ctx: TrialContext, argv: list[str], values: dict[str,
             timeout_s: float | None, how: MetricsSpec) -> dict[str, float]:
     seen = Metrics(lambda step, m: _report(ctx, step, m))
     fmt = re.compile(how.format) if how.format is not None else None
-    tail = JsonLinesTail(Path(how.file.format_map(values)), seen, lambda: stop(),
-                         fmt) if how.file is not None else None
+    tail = _file_tail(how, values, seen, lambda: stop(), fmt)
     params_file = workdir / "params.json"
     params_file.write_text(json.dumps(ctx.params))
     metrics_file = workdir / "metrics.json"
@@ -117,12 +116,25 @@ def _run_in(workdir: Path, ctx: TrialContext, argv: list[str], values: dict[str,
     if code != 0:
         why = stderr.reason()
         raise ProgramFailed(f"the program exited with code {code}" + (f": {why}" if why else ""))
-    final = {**seen.final, **_metrics_file(metrics_file)}
+    return _result(ctx, {**seen.final, **_metrics_file(metrics_file)}, how, list(last))
+
+
+def _result(ctx: TrialContext, final: dict[str, Any], how: MetricsSpec,
+            last: list[str]) -> dict[str, float]:
+    """The trial's metrics: every objective metric must be there; NaN only for those."""
     missing = [m for m in ctx.objective_metrics if m not in final]
     if missing:
-        raise InvalidResult(_no_metric(missing[0], how, list(last)))
+        raise InvalidResult(_no_metric(missing[0], how, last))
     return {k: v for k, v in final.items() if not (isinstance(v, float) and math.isnan(v))
             or k in ctx.objective_metrics}
+
+
+def _file_tail(how: MetricsSpec, values: dict[str, Any], seen: Metrics,
+               stop: Callable[[], None], fmt: re.Pattern[str] | None) -> JsonLinesTail | None:
+    """What follows ``trial.metrics.file`` (None: the metrics come from stdout)."""
+    if how.file is None:
+        return None
+    return JsonLinesTail(Path(how.file.format_map(values)), seen, stop, fmt)
 
 
 def _start(argv: list[str], trial: dict[str, str]

@@ -107,7 +107,11 @@ def main(argv: list[str] | None = None, *, inherited: InheritedSweep | None = No
     if exchange.recover():  # restarted after it had given the shim its exit code
         beside.wait_for_the_end(exchange)
         return protocol.EXIT_OK
-    code = _main(argv, inherited)
+    try:
+        code = _main(argv, inherited)
+    except BaseException:  # a crash: the trial's container fails and the Job retries the pod
+        exchange.finish(protocol.EXIT_RETRY)  # (restarted, this sidecar then only waits)
+        raise
     exchange.finish(code)
     if not _deadline_armed.is_set():  # else the kubelet is stopping this sidecar already
         beside.wait_for_the_end(exchange)
