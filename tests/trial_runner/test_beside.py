@@ -163,3 +163,42 @@ def test_a_command_trial_through_the_shim_reports_its_metrics(
     trial = sweep.study().trials[0]
     assert trial.value == pytest.approx(trial.params["x"])
     assert len(trial.intermediate_values) == 50 and trial.user_attrs["size"] == 3
+
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _pod(tmp_path: Path, env: dict[str, str], *args: str
+         ) -> tuple[subprocess.Popen[bytes], subprocess.Popen[bytes]]:
+    """The split pod's two processes on this machine: the shim and `python -m trial_runner`
+    with the exchange directory (a sidecar: it waits for SIGTERM once the shim has ended)."""
+    d = tmp_path / "pod-exchange"
+    d.mkdir()
+    sh = subprocess.Popen(["/bin/sh", "-c", shim.SCRIPT, "sweeper-shim", str(d)])
+    runner = subprocess.Popen([sys.executable, "-m", "trial_runner", *args],
+                              env={**env, protocol.ENV_EXCHANGE_DIR: str(d)}, cwd=REPO)
+    return sh, runner
+
+
+def test_the_trials_container_ends_with_the_runners_exit_code(sqlite_url: str,
+                                                              tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if k not in (protocol.ENV_STUDY,
+                                                             protocol.ENV_EXCHANGE_DIR)}
+    (tmp_path / "config").mkdir()
+    sh, runner = _pod(tmp_path / "config", env)  # no sweep named: a configuration error
+    assert sh.wait(timeout=60) == protocol.EXIT_CONFIG
+    runner.send_signal(signal.SIGTERM)
+    assert runner.wait(timeout=30) == 0
+
+    spec = _spec(tmp_path)
+    create_or_resume(open_storage(sqlite_url), spec)
+    env.update({protocol.ENV_STORAGE: sqlite_url, protocol.ENV_STUDY: spec.name,
+                protocol.ENV_CHECKPOINT_DIR: str(tmp_path / "c")})
+    (tmp_path / "ok").mkdir()
+    sh, runner = _pod(tmp_path / "ok", env, "--index", "0")
+    assert sh.wait(timeout=60) == protocol.EXIT_OK
+    runner.send_signal(signal.SIGTERM)
+    assert runner.wait(timeout=30) == 0
+    trials = create_or_resume(open_storage(sqlite_url), spec)[0].study().trials
+    assert [t.state for t in trials if t.user_attrs.get(protocol.INDEX_ATTR) == 0] \
+        == [TrialState.COMPLETE]
