@@ -202,3 +202,23 @@ def test_the_trials_container_ends_with_the_runners_exit_code(sqlite_url: str,
     trials = create_or_resume(open_storage(sqlite_url), spec)[0].study().trials
     assert [t.state for t in trials if t.user_attrs.get(protocol.INDEX_ATTR) == 0] \
         == [TrialState.COMPLETE]
+
+
+def test_a_pod_of_several_indexes_hands_the_shim_one_program_each(sqlite_url: str,
+                                                                   tmp_path: Path) -> None:
+    spec = _spec(tmp_path)
+    create_or_resume(open_storage(sqlite_url), spec)
+    env = {k: v for k, v in os.environ.items() if k != protocol.ENV_EXCHANGE_DIR}
+    env.update({protocol.ENV_STORAGE: sqlite_url, protocol.ENV_STUDY: spec.name,
+                protocol.ENV_CHECKPOINT_DIR: str(tmp_path / "c"), protocol.ENV_JOB_ID: "1",
+                protocol.ENV_INDEXES_PER_POD: "2"})
+    (tmp_path / "pod").mkdir()
+    sh, runner = _pod(tmp_path / "pod", env)  # job index 1: sweep indexes 2 and 3
+    assert sh.wait(timeout=90) == protocol.EXIT_OK
+    runner.send_signal(signal.SIGTERM)
+    assert runner.wait(timeout=30) == 0
+    orders = sorted((tmp_path / "pod" / "pod-exchange").glob("*.order"))
+    assert [p.read_text() for p in orders] == ["run\n", "run\n", "exit 0\n"]
+    trials = create_or_resume(open_storage(sqlite_url), spec)[0].study().trials
+    assert sorted(t.user_attrs[protocol.INDEX_ATTR] for t in trials
+                  if t.state == TrialState.COMPLETE) == [2, 3]
