@@ -16,6 +16,8 @@ records the attempt as interrupted (resumable), as a runner in the program's con
 
 from __future__ import annotations
 
+from sweeper import protocol
+
 #: The shared emptyDir's volume name and where both containers mount it.
 VOLUME = "sweeper-exchange"
 DIR = "/run/sweeper"
@@ -26,9 +28,13 @@ READY = "shim"
 #: Written by the shim when the kubelet (or anyone) signals it: ``TERM`` or ``INT``.
 SIGNAL = "signal"
 #: The shim, run as ``sh -c SCRIPT sweeper-shim DIR`` (no ``$(NAME)``: Kubernetes expands it).
-#: Only shell built-ins and ``sleep`` (it
-#: looks for the runner's next order every 0.05 s).
+#: Only shell built-ins and ``sleep`` (it looks for the runner's next order every 0.05 s); an
+#: image without ``sleep`` is a configuration error (the Job fails, as for a bad spec).
 SCRIPT = """\
+command -v sleep > /dev/null 2>&1 || {
+  echo "sweeper-shim: this image has no sleep command (a command trial needs sh, sleep)" >&2
+  exit @EXIT_CONFIG@
+}
 d=$1; n=0; pid=
 on() { echo "$1" > "$d/signal"; [ -z "$pid" ] || kill -"$1" "$pid" 2>/dev/null; }
 trap 'on TERM' TERM
@@ -46,7 +52,7 @@ while :; do
   echo "$s" > "$d/$n.status"
   n=$((n + 1))
 done
-"""
+""".replace("@EXIT_CONFIG@", str(protocol.EXIT_CONFIG))
 
 
 def shim_command() -> list[str]:

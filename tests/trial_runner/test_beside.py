@@ -222,3 +222,12 @@ def test_a_pod_of_several_indexes_hands_the_shim_one_program_each(sqlite_url: st
     trials = create_or_resume(open_storage(sqlite_url), spec)[0].study().trials
     assert sorted(t.user_attrs[protocol.INDEX_ATTR] for t in trials
                   if t.state == TrialState.COMPLETE) == [2, 3]
+
+
+def test_an_image_without_sleep_is_a_configuration_error(tmp_path: Path) -> None:
+    out = subprocess.run(["/bin/sh", "-c", shim.SCRIPT, "sweeper-shim", str(tmp_path)],
+                         env={"PATH": str(tmp_path / "empty")}, capture_output=True, text=True,
+                         timeout=30)
+    assert out.returncode == protocol.EXIT_CONFIG
+    assert "this image has no sleep command" in out.stderr
+    assert not (tmp_path / shim.READY).exists()
