@@ -143,6 +143,9 @@ ENV_TRIAL_NUMBER = "SWEEPER_TRIAL_NUMBER"
 ENV_PROXY_TOKEN = "SWEEPER_PROXY_TOKEN"
 ENV_PROXY_TOKEN_FILE = "SWEEPER_PROXY_TOKEN_FILE"
 ENV_PROXY_CA = "SWEEPER_PROXY_CA"
+#: The split pod of a command trial (:mod:`sweeper.shim`): the directory the runner shares
+#: with the shim in the user's container.
+ENV_EXCHANGE_DIR = "SWEEPER_EXCHANGE_DIR"
 
 DEFAULT_STORAGE = "sqlite:///sweeps.db"
 DEFAULT_HEARTBEAT_INTERVAL_S = 5.0
@@ -162,7 +165,7 @@ DEFAULT_TERMINATION_GRACE_PERIOD_S = 30.0
 RESERVED_ENV = (ENV_JOB_ID, ENV_COMPLETION_INDEX, ENV_STORAGE, ENV_STUDY, ENV_INDEX_MAP,
                 ENV_INDEXES_PER_POD, ENV_CHECKPOINT_DIR, ENV_SPEC_FILE, ENV_DATA_DIR, ENV_CMD_FD,
                 ENV_RESULT_FD, ENV_LOG_DIR, ENV_PARENT_PID, ENV_PROXY_TOKEN,
-                ENV_PROXY_TOKEN_FILE, ENV_PROXY_CA)
+                ENV_PROXY_TOKEN_FILE, ENV_PROXY_CA, ENV_EXCHANGE_DIR)
 #: Never passed on to a command trial's program (the URL holds the database password, the
 #: token lets its holder act as the runner).
 SECRET_ENV = (ENV_STORAGE, ENV_PROXY_TOKEN, ENV_PROXY_TOKEN_FILE)

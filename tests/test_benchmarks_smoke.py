@@ -49,6 +49,7 @@ def test_tiny_run_writes_every_item(pg_admin: sa.Engine, tmp_path: Path) -> None
     assert {r["who"] for r in raw["overhead"]["runs"]} == {"sweeper", "plain"}
     assert all(r["wall_s"] > 0 for r in raw["overhead"]["runs"])
     assert raw["scaling"]["enqueue"]["sweeper"]["wall_s"] > 0
+    assert raw["startup"]["command_startup"]["beside_s"]  # a command trial beside the shim
     for size in raw["scaling"]["latency"].values():
         assert size["raw_claim_s"] and size["raw_plain_ask_s"]
     assert raw["connections"]["sweeper"]["timeline"] and raw["connections"]["plain"]["timeline"]

@@ -5,8 +5,9 @@ in the environment (``SWEEPER_PARAMS`` JSON, ``SWEEPER_PARAMS_FILE``). Metrics c
 program's stdout as ``name=value`` / ``name: value`` pairs (Katib's StdOut format; a line with
 ``step=N`` is an intermediate report), or the spec's ``trial.metrics`` (a regex for stdout
 lines, or a JSON-lines file; see :mod:`trial_runner.metrics`), or the program's ``wandb.log``
-calls (``trial.metrics.wandb``, :mod:`trial_runner.wandb_bridge`), and/or a JSON object written
-to ``$SWEEPER_METRICS_FILE``.
+calls (``trial.metrics.wandb``, :mod:`trial_runner.wandb_bridge`; in the runner's own
+container only: a split pod's user image does not have the bridge), and/or a JSON object
+written to ``$SWEEPER_METRICS_FILE``.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import tempfile
 import threading
 from collections import deque
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +30,8 @@ import optuna
 
 from sweeper import protocol
 from sweeper.spec import MetricsSpec
+from trial_runner import beside
+from trial_runner.beside import RemoteProgram
 from trial_runner.context import InvalidResult, ProgramFailed, TrialContext, TrialTimeout
 from trial_runner.metrics import JsonLinesTail, Metrics, parse_metric_line
 from trial_runner.processes import StderrTee, die_with_parent, terminate
@@ -65,6 +69,9 @@ def run_command(ctx: TrialContext, template: Sequence[str], timeout_s: float | N
 
         argv = torchrun_argv(ranks, "--no-python", sys.executable, "-c", _RANK_FILES, *argv,
                              rank0_output=True)
+    exchange = beside.current()
+    if exchange is not None:  # the split pod: the shim in the user's container runs it
+        return _run_in(exchange.workdir(), ctx, argv, values, timeout_s, how)
     with tempfile.TemporaryDirectory(prefix=f"sweeper-trial-{ctx.trial_number}-") as workdir:
         return _run_in(Path(workdir), ctx, argv, values, timeout_s, how)
 
@@ -82,33 +89,28 @@ def _run_in(workdir: Path, ctx: TrialContext, argv: list[str], values: dict[str,
     seen = Metrics(lambda step, m: _report(ctx, step, m))
     fmt = re.compile(how.format) if how.format is not None else None
     followed = _followed_file(workdir, how, values)
-    tail = JsonLinesTail(followed, seen, lambda: terminate(proc), fmt) \
-        if followed is not None else None
+    tail = JsonLinesTail(followed, seen, lambda: stop(), fmt) if followed is not None else None
     params_file = workdir / "params.json"
     params_file.write_text(json.dumps(ctx.params))
     metrics_file = workdir / "metrics.json"
-    env = _trial_env(ctx, params_file, metrics_file, how, workdir / WANDB_LOG_FILE)
     ctx.checkpoint_dir.mkdir(parents=True, exist_ok=True)
-    try:
-        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
-                                text=True, bufsize=1, errors="replace",
-                                preexec_fn=die_with_parent)
-    except OSError as e:
-        raise ProgramFailed(f"cannot start {argv[0]!r}: {e.strerror}") from None
+    wandb = None if how.wandb is None else \
+        _WandbEnv(ctx.params, how.wandb, workdir / WANDB_LOG_FILE)
+    proc, stop = _start(argv, trial_vars(ctx, params_file, metrics_file), wandb)
     assert proc.stderr is not None
     stderr = StderrTee(proc.stderr)
     if tail is not None:
         tail.start()
 
     timed_out = threading.Event()
-    timer = _expire_after(proc, timeout_s, timed_out)
+    timer = _expire_after(stop, timeout_s, timed_out)
     last: deque[str] = deque(maxlen=3)
     try:
         # Only a trial.metrics.file replaces stdout: a W&B program's name=value lines count.
-        _follow(proc, None if how.file is not None else seen, fmt, last)
+        _follow(proc, None if how.file is not None else seen, fmt, last, stop)
         code = proc.wait()
     except BaseException:
-        terminate(proc)
+        stop()
         raise
     finally:
         if timer is not None:
@@ -123,10 +125,15 @@ def _run_in(workdir: Path, ctx: TrialContext, argv: list[str], values: dict[str,
     if code != 0:
         why = stderr.reason()
         raise ProgramFailed(f"the program exited with code {code}" + (f": {why}" if why else ""))
-    final = {**seen.final, **_metrics_file(metrics_file)}
+    return _result(ctx, {**seen.final, **_metrics_file(metrics_file)}, how, list(last))
+
+
+def _result(ctx: TrialContext, final: dict[str, Any], how: MetricsSpec,
+            last: list[str]) -> dict[str, float]:
+    """The trial's metrics: every objective metric must be there; NaN only for those."""
     missing = [m for m in ctx.objective_metrics if m not in final]
     if missing:
-        raise InvalidResult(_no_metric(missing[0], how, list(last)))
+        raise InvalidResult(_no_metric(missing[0], how, last))
     return {k: v for k, v in final.items() if not (isinstance(v, float) and math.isnan(v))
             or k in ctx.objective_metrics}
 
@@ -142,26 +149,55 @@ def _followed_file(workdir: Path, how: MetricsSpec, values: dict[str, Any]) -> P
     return Path(how.file.format_map(values)) if how.file is not None else None
 
 
-def _trial_env(ctx: TrialContext, params_file: Path, metrics_file: Path, how: MetricsSpec,
-               wandb_log: Path) -> dict[str, str]:
-    """The program's environment: this process's, less its secrets, plus the trial's (and,
-    for a W&B program, what :mod:`trial_runner.wandb_bridge` adds, ``wandb_log`` its file)."""
+@dataclass(frozen=True)
+class _WandbEnv:
+    """What a W&B program's environment gets (:mod:`trial_runner.wandb_bridge`)."""
+
+    params: dict[str, Any]
+    names: tuple[tuple[str, str], ...]  # trial.metrics.wandb: (param, W&B key)
+    log: Path
+
+    def of(self, env: dict[str, str]) -> dict[str, str]:
+        return wandb_env(env, self.params, self.names, self.log)
+
+
+def _start(argv: list[str], trial: dict[str, str], wandb: _WandbEnv | None = None
+           ) -> tuple[subprocess.Popen[str] | RemoteProgram, Callable[[], None]]:
+    """Start the program, here (a child of the runner, with the runner's environment less its
+    secrets, and for a W&B program the bridge) or, in the split pod, in the user's container
+    (with that container's environment); it and what stops it."""
+    exchange = beside.current()
+    if exchange is not None:
+        remote = exchange.start(argv, trial)
+        return remote, remote.stop
     env = {k: v for k, v in os.environ.items() if k not in _SECRET_ENV}
-    env.update({
+    env.update(trial)
+    if wandb is not None:
+        env.update(wandb.of(env))
+    try:
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
+                                text=True, bufsize=1, errors="replace",
+                                preexec_fn=die_with_parent)
+    except OSError as e:
+        raise ProgramFailed(f"cannot start {argv[0]!r}: {e.strerror}") from None
+    return proc, lambda: terminate(proc)
+
+
+def trial_vars(ctx: TrialContext, params_file: Path, metrics_file: Path) -> dict[str, str]:
+    """What the program's environment has of the trial (its params, its files)."""
+    env = {
         protocol.ENV_PARAMS: json.dumps(ctx.params), protocol.ENV_PARAMS_FILE: str(params_file),
         protocol.ENV_METRICS_FILE: str(metrics_file), protocol.ENV_JOB_ID: str(ctx.index),
         protocol.ENV_TRIAL_NUMBER: str(ctx.trial_number),
         protocol.ENV_CHECKPOINT_DIR: str(ctx.checkpoint_dir), "PYTHONUNBUFFERED": "1",
-    })
+    }
     data = ctx.data_dir
     if data is not None:
         env[protocol.ENV_DATA_DIR] = str(data)
-    if how.wandb is not None:
-        env.update(wandb_env(env, ctx.params, how.wandb, wandb_log))
     return env
 
 
-def _expire_after(proc: subprocess.Popen[str], timeout_s: float | None,
+def _expire_after(stop: Callable[[], None], timeout_s: float | None,
                   timed_out: threading.Event) -> threading.Timer | None:
     """trial.timeout: a timer that sets ``timed_out`` and terminates the program."""
     if timeout_s is None:
@@ -169,7 +205,7 @@ def _expire_after(proc: subprocess.Popen[str], timeout_s: float | None,
 
     def expire() -> None:
         timed_out.set()
-        terminate(proc)
+        stop()
 
     timer = threading.Timer(timeout_s, expire)
     timer.daemon = True
@@ -193,8 +229,8 @@ def _no_metric(metric: str, how: MetricsSpec, last: list[str]) -> str:
            f"lines of its stdout: {shown}"
 
 
-def _follow(proc: subprocess.Popen[str], seen: Metrics | None,
-            fmt: re.Pattern[str] | None, last: deque[str]) -> None:
+def _follow(proc: subprocess.Popen[str] | RemoteProgram, seen: Metrics | None,
+            fmt: re.Pattern[str] | None, last: deque[str], stop: Callable[[], None]) -> None:
     """Echo the program's stdout (keeping its ``last`` lines); unless its metrics come from a
     file, read them from each line (``seen`` reports steps and stops the program when the
     pruner says so)."""
@@ -204,7 +240,7 @@ def _follow(proc: subprocess.Popen[str], seen: Metrics | None,
         if line.strip():
             last.append(line)
         if seen is not None and seen.add(parse_metric_line(line, fmt)):
-            terminate(proc)
+            stop()
 
 
 def _report(ctx: TrialContext, step: int, metrics: dict[str, float]) -> bool:

@@ -32,6 +32,7 @@ from sweeper.errors import SpecError, StorageError, StorageUnavailableError
 from sweeper.gang import Gang, gang_from_env
 from sweeper.spec import SweepSpec
 from sweeper.study import InheritedSweep, Sweep, open_storage
+from trial_runner import beside
 from trial_runner.context import TrialContext
 from trial_runner.gang import run_slot
 from trial_runner.outcome import Interrupted, Outcome, RunnerSettings
@@ -96,7 +97,28 @@ def _exit_by_deadline(signum: int) -> None:
 
 def main(argv: list[str] | None = None, *, inherited: InheritedSweep | None = None) -> int:
     """The runner; ``inherited``: an open sweep handed over by the process that forked this
-    one (sweeper.study.InheritedSweep), taken over if it is the one this runner must open."""
+    one (sweeper.study.InheritedSweep), taken over if it is the one this runner must open.
+    In the split pod of a command trial (:mod:`trial_runner.beside`) the shim in the user's
+    container ends with the code the runner ends with, and the runner, a sidecar, waits for
+    the kubelet to stop it."""
+    exchange = beside.current()
+    if exchange is None:
+        return _main(argv, inherited)
+    if exchange.recover():  # restarted after it had given the shim its exit code
+        beside.wait_for_the_end(exchange)
+        return protocol.EXIT_OK
+    try:
+        code = _main(argv, inherited)
+    except BaseException:  # a crash: the trial's container fails and the Job retries the pod
+        exchange.finish(protocol.EXIT_RETRY)  # (restarted, this sidecar then only waits)
+        raise
+    exchange.finish(code)
+    if not _deadline_armed.is_set():  # else the kubelet is stopping this sidecar already
+        beside.wait_for_the_end(exchange)
+    return protocol.EXIT_OK
+
+
+def _main(argv: list[str] | None, inherited: InheritedSweep | None) -> int:
     parser = argparse.ArgumentParser(prog="python -m trial_runner", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--study", help="sweep name (default: $SWEEPER_STUDY)")
@@ -170,6 +192,9 @@ def _run_indexes(sweep: Sweep, storage: Any, only: int | None,
         return protocol.EXIT_CONFIG
     codes = []
     try:
+        exchange = beside.current()
+        if exchange is not None:
+            exchange.wait_ready()  # the user's container is up: nothing is claimed before
         for index in indexes:
             os.environ[protocol.ENV_JOB_ID] = str(index)
             outcome = run_scheduled(sweep, index, objective, settings,

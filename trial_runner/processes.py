@@ -13,7 +13,7 @@ import sys
 import threading
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import IO, Any
 
 #: A Python exception line (``ModuleNotFoundError: No module named 'x'``) or the like.
@@ -41,13 +41,13 @@ class StderrTee:
     """Copies the program's stderr to ours (the index's log) line by line and keeps the tail,
     so a failure's reason can be the program's own error rather than only its exit code."""
 
-    def __init__(self, stream: IO[str]) -> None:
+    def __init__(self, stream: IO[str] | Iterator[str]) -> None:
         self.tail: deque[str] = deque(maxlen=_STDERR_TAIL)
         self._thread = threading.Thread(target=self._copy, args=(stream,), daemon=True,
                                         name="sweeper-stderr")
         self._thread.start()
 
-    def _copy(self, stream: IO[str]) -> None:
+    def _copy(self, stream: IO[str] | Iterator[str]) -> None:
         for line in stream:
             sys.stderr.write(line)
             self.tail.append(line)

@@ -29,6 +29,7 @@ from sweeper.backends.pod import (  # re-exported: the names other modules know 
     SCRATCH,
     SPEC_DIR,
     SPEC_KEY,
+    log_container,
     pod_template,
     spec_configmap_name,
 )
@@ -221,5 +222,5 @@ __all__ = ["COMPLETION_INDEX", "CONTAINER_NAME", "DEFAULT_CPU", "DEFAULT_MEMORY"
            "LAUNCH_ANNOTATION",
            "RUNNER_COMMAND", "RUN_AS", "S3_CREDENTIAL_KEYS", "SCRATCH", "SPEC_DIR", "SPEC_KEY",
            "SWEEP_LABEL", "checkpoint_warning", "index_map", "job_name", "labels",
-           "launch_of", "render", "render_job", "render_spec_configmap", "selector",
-           "spec_configmap_name", "with_kubernetes"]
+           "launch_of", "log_container", "render", "render_job", "render_spec_configmap",
+           "selector",           "spec_configmap_name", "with_kubernetes"]

@@ -16,7 +16,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from sweeper import protocol
+from sweeper import protocol, shim
 from sweeper.backends.strategic_merge import MergeError, merge
 from sweeper.errors import SpecError
 from sweeper.spec import KubernetesSpec, SweepSpec, Volume
@@ -88,13 +88,91 @@ def pod_template(spec: SweepSpec, mapping: list[int] | None, labels: Mapping[str
         pod["tolerations"] = tolerations
     if k.image_pull_secrets:
         pod["imagePullSecrets"] = [{"name": s} for s in k.image_pull_secrets]
-    metadata: dict[str, Any] = {"labels": {**k.labels, **labels}}
-    if k.annotations:
-        metadata["annotations"] = dict(k.annotations)
-    template = {"metadata": metadata, "spec": pod}
+    if split(spec):
+        split_pod(spec, pod)
+    template = {"metadata": _metadata(spec, labels), "spec": pod}
     if k.pod_template:
         template = _merge_template(spec, template, dict(k.pod_template))
     return template
+
+
+def _metadata(spec: SweepSpec, labels: Mapping[str, str]) -> dict[str, Any]:
+    k = spec.kubernetes
+    metadata: dict[str, Any] = {"labels": {**k.labels, **labels}}
+    annotations = dict(k.annotations)
+    if split(spec):
+        # `kubectl logs POD` shows the trial's log (the runner's: headers, output, outcome).
+        annotations[DEFAULT_CONTAINER_ANNOTATION] = shim.RUNNER_CONTAINER
+    if annotations:
+        metadata["annotations"] = annotations
+    return metadata
+
+
+def split(spec: SweepSpec) -> bool:
+    """Whether the sweep's pods are split: the command in the user's image, the runner beside
+    it (``kubernetes.runner_image``)."""
+    return spec.kubernetes.runner_image is not None and spec.trial.command is not None
+
+
+#: What of the runner's environment the user's container does not get: secrets, and what only
+#: the runner reads (the spec file, which indexes to run).
+_RUNNER_ONLY_ENV = (*protocol.SECRET_ENV, protocol.ENV_PROXY_CA, protocol.ENV_SPEC_FILE,
+                    protocol.ENV_INDEX_MAP, protocol.ENV_INDEXES_PER_POD)
+#: The runner's own requests and memory limit beside a command trial (it reads the program's
+#: output and writes to the study; the trial's resources go to the user's container).
+_RUNNER_RESOURCES = {"requests": {"cpu": "100m", "memory": "256Mi"},
+                     "limits": {"memory": "512Mi"}}
+#: Volumes only the runner mounts (the spec, the storage proxy's token and CA).
+_RUNNER_ONLY_VOLUMES = ("sweeper-spec", "sweeper-proxy-token", "sweeper-proxy-ca")
+#: The volume of a code snapshot: the user's container mounts it too and starts in it.
+CODE_VOLUME = "sweeper-code"
+DEFAULT_CONTAINER_ANNOTATION = "kubectl.kubernetes.io/default-container"
+
+
+def split_pod(spec: SweepSpec, pod: dict[str, Any]) -> None:
+    """Turn the rendered one-container pod into the split one (:mod:`sweeper.shim`): the
+    runner becomes a native sidecar (an init container with ``restartPolicy: Always``: it starts
+    first, is restarted if it dies and is stopped once the trial's container has ended) from
+    ``runner_image``; the container named ``trial`` (what the podFailurePolicy reads) runs the
+    shim in the user's image with the trial's resources. Both mount an emptyDir they exchange
+    files through and share one process namespace, so the runner can signal the program."""
+    k = spec.kubernetes
+    assert k.runner_image is not None
+    exchange = {"name": shim.VOLUME, "mountPath": shim.DIR}
+    (runner,) = pod["containers"]
+    user: dict[str, Any] = {
+        "name": CONTAINER_NAME, "image": k.image, "imagePullPolicy": k.image_pull_policy,
+        "command": shim.shim_command(),
+        "env": [copy.deepcopy(e) for e in runner["env"] if e["name"] not in _RUNNER_ONLY_ENV],
+        "resources": runner["resources"],
+        "securityContext": copy.deepcopy(runner["securityContext"]),
+        "volumeMounts": [copy.deepcopy(m) for m in runner["volumeMounts"]
+                         if m["name"] not in _RUNNER_ONLY_VOLUMES] + [dict(exchange)],
+    }
+    code = next((m for m in runner["volumeMounts"] if m["name"] == CODE_VOLUME), None)
+    if code is None and any(v["name"] == CODE_VOLUME for v in pod["volumes"]):
+        code = {"name": CODE_VOLUME, "mountPath": "/" + CODE_VOLUME}
+        runner["volumeMounts"].append(code)
+    if code is not None:
+        if code not in user["volumeMounts"]:
+            user["volumeMounts"].append(dict(code))
+        user["workingDir"] = code["mountPath"]
+    runner.update(name=shim.RUNNER_CONTAINER, image=k.runner_image, restartPolicy="Always",
+                  resources=copy.deepcopy(_RUNNER_RESOURCES))
+    runner["env"] = [*runner["env"], {"name": protocol.ENV_EXCHANGE_DIR, "value": shim.DIR}]
+    runner["volumeMounts"] = [*runner["volumeMounts"], exchange]
+    pod["initContainers"] = [runner]
+    pod["containers"] = [user]
+    pod["shareProcessNamespace"] = True
+    pod["volumes"].append({"name": shim.VOLUME, "emptyDir": {"sizeLimit": "1Gi"}})
+
+
+def log_container(pod: Mapping[str, Any]) -> str:
+    """The container whose log is the trial's: the runner's in a split pod, else ``trial``."""
+    inits = (pod.get("spec") or {}).get("initContainers") or []
+    if any(c.get("name") == shim.RUNNER_CONTAINER for c in inits):
+        return shim.RUNNER_CONTAINER
+    return CONTAINER_NAME
 
 
 def _merge_template(spec: SweepSpec, template: dict[str, Any], patch: dict[str, Any]

@@ -41,6 +41,9 @@ class Imported:
         check = f"check it with `sweeper validate {path}`"
         if self.image is None:
             return f"{check}, run it with `sweeper run {path}`"
+        if self.spec.get("kubernetes", {}).get("runner_image"):
+            return f"{check}, run it with `sweeper run {path} --backend kubernetes` (the " \
+                   f"command runs in {self.image} as it is, sweeper's runner beside it)"
         return f"{check}, run it with `sweeper run {path} --backend kubernetes --image IMAGE`, " \
                f"IMAGE built FROM {self.image} with sweeper installed"
 

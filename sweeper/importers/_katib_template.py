@@ -16,6 +16,7 @@ from sweeper.importers._katib_meta import (
     substitute,
     trial_values,
 )
+from sweeper.spec.k8s_model import DEFAULT_IMAGE
 
 _GPU_KEYS = ("nvidia.com/gpu", "amd.com/gpu")
 
@@ -120,8 +121,10 @@ def trial_template(im: Importer, s: dict[str, Any], refs: dict[str, str], *, swe
         im.note("trialTemplate env", "variables from valueFrom (Secrets, fields) are not "
                                      "mapped: add them to the runner image or kubernetes.env")
     leftovers(im, tt["trialSpec"], pod, container)
-    im.note("kubernetes.image", f"{container.get('image')} runs `python -m trial_runner`, "
-            "which runs the command: the image needs sweeper installed (build one FROM it)")
+    kube["runner_image"] = DEFAULT_IMAGE
+    im.note("kubernetes.runner_image", f"the command runs in {container.get('image')} as it "
+            f"is (it needs sh and sleep, not sweeper); sweeper's runner runs beside it from "
+            f"{DEFAULT_IMAGE}: make that image pullable by the cluster or name yours")
     for key in ("retain", "successCondition", "failureCondition", "primaryPodLabels"):
         if key in tt:
             im.note(f"trialTemplate.{key}", "not mapped (sweeper reads the exit code and "

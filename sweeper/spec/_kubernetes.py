@@ -28,8 +28,9 @@ from sweeper.spec._primitives import (
 from sweeper.spec._yaml import Path_
 from sweeper.spec.k8s_model import VOLUME_KINDS, KubernetesSpec, Volume
 
-K8S_KEYS = ("image", "image_pull_policy", "namespace", "storage_secret", "storage_secret_key",
-            "service_account", "node_selector", "tolerations", "image_pull_secrets", "env",
+K8S_KEYS = ("image", "runner_image", "image_pull_policy", "namespace", "storage_secret",
+            "storage_secret_key", "service_account", "node_selector", "tolerations",
+            "image_pull_secrets", "env",
             "indexes_per_pod", "active_deadline", "ttl_after_finished", "labels", "annotations",
             "priority_class", "runtime_class", "affinity", "termination_grace_period",
             "shm_size", "scratch_size", "volumes", "gpu_resource", "cpu_limit",
@@ -37,9 +38,10 @@ K8S_KEYS = ("image", "image_pull_policy", "namespace", "storage_secret", "storag
 _TOLERATION_KEYS = ("key", "operator", "value", "effect", "tolerationSeconds")
 _VOLUME_KEYS = ("name", "mount_path", "read_only", *VOLUME_KINDS)
 #: Volumes and mount paths the rendered pod uses itself.
-RESERVED_VOLUMES = ("scratch", "dshm", "sweeper-spec", "sweeper-proxy-token", "sweeper-proxy-ca")
+RESERVED_VOLUMES = ("scratch", "dshm", "sweeper-spec", "sweeper-proxy-token", "sweeper-proxy-ca",
+                    "sweeper-exchange")
 RESERVED_MOUNTS = ("/scratch", "/dev/shm", "/etc/sweeper", "/var/run/secrets/sweeper-proxy",
-                   "/etc/sweeper-proxy-ca")
+                   "/etc/sweeper-proxy-ca", "/run/sweeper")
 #: Label and annotation keys sweeper sets (or the Job controller does) on every Job and pod.
 _RESERVED_KEY_PREFIXES = ("sweeper.dev/", "batch.kubernetes.io/")
 _RESERVED_LABELS = ("controller-uid", "job-name", "app.kubernetes.io/name",
@@ -88,7 +90,7 @@ def kubernetes(v: Checks, value: Any, path: Path_, *, deep: bool) -> KubernetesS
 def _names(v: Checks, m: Mapping[str, Any], path: Path_) -> dict[str, Any]:
     """The string settings: image, pull policy and the names of Kubernetes objects."""
     kw: dict[str, Any] = {}
-    for key in ("image", "image_pull_policy", "namespace", "storage_secret",
+    for key in ("image", "runner_image", "image_pull_policy", "namespace", "storage_secret",
                 "storage_secret_key", "service_account", "priority_class", "runtime_class",
                 "storage_proxy_ca"):
         if m.get(key) is not None:

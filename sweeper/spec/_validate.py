@@ -148,6 +148,14 @@ class _Validator(Checks):
             raise self.err(("kubernetes", "indexes_per_pod"), "a multi-node sweep's gangs run "
                                                               "their indexes in turn already: "
                                                               "leave indexes_per_pod out")
+        if kube.runner_image is not None and (trial.command is None
+                                              or trial.launcher != "process"):
+            raise self.err(("kubernetes", "runner_image"),
+                           "runs sweeper's runner beside a trial.command program in any image; "
+                           + ("an entrypoint trial runs in kubernetes.image, which has sweeper"
+                              if trial.command is None else
+                              f"a {trial.launcher} launcher runs in kubernetes.image with "
+                              "sweeper: leave runner_image out"))
         artifacts = artifacts_section(self, m.get("artifacts"), ("artifacts",))
         dataset = data_section(self, m.get("data"), ("data",), artifacts)
         stop = stop_spec(self, m.get("stop"), ("stop",), objectives)

@@ -40,9 +40,16 @@ class Volume:
         return d
 
 
+#: The trial-runner image of this sweeper version (the Dockerfile's).
+DEFAULT_IMAGE = "sweeper-trial-runner:0.1.0"
+
+
 @dataclass(frozen=True)
 class KubernetesSpec:
-    image: str = "sweeper-trial-runner:0.1.0"
+    image: str = DEFAULT_IMAGE
+    #: Set: a ``trial.command`` runs in ``image`` as it is (no sweeper in it) and sweeper's
+    #: runner beside it, from this image (:mod:`sweeper.shim`); None: both in ``image``.
+    runner_image: str | None = None
     image_pull_policy: str = "IfNotPresent"
     namespace: str = "sweeper"
     storage_secret: str = "sweeper-db"
@@ -91,7 +98,8 @@ class KubernetesSpec:
         """The section's normalised form, its unset fields as None (``SweepSpec.to_dict``
         drops them); ``affinity`` and ``pod_template`` only when set, as written."""
         d: dict[str, Any] = {
-            "image": self.image, "image_pull_policy": self.image_pull_policy,
+            "image": self.image, "runner_image": self.runner_image,
+            "image_pull_policy": self.image_pull_policy,
             "namespace": self.namespace, "storage_secret": self.storage_secret,
             "storage_secret_key": self.storage_secret_key,
             "service_account": self.service_account, "node_selector": dict(self.node_selector),

@@ -4,6 +4,7 @@ Bad values are in tests/data/bad_specs/kubernetes_*.yaml. Pure: no storage, no c
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
@@ -315,3 +316,104 @@ def test_torchrun_trial_asks_for_all_its_gpus_in_one_pod() -> None:
     job = m.render_job(spec)
     assert _trial(job)["resources"]["limits"]["nvidia.com/gpu"] == 8
     assert _trial(job)["command"] == ["python", "-m", "trial_runner"]  # the runner launches
+
+
+SPLIT = """
+name: split
+method: random
+trials: 2
+objective: {metric: loss, direction: minimize}
+trial:
+  command: [python3, /opt/train.py, "--lr={lr}"]
+  resources: {cpu: "2", memory: 4Gi, gpu: 1}
+parameters:
+  lr: {type: float, low: 0.01, high: 0.1}
+kubernetes:
+  image: example.com/user/train:1
+  runner_image: sweeper-trial-runner:0.1.0
+  storage_proxy: proxy.sweeper.svc:50051
+  storage_proxy_ca: proxy-ca
+  env: {TEAM: a}
+  volumes: [{name: data, mount_path: /data, pvc: data, read_only: true}]
+"""
+
+
+def test_a_command_with_a_runner_image_runs_beside_the_runner_in_a_split_pod() -> None:
+    from sweeper import shim
+
+    job = m.render_job(parse_spec(SPLIT))
+    validate_k8s_objects([job])
+    pod = job["spec"]["template"]
+    (runner,) = pod["spec"]["initContainers"]
+    (user,) = pod["spec"]["containers"]
+    assert pod["spec"]["shareProcessNamespace"] is True
+    assert pod["metadata"]["annotations"]["kubectl.kubernetes.io/default-container"] \
+        == runner["name"] == shim.RUNNER_CONTAINER
+    assert m.log_container(pod) == shim.RUNNER_CONTAINER
+    # The user's image runs the shim and carries the podFailurePolicy's container name.
+    assert (user["name"], user["image"]) == (m.CONTAINER_NAME, "example.com/user/train:1")
+    assert user["command"] == shim.shim_command()
+    assert user["resources"]["limits"]["nvidia.com/gpu"] == 1
+    names = {e["name"] for e in user["env"]}
+    assert "TEAM" in names and protocol.ENV_STORAGE not in names
+    assert not names & {protocol.ENV_PROXY_TOKEN_FILE, protocol.ENV_PROXY_CA,
+                        protocol.ENV_SPEC_FILE}
+    assert {v["name"] for v in user["volumeMounts"]} == {
+        "scratch", "dshm", "data", shim.VOLUME}
+    # sweeper's runner: a native sidecar from its own image, with the study's credentials.
+    assert (runner["image"], runner["restartPolicy"]) == ("sweeper-trial-runner:0.1.0", "Always")
+    assert runner["command"] == list(m.RUNNER_COMMAND)
+    assert {"name": protocol.ENV_EXCHANGE_DIR, "value": shim.DIR} in runner["env"]
+    assert {v["name"] for v in runner["volumeMounts"]} >= {
+        "sweeper-spec", "sweeper-proxy-token", shim.VOLUME}
+    assert "nvidia.com/gpu" not in runner["resources"]["limits"]
+    for c in (runner, user):  # restricted, both
+        assert c["securityContext"] == {
+            "allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
+            "runAsNonRoot": True, "capabilities": {"drop": ["ALL"]}}
+    assert {"name": shim.VOLUME, "emptyDir": {"sizeLimit": "1Gi"}} in pod["spec"]["volumes"]
+
+
+def test_a_code_volume_is_the_user_containers_working_directory() -> None:
+    from sweeper import shim
+    from sweeper.backends.pod import split_pod
+
+    spec = parse_spec(SPLIT)
+    pod = m.render_job(spec)["spec"]["template"]["spec"]
+    plain = {**pod, "containers": pod["initContainers"], "volumes": [
+        *pod["volumes"][:-1], {"name": "sweeper-code", "emptyDir": {}}]}
+    plain["containers"] = [{**plain["containers"][0], "volumeMounts": [
+        v for v in plain["containers"][0]["volumeMounts"] if v["name"] != shim.VOLUME]}]
+    del plain["initContainers"]
+    split_pod(spec, plain)
+    (user,) = plain["containers"]
+    assert user["workingDir"] == "/sweeper-code"
+    assert {"name": "sweeper-code", "mountPath": "/sweeper-code"} in user["volumeMounts"]
+    assert {"name": "sweeper-code", "mountPath": "/sweeper-code"} in \
+        plain["initContainers"][0]["volumeMounts"]
+
+
+@pytest.mark.parametrize("trial, message", [
+    ("{entrypoint: 'tests.support.objectives:quadratic'}",
+     "an entrypoint trial runs in kubernetes.image"),
+    ("{command: [python, t.py], launcher: torchrun, nproc: 2}", "a torchrun launcher runs in"),
+])
+def test_runner_image_is_for_command_trials_only(trial: str, message: str) -> None:
+    text = SPLIT.replace('  command: [python3, /opt/train.py, "--lr={lr}"]\n', "") \
+        .replace("trial:\n", f"trial: {trial}\nx_:\n")
+    text = "\n".join(line for line in text.splitlines()
+                     if not line.startswith(("x_:", "  resources"))) + "\n"
+    with pytest.raises(SpecError, match=r"kubernetes\.runner_image: runs sweeper's runner "
+                                        rf"beside a trial\.command program in any image; "
+                                        rf"{message}"):
+        parse_spec(text)
+
+
+def test_the_shim_reaches_the_shell_as_written() -> None:
+    """Kubernetes expands ``$(NAME)`` and ``$$`` in a container's command; the shim's text,
+    expanded as the kubelet does, is the script."""
+    from sweeper import shim
+
+    script = shim.shim_command()[2]
+    assert re.search(r"\$\([A-Za-z_]", script) is None  # $((n + 1)) names no variable
+    assert re.sub(r"\$\$", "$", script) == shim.SCRIPT

@@ -337,7 +337,7 @@ def _ctr(node: RealNode, *args: str, timeout: float = 300) -> subprocess.Complet
 
 
 #: The archives of tools/cluster/images.sh the pods run (the base is only built on).
-IMAGES = ("pause", "trial-runner", "test-runner", "postgres", "dashboard")
+IMAGES = ("pause", "trial-runner", "test-runner", "postgres", "dashboard", "katib-mnist")
 
 
 def import_images(node: RealNode, say: Callable[[str], None]) -> int:

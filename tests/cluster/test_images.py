@@ -212,3 +212,21 @@ def test_the_base_image_is_one_layer_without_apt_lists() -> None:
             "usr/sbin/policy-rc.d", "etc/ssl/certs/ca-certificates.crt"} <= names
     lists = names & {n for n in names if n.startswith("var/lib/apt/lists/")}
     assert lists <= {"var/lib/apt/lists/partial", "var/lib/apt/lists/lock"}, lists
+
+
+def test_the_katib_stand_in_image_has_python_and_the_script_but_no_sweeper() -> None:
+    """What the test of command trials in any image runs the command in: the Debian base's
+    python3 and, at the Katib example's path, the stand-in (tools/cluster/images/katib-mnist);
+    neither sweeper nor its dependencies."""
+    img = _archive("katib-mnist")
+    assert img.manifest["RepoTags"] == ["docker.io/library/sweeper-katib-mnist:local"]
+    script = REPO / "tools" / "cluster" / "images" / "katib-mnist" / "mnist.py"
+    site = "usr/local/lib/python3.11/dist-packages"
+    found = img.files(["opt/pytorch-mnist/mnist.py", "usr/bin/python3", "bin/sh", "usr/bin/sleep",
+                       f"{site}/sweeper/__init__.py", f"{site}/optuna/__init__.py",
+                       "app/trial_runner/__init__.py"])
+    assert found.get("opt/pytorch-mnist/mnist.py") == script.read_bytes()
+    assert "usr/bin/python3" in found and "usr/bin/sleep" in found
+    assert not {f"{site}/sweeper/__init__.py", f"{site}/optuna/__init__.py",
+                "app/trial_runner/__init__.py"} & set(found)
+    assert img.config["WorkingDir"] == "/opt/pytorch-mnist"

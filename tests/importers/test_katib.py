@@ -60,8 +60,10 @@ def test_every_imported_example_passes_the_check_the_importer_names(
     result = CliRunner().invoke(cli, ["import", "katib", str(path), "-o", str(out)])
     assert result.exit_code == 0, result.output
     closing = result.stderr.splitlines()[-1]
-    assert f"check it with `sweeper validate {out}`, run it with `sweeper run {out} " \
-           "--backend kubernetes --image IMAGE`, IMAGE built FROM " in closing
+    image = yaml.safe_load(out.read_text())["kubernetes"]["image"]
+    assert closing.endswith(f"check it with `sweeper validate {out}`, run it with `sweeper "
+                            f"run {out} --backend kubernetes` (the command runs in {image} as "
+                            "it is, sweeper's runner beside it)")
     result = CliRunner().invoke(cli, ["validate", str(out)])
     assert result.exit_code == 0, result.output
     image = yaml.safe_load(out.read_text())["kubernetes"]["image"]
@@ -99,7 +101,8 @@ def test_random_experiment_maps_fields_and_placeholders() -> None:
         "--lr={lr}", "--momentum={momentum}"]
     assert spec["trial"]["resources"] == {"cpu": "0.5", "memory": "1Gi"}
     assert spec["kubernetes"]["image"] == "ghcr.io/kubeflow/katib/pytorch-mnist-cpu:latest"
-    assert any("needs sweeper installed" in n for n in notes)
+    assert spec["kubernetes"]["runner_image"] == "sweeper-trial-runner:0.1.0"
+    assert any("as it is (it needs sh and sleep, not sweeper)" in n for n in notes)
     assert any("takes the last value reported" in n for n in notes)
 
 
@@ -184,8 +187,8 @@ def test_imported_random_experiment_runs_end_to_end(sqlite_url: str, tmp_path: P
     assert result.exit_code == 0, result.output
     assert result.stderr.splitlines()[-1] == (
         f"wrote {out} (2 notes on what did not map): check it with `sweeper validate {out}`, "
-        f"run it with `sweeper run {out} --backend kubernetes --image IMAGE`, IMAGE built FROM "
-        "ghcr.io/kubeflow/katib/pytorch-mnist-cpu:latest with sweeper installed")
+        f"run it with `sweeper run {out} --backend kubernetes` (the command runs in "
+        "ghcr.io/kubeflow/katib/pytorch-mnist-cpu:latest as it is, sweeper's runner beside it)")
     stub = REPO / "tests" / "support" / "katib_mnist_stub.py"
     out.write_text(out.read_text().replace("/opt/pytorch-mnist/mnist.py", str(stub))
                    .replace("python3", "python"))

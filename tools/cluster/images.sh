@@ -12,11 +12,15 @@
 #                 (tools/cluster/images/test-runner.Containerfile), for the test suite only
 #   dashboard     docker.io/library/sweeper-optuna-dashboard:0.21.0  optuna-dashboard with the
 #                 contract of upstream's ghcr.io image (tools/cluster/images/dashboard.Containerfile)
+#   katib-mnist   docker.io/library/sweeper-katib-mnist:local   the base (python3, no sweeper) with a
+#                 stand-in for Katib's MNIST example script at its path
+#                 (tools/cluster/images/katib-mnist.Containerfile), for the test of command
+#                 trials in any image
 #   pause         registry.k8s.io/pause:3.10  k8s.io/kubernetes's build/pause/linux/pause.c
 #                 (3.10.2 in v1.36.3), static, on scratch; containerd's sandbox_image must name it
 #
-#   tools/cluster/images.sh [base|trial-runner|test-runner|postgres|dashboard|pause]...
-#                                                                                  (no name: all)
+#   tools/cluster/images.sh [base|trial-runner|test-runner|postgres|dashboard|katib-mnist|pause]...
+#   (no name: all)
 #
 # Prints the archives' paths on stdout, one per line; progress goes to stderr and each build's
 # output to .cluster/buildah/logs/NAME.log. A stamp of each image's inputs (the files that go
@@ -40,12 +44,12 @@ PAUSE_VERSION=3.10.2
 die() { echo "cluster-images: $*" >&2; exit 1; }
 say() { echo "cluster-images: $*" >&2; }
 
-ALL=(base trial-runner test-runner postgres dashboard pause)
+ALL=(base trial-runner test-runner postgres dashboard katib-mnist pause)
 want=("$@")
 [[ ${#want[@]} -gt 0 ]] || want=("${ALL[@]}")
 for name in "${want[@]}"; do
 	case "$name" in
-		base | trial-runner | test-runner | postgres | dashboard | pause) ;;
+		base | trial-runner | test-runner | postgres | dashboard | katib-mnist | pause) ;;
 		*) die "unknown image '$name'; the images are: ${ALL[*]}" ;;
 	esac
 done
@@ -86,6 +90,7 @@ POSTGRES_REF=docker.io/library/sweeper-postgres:$PG_MAJOR-$SUITE
 DASHBOARD_VERSION=0.21.0  # manifests/dashboard.yaml's upstream image tag, setup.cfg's version
 DASHBOARD_REF=docker.io/library/sweeper-optuna-dashboard:$DASHBOARD_VERSION
 PAUSE_REF=registry.k8s.io/pause:3.10
+KATIB_MNIST_REF=docker.io/library/sweeper-katib-mnist:local
 
 # The Debian mirror the machine's apt uses (deb822 .sources or one-line .list), else Debian's CDN.
 apt_uri() {  # SUFFIX (debian or debian-security)
@@ -403,6 +408,23 @@ build_dashboard() {
 	say "dashboard built in $((SECONDS - start)) s"
 }
 
+build_katib_mnist() {
+	local hash dir="$HERE/images"
+	hash="$(inputs_hash "$SELF" "$dir/katib-mnist.Containerfile" "$dir/katib-mnist/mnist.py" \
+		-- "$(cat "$(stamp_of base)")" "$KATIB_MNIST_REF")"
+	fresh katib-mnist "$hash" && return 0
+	local start=$SECONDS
+	: >"$LOGS/katib-mnist.log"
+	ensure_base_in_storage
+	say "building $KATIB_MNIST_REF (a stand-in for Katib's MNIST example, no sweeper)"
+	logged katib-mnist "buildah bud" "${B[@]}" bud --pull=never --isolation chroot \
+		--file "$dir/katib-mnist.Containerfile" --build-arg "BASE_IMAGE=$BASE_REF" \
+		--tag "$KATIB_MNIST_REF" "$dir/katib-mnist"
+	"${B[@]}" rmi --prune >/dev/null 2>&1 || true
+	export_archive katib-mnist "$KATIB_MNIST_REF" "$hash"
+	say "katib-mnist built in $((SECONDS - start)) s"
+}
+
 build_pause() {
 	local src
 	src="$(cd "$HERE/k8s" && go list -m -f '{{.Dir}}' k8s.io/kubernetes 2>/dev/null)" || src=""
@@ -441,6 +463,7 @@ for name in "${want[@]}"; do
 		test-runner) build_trial_runner; build_test_runner ;;
 		postgres) build_postgres ;;
 		dashboard) build_dashboard ;;
+		katib-mnist) build_katib_mnist ;;
 		pause) build_pause ;;
 	esac
 	real "$(archive_of "$name")"

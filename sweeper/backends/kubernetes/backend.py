@@ -256,7 +256,7 @@ class KubernetesBackend:
             for pod in self._pods(w, info, "Failed"):
                 if exit_code(pod) == protocol.EXIT_CONFIG:
                     log = w.api.read_pod_log(w.namespace, pod_name(pod),
-                                             container=m.CONTAINER_NAME, tail_lines=50)
+                                             container=m.log_container(pod), tail_lines=50)
                     return f"{last_error_line(log)} (pod {pod_name(pod)}, index " \
                            f"{pod_indexes(pod, info)})"
         except BackendError as e:

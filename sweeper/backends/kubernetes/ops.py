@@ -113,7 +113,7 @@ def _phase(run: _PodRun) -> str:
 def _read(api: KubeClient, namespace: str, run: _PodRun, index: int) -> str:
     pname = pod_name(run.pod)
     try:
-        return api.read_pod_log(namespace, pname, container=m.CONTAINER_NAME)
+        return api.read_pod_log(namespace, pname, container=m.log_container(run.pod))
     except BackendError as e:
         if _phase(run) == "Pending":
             raise BackendError(f"pod {pname} (index {index}) has not started yet: {e}") from None
@@ -181,7 +181,7 @@ def follow_index_log(clients: ClientFactory, namespace: str, sweep_name: str,
         time.sleep(poll_s)
     pod = PodLog(pod=pod_name(run.pod), job=run.job, phase=_phase(run),
                  attempt=run.key[1], text="")
-    return pod, api.stream_pod_log(namespace, pod.pod, container=m.CONTAINER_NAME,
+    return pod, api.stream_pod_log(namespace, pod.pod, container=m.log_container(run.pod),
                                    tail_lines=tail_lines)
 
 

@@ -133,7 +133,7 @@ def other_segments(api: KubeClient, namespace: str, sweep_name: str, index: int,
         if name in skip or phase == "Pending" or not in_window(pod, since, until):
             continue
         try:
-            text = api.read_pod_log(namespace, name, container=m.CONTAINER_NAME)
+            text = api.read_pod_log(namespace, name, container=m.log_container(pod))
         except BackendError:
             continue  # its log is gone (the node, or the pod deleted meanwhile)
         mine = segments_of(split_attempts(text), index, promoted.attempt)
