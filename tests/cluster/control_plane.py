@@ -359,11 +359,13 @@ def leftovers(lo: Layout) -> list[str]:
 
 def _stray_processes(lo: Layout) -> list[str]:
     """Processes of ours still running, as ``PID: COMMAND``: any whose command line names this
-    cluster's directory (etcd, the apiserver, the controllers, the node, Kueue, JobSet)."""
+    cluster's state directory or kubeconfig (etcd, the apiserver, the controllers, the node,
+    Kueue, JobSet)."""
     found = []
-    # The cluster's directory, not its binaries: a second cluster may share those (the image
-    # builds, which keep their storage under it too, see it elsewhere: tools/cluster/images.sh).
-    root = str(lo.root).encode()
+    # The cluster's state and kubeconfig, not its directory: a second cluster may run this
+    # one's binaries (CLUSTER_BIN=.cluster/bin of the first), and the image builds keep their
+    # storage under it too (they see it elsewhere: tools/cluster/images.sh).
+    marks = (f"{lo.run}/".encode(), str(lo.kubeconfig).encode())
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit() or int(entry.name) == os.getpid():
             continue
@@ -371,7 +373,7 @@ def _stray_processes(lo: Layout) -> list[str]:
             cmdline = (entry / "cmdline").read_bytes()
         except OSError:
             continue
-        if root in cmdline and alive(int(entry.name)):
+        if any(mark in cmdline for mark in marks) and alive(int(entry.name)):
             command = cmdline.replace(b"\0", b" ").decode(errors="replace")
             found.append(f"{entry.name}: {command[:120]}")
     return found
