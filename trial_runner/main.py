@@ -28,7 +28,7 @@ from typing import Any
 
 from sweeper import messages, protocol
 from sweeper.entrypoint import load_entrypoint
-from sweeper.errors import SpecError, StorageError
+from sweeper.errors import ArtifactError, CodeError, SpecError, StorageError
 from sweeper.gang import Gang, gang_from_env
 from sweeper.spec import SweepSpec
 from sweeper.study import InheritedSweep, Sweep, open_storage
@@ -133,6 +133,13 @@ def main(argv: list[str] | None = None, *, inherited: InheritedSweep | None = No
         return protocol.EXIT_RETRY  # the database may come back; the Job retries the pod
     try:
         sweep = sweep or open_sweep(storage, name, os.environ)
+    except (SpecError, StorageError) as e:
+        logger.error("%s", e)
+        return protocol.EXIT_CONFIG
+    code = _enter_code(sweep, storage, url)
+    if code is not None:
+        return code
+    try:
         objective = _with_fixed_paths(load_objective(sweep.spec), sweep.spec)
     except (SpecError, StorageError) as e:
         logger.error("%s", e)
@@ -181,6 +188,25 @@ def _run_indexes(sweep: Sweep, storage: Any, only: int | None,
     finally:
         storage.close()
     return protocol.combine_exit_codes(codes)
+
+
+def _enter_code(sweep: Sweep, storage: Any, url: str) -> int | None:
+    """Work in the pod's code snapshot (trial_runner.code); the exit code when that fails:
+    a missing or corrupted snapshot is a configuration error, a store that did not answer
+    is retried."""
+    from trial_runner.code import enter_code
+
+    try:
+        enter_code(os.environ, sweep.spec, storage, sweep.study_id, url)
+    except CodeError as e:
+        logger.error("%s", e)
+        storage.close()
+        return protocol.EXIT_CONFIG
+    except (ArtifactError, StorageError) as e:
+        logger.error("%s", e)
+        storage.close()
+        return protocol.EXIT_RETRY
+    return None
 
 
 def _taken_over(inherited: InheritedSweep | None, url: str, name: str) -> Sweep | None:

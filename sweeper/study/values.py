@@ -18,6 +18,15 @@ STOPPED, IGNORED = "stopped", "ignored"
 
 
 @dataclass(frozen=True)
+class CodePart:
+    """One part of a code snapshot kept in the study (``sweeper.code.stores``): base64 of
+    its bytes, and how many parts the snapshot has."""
+
+    parts: int
+    data: str
+
+
+@dataclass(frozen=True)
 class Attempt:
     """One trial of one index."""
 
