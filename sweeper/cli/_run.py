@@ -193,8 +193,9 @@ def _launch(spec: Any, url: str, backend: Backend, fmt: str = "text",
         unfinished_indexes,
     )
 
+    code = _code_before(spec, url, backend.name, new_code)  # before any storage is created
     storage = open_storage(url)
-    code = _code_before(spec, storage, url, backend.name, new_code)
+    code = _code_against_record(spec, storage, code, backend.name, new_code)
     sweep, created = create_or_resume(storage, spec)
     if code is not None:
         from sweeper.code.launch import publish
@@ -239,23 +240,33 @@ def _launch(spec: Any, url: str, backend: Backend, fmt: str = "text",
         raise SweepFailedError(_missing_message(spec.name, backend.name, missing, result))
 
 
-def _code_before(spec: Any, storage: Any, url: str, backend: str, new_code: bool) -> Any:
-    """The launch's code snapshot (sweeper.code.launch), checked before anything is written:
-    its size against its store's limit, and on Kubernetes a change from what the sweep ran
-    (refused without ``--code new``). Kubernetes launches print what the snapshot holds."""
-    from sweeper.code.launch import check_change, check_fits, prepare, summary
+def _code_before(spec: Any, url: str, backend: str, new_code: bool) -> Any:
+    """The launch's code snapshot (sweeper.code.launch), packed before anything is written;
+    on Kubernetes its size is checked against its store's limit and what it holds printed."""
+    from sweeper.code.launch import check_fits, prepare, summary
 
-    code = prepare(spec, storage)
+    code = prepare(spec, None)
+    if code is None or backend != "kubernetes":
+        return code
+    check_fits(spec, code, url)
+    click.echo(summary(code), err=True)
+    for warning in code.snapshot.warnings:
+        click.echo(f"warning: the code snapshot: {warning}", err=True)
+    return code
+
+
+def _code_against_record(spec: Any, storage: Any, code: Any, backend: str,
+                         new_code: bool) -> Any:
+    """``code`` with what the sweep recorded; on Kubernetes a change from it is refused
+    without ``--code new`` (CodeError, nothing launched), locally it is noted."""
+    import dataclasses
+
+    from sweeper.code.launch import check_change, recorded_code
+
     if code is None:
         return None
-    kubernetes = backend == "kubernetes"
-    if kubernetes:
-        check_fits(spec, code, url)
-    line = check_change(spec.name, code, new_code=new_code, refuse=kubernetes)
-    if kubernetes:
-        click.echo(summary(code), err=True)
-        for warning in code.snapshot.warnings:
-            click.echo(f"warning: the code snapshot: {warning}", err=True)
+    code = dataclasses.replace(code, recorded=recorded_code(storage, spec.name))
+    line = check_change(spec.name, code, new_code=new_code, refuse=backend == "kubernetes")
     if line:
         click.echo(f"note: {line}", err=True)
     return code

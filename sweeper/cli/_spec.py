@@ -7,6 +7,7 @@ from typing import Any
 
 import click
 
+from sweeper import protocol
 from sweeper.cli._common import _errors, _job_options, _load, set_option
 from sweeper.cli._group import cli
 
@@ -116,6 +117,29 @@ def _ranges(spec: Any) -> str:
     return format_table(headers + (["when"] if spec.is_conditional else []), rows)
 
 
+def _publish_code(spec: Any) -> str | None:
+    """Upload the spec's code snapshot to its artifact store (the pods of the rendered Job
+    fetch it from there); None with a warning when there is none to upload to."""
+    from sweeper.code.launch import prepare, summary
+    from sweeper.code.stores import open_code_store, store_kind
+
+    code = prepare(spec, None)
+    if code is None:
+        return None
+    if store_kind(spec.artifacts) != "artifacts":
+        click.echo("warning: no artifact store (artifacts.store: s3, or a filesystem path every "
+                   "pod mounts): render cannot publish the code snapshot, so the pods import "
+                   "the code from the image; set one, or trial.code: null to say so", err=True)
+        return None
+    store = open_code_store(spec, protocol.DEFAULT_STORAGE, None, None)
+    uploaded = store.put(code.snapshot)
+    click.echo(f"{summary(code)} {'uploaded to' if uploaded else 'already in'} {store.where}",
+               err=True)
+    for warning in code.snapshot.warnings:
+        click.echo(f"warning: the code snapshot: {warning}", err=True)
+    return code.snapshot.digest
+
+
 @cli.command()
 @click.argument("spec_file", type=click.Path(dir_okay=False))
 @click.option("--parallelism", "-p", type=click.IntRange(min=1),
@@ -127,9 +151,10 @@ def render(spec_file: str, parallelism: int | None, image: str | None, namespace
            storage_secret: str | None, storage_proxy: str | None,
            overrides: tuple[str, ...]) -> None:
     """Print the Kubernetes objects `run --backend kubernetes` submits, as YAML (no storage,
-    no cluster): the ConfigMap NAME-spec and the Job (a JobSet when trial.nodes > 1). Applied
-    on their own (kubectl apply -f -, GitOps), the first trial runner creates the sweep from
-    the spec."""
+    no cluster): the ConfigMap NAME-spec and the Job (a JobSet when trial.nodes > 1). With an
+    artifact store, the code snapshot (trial.code) is uploaded there and the Job names it.
+    Applied on their own (kubectl apply -f -, GitOps), the first trial runner creates the
+    sweep from the spec."""
     import yaml
 
     from sweeper.backends.manifests import checkpoint_warning, with_kubernetes
@@ -143,17 +168,19 @@ def render(spec_file: str, parallelism: int | None, image: str | None, namespace
                            storage_proxy=storage_proxy)
     if (e := durable_checkpoints_error(spec)) is not None:
         raise e
+    code = _publish_code(spec) if spec.trial.nodes == 1 else None
     default_image = KubernetesSpec().image
-    if spec.kubernetes.image == default_image:
+    if spec.kubernetes.image == default_image and code is None:
         click.echo(f"note: no kubernetes.image in the spec and no --image: the Job runs "
-                   f"{default_image}, which holds only sweeper's built-in examples; build your "
-                   "trial code into an image FROM it (docs/your-cluster.md)", err=True)
+                   f"{default_image}, which holds only sweeper's built-in examples; publish "
+                   "the code as a snapshot (an artifact store) or build it into an image FROM "
+                   "it (docs/your-cluster.md)", err=True)
     if spec.trial.nodes > 1:  # gangs of pods: a JobSet (sweeper.backends.jobset)
         from sweeper.backends.jobset import render as render_jobset
 
         objects = render_jobset(spec)
     else:
-        objects = render_objects(spec)
+        objects = render_objects(spec, code=code)
     warning = checkpoint_warning(spec)
     for line in ([warning] if warning else []) + pod_security_warnings(spec, overrides):
         click.echo(f"warning: {line}", err=True)

@@ -115,6 +115,8 @@ class IndexStatus:
     values: tuple[float, ...] | None
     #: Why the latest attempt failed (its ``sweeper:fail_reason``); None unless it is FAIL.
     fail_reason: str | None = None
+    #: The code snapshot the latest attempt ran with (its ``sweeper:code``), if it recorded one.
+    code: str | None = None
 
 
 @dataclass(frozen=True)
