@@ -52,9 +52,10 @@ def enter_code(env: Mapping[str, str], spec: SweepSpec, storage: StudyStorage, s
         start = time.monotonic()
         store = open_code_store(spec, storage_url, storage, study_id, cast(StoreKind, kind))
         data = store.get(digest)
-        n = unpack(data, digest, dest, store.where)
+        n = unpack(data, digest, dest, store.location(digest))
         logger.info("code snapshot %s: %d entries, %.1f KiB from %s into %s in %.2fs", digest,
-                    n, len(data) / 1024, store.where, dest, time.monotonic() - start)
+                    n, len(data) / 1024, store.location(digest), dest,
+                    time.monotonic() - start)
     work_in(dest)
     return dest
 

@@ -43,11 +43,11 @@ class CodeLaunch:
 
 def code_dir(spec: SweepSpec) -> Path | None:
     """``trial.code`` as an absolute directory (relative to the spec file's); None when the
-    image holds the code."""
-    if spec.trial.code is None:
+    image holds the code, or when no spec file is known (a sweep its pods created from
+    rendered objects: a resume runs the snapshot it recorded)."""
+    if spec.trial.code is None or not spec.base_dir:
         return None
-    base = Path(spec.base_dir) if spec.base_dir else Path.cwd()
-    return (base / spec.trial.code).resolve()
+    return (Path(spec.base_dir) / spec.trial.code).resolve()
 
 
 def spec_dir_in_code(spec: SweepSpec) -> str:

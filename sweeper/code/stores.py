@@ -45,6 +45,9 @@ class CodeStore(Protocol):
     #: The largest snapshot it keeps, in bytes (None: the store's own limit).
     limit: int | None
 
+    def location(self, digest: str) -> str:
+        """Where the snapshot ``digest`` is, for messages."""
+
     def put(self, snapshot: Snapshot) -> bool:
         """Store the snapshot; False when it was there already."""
 
@@ -72,6 +75,9 @@ class ArtifactCodeStore:
     def __init__(self, store: Any, where: str) -> None:
         self._store = store
         self.where = where
+
+    def location(self, digest: str) -> str:
+        return self.where + artifact_key(digest)
 
     def _exists(self, key: str) -> bool:
         from optuna.artifacts.exceptions import ArtifactNotFound
@@ -121,6 +127,9 @@ class StudyCodeStore:
         self._storage = storage
         self._study_id = study_id
         self.where = where
+
+    def location(self, digest: str) -> str:
+        return f"{self.where} (study system attrs {code_part_key(parse_digest(digest), 0)}...)"
 
     def put(self, snapshot: Snapshot) -> bool:
         if snapshot.size > STUDY_LIMIT_BYTES:

@@ -75,3 +75,28 @@ def test_artifact_store_round_trip(tmp_path: Path) -> None:
     assert store.get(snap.digest) == snap.data
     with pytest.raises(CodeError, match="not there"):
         store.get("sha256:" + "2" * 64)
+
+
+@pytest.mark.postgres
+def test_study_store_through_the_storage_proxy(pg_url: str, tmp_path: Path,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """The orchestrator puts and a pod gets a snapshot of several parts through a real
+    `sweeper proxy` process: one part per call, each reply well under gRPC's 4 MiB."""
+    from tests.support.proxy import ProxyProcess
+
+    direct = open_storage(pg_url)
+    optuna.create_study(storage=direct, study_name="s")
+    study_id = direct.get_study_id_from_name("s")
+    snap = _snapshot(tmp_path / "code", size=3 * stores.PART_BYTES + 100)
+    proxy = ProxyProcess(pg_url, tmp_path).start()
+    try:
+        remote = open_storage(proxy.url)
+        store = StudyCodeStore(remote, study_id, "study s via the proxy")
+        assert store.put(snap) is True and store.put(snap) is False
+        assert store.get(snap.digest) == snap.data
+        assert StudyCodeStore(direct, study_id, "study s").get(snap.digest) == snap.data
+        assert remote.code_part(study_id, snap.hex, 0).parts == 4
+        remote.close()
+    finally:
+        proxy.kill()
+        direct.close()
