@@ -61,11 +61,14 @@ def enter_code(env: Mapping[str, str], spec: SweepSpec, storage: StudyStorage, s
 
 
 def work_in(dest: Path) -> None:
-    """``dest`` as the working directory and first on ``sys.path``; the directory the
-    runner started in stays importable (where the image keeps its own modules)."""
+    """``dest`` as the working directory and first on ``sys.path`` (and on ``PYTHONPATH``,
+    for the processes a trial starts: torchrun's ranks, a command); the directory the runner
+    started in stays importable (where the image keeps its own modules)."""
     here = os.getcwd()
     sys.path[:] = [here if p in ("", ".") else p for p in sys.path]
     if here not in sys.path:
         sys.path.append(here)
     os.chdir(dest)
     sys.path.insert(0, str(dest))
+    rest = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    os.environ["PYTHONPATH"] = os.pathsep.join([str(dest), *rest, here])
