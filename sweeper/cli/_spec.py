@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from typing import Any
 
 import click
@@ -117,27 +118,46 @@ def _ranges(spec: Any) -> str:
     return format_table(headers + (["when"] if spec.is_conditional else []), rows)
 
 
-def _publish_code(spec: Any) -> str | None:
-    """Upload the spec's code snapshot to its artifact store (the pods of the rendered Job
-    fetch it from there); None with a warning when there is none to upload to."""
-    from sweeper.code.launch import prepare, summary
+def _publish_code(spec: Any, storage: str | None, new_code: bool) -> str | None:
+    """Upload the spec's code snapshot where the rendered Job's pods fetch it: the artifact
+    store, else (with ``--storage``) the sweep's study, whose record render then creates or
+    resumes; None with a warning when there is neither."""
+    from sweeper.code.launch import (
+        check_change,
+        check_fits,
+        prepare,
+        publish,
+        recorded_code,
+        summary,
+    )
     from sweeper.code.stores import open_code_store, store_kind
 
     code = prepare(spec, None)
     if code is None:
         return None
-    if store_kind(spec.artifacts) != "artifacts":
+    if store_kind(spec.artifacts) == "artifacts":
+        store = open_code_store(spec, protocol.DEFAULT_STORAGE, None, None)
+        where = f"{'uploaded to' if store.put(code.snapshot) else 'already in'} {store.where}"
+    elif storage:
+        from sweeper.study import create_or_resume, open_storage, redact
+
+        check_fits(spec, code, storage)
+        opened = open_storage(storage)
+        code = replace(code, recorded=recorded_code(opened, spec.name))
+        check_change(spec.name, code, new_code=new_code, refuse=True)
+        sweep, _ = create_or_resume(opened, spec)
+        publish(sweep, code, storage, upload=True)
+        where = f"stored in sweep {spec.name} at {redact(storage)}"
+    else:
         click.echo("warning: no artifact store (artifacts.store: s3, or a filesystem path every "
-                   "pod mounts): render cannot publish the code snapshot, so the pods import "
-                   "the code from the image; set one, or trial.code: null to say so", err=True)
+                   "pod mounts) and no --storage: render cannot publish the code snapshot, so "
+                   "the pods import the code from the image; set one, or trial.code: null to "
+                   "say so", err=True)
         return None
-    store = open_code_store(spec, protocol.DEFAULT_STORAGE, None, None)
-    uploaded = store.put(code.snapshot)
-    click.echo(f"{summary(code)} {'uploaded to' if uploaded else 'already in'} {store.where}",
-               err=True)
+    click.echo(f"{summary(code)} {where}", err=True)
     for warning in code.snapshot.warnings:
         click.echo(f"warning: the code snapshot: {warning}", err=True)
-    return code.snapshot.digest
+    return str(code.snapshot.digest)
 
 
 @cli.command()
@@ -146,13 +166,20 @@ def _publish_code(spec: Any) -> str | None:
               help="Pods at once (default: the spec's parallelism).")
 @_job_options
 @set_option
+@click.option("--storage", metavar="URL",
+              help="Without an artifact store: keep the code snapshot in this study storage "
+                   "(the one the pods use), creating or resuming the sweep's record there.")
+@click.option("--code", "code_choice", type=click.Choice(["new"]), default=None,
+              help="new: with --storage, the code changed since the sweep last ran; its "
+                   "remaining trials run the new snapshot (default: exit code 2).")
 @_errors
 def render(spec_file: str, parallelism: int | None, image: str | None, namespace: str | None,
            storage_secret: str | None, storage_proxy: str | None,
-           overrides: tuple[str, ...]) -> None:
+           overrides: tuple[str, ...], storage: str | None, code_choice: str | None) -> None:
     """Print the Kubernetes objects `run --backend kubernetes` submits, as YAML (no storage,
     no cluster): the ConfigMap NAME-spec and the Job (a JobSet when trial.nodes > 1). With an
     artifact store, the code snapshot (trial.code) is uploaded there and the Job names it.
+    Without one, --storage keeps it in the study (render then creates the sweep's record).
     Applied on their own (kubectl apply -f -, GitOps), the first trial runner creates the
     sweep from the spec."""
     import yaml
@@ -168,7 +195,7 @@ def render(spec_file: str, parallelism: int | None, image: str | None, namespace
                            storage_proxy=storage_proxy)
     if (e := durable_checkpoints_error(spec)) is not None:
         raise e
-    code = _publish_code(spec) if spec.trial.nodes == 1 else None
+    code = _publish_code(spec, storage, code_choice == "new") if spec.trial.nodes == 1 else None
     default_image = KubernetesSpec().image
     if spec.kubernetes.image == default_image and code is None:
         click.echo(f"note: no kubernetes.image in the spec and no --image: the Job runs "

@@ -115,3 +115,29 @@ def test_render_publishes_the_snapshot_to_the_artifact_store(tmp_path: Path) -> 
         pod["containers"][0]["volumeMounts"]
     again = CliRunner().invoke(cli, ["render", str(spec)])
     assert "already in" in again.stderr
+
+
+def test_render_with_storage_keeps_the_snapshot_in_the_study(tmp_path: Path) -> None:
+    from sweeper.code.stores import StudyCodeStore
+    from sweeper.study import load_sweep, open_storage
+
+    url = f"sqlite:///{tmp_path}/sweeps.db"
+    spec = _write(tmp_path, "rst")
+    snap = pack(spec.parent)
+    result = CliRunner().invoke(cli, ["render", str(spec), "--storage", url])
+    assert result.exit_code == 0, result.output
+    assert "stored in sweep rst" in result.stderr
+    job = next(d for d in yaml.safe_load_all(result.stdout) if d["kind"] == "Job")
+    env = {e["name"]: e.get("value")
+           for e in job["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert env[protocol.ENV_CODE] == snap.digest and env[protocol.ENV_CODE_STORE] == "study"
+    storage = open_storage(url)
+    sweep = load_sweep(storage, "rst")
+    assert StudyCodeStore(storage, sweep.study_id, "s").get(snap.digest) == snap.data
+    storage.close()
+    (spec.parent / "snapmod_rst.py").write_text(MODULE.format(offset=5))
+    refused = CliRunner().invoke(cli, ["render", str(spec), "--storage", url])
+    assert refused.exit_code == 2 and "--code new" in refused.stderr
+    assert refused.stdout == ""
+    assert CliRunner().invoke(cli, ["render", str(spec), "--storage", url, "--code",
+                                    "new"]).exit_code == 0
