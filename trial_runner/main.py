@@ -131,19 +131,10 @@ def main(argv: list[str] | None = None, *, inherited: InheritedSweep | None = No
     except StorageError as e:
         logger.error("%s", e)
         return protocol.EXIT_RETRY  # the database may come back; the Job retries the pod
-    try:
-        sweep = sweep or open_sweep(storage, name, os.environ)
-    except (SpecError, StorageError) as e:
-        logger.error("%s", e)
-        return protocol.EXIT_CONFIG
-    code = _enter_code(sweep, storage, url)
-    if code is not None:
-        return code
-    try:
-        objective = _with_fixed_paths(load_objective(sweep.spec), sweep.spec)
-    except (SpecError, StorageError) as e:
-        logger.error("%s", e)
-        return protocol.EXIT_CONFIG
+    ready = _sweep_and_objective(sweep, storage, name, url)
+    if isinstance(ready, int):
+        return ready
+    sweep, objective = ready
     settings = RunnerSettings.from_env()
     signal.signal(signal.SIGTERM, _raise_interrupted)
     signal.signal(signal.SIGINT, _raise_interrupted)
@@ -190,23 +181,32 @@ def _run_indexes(sweep: Sweep, storage: Any, only: int | None,
     return protocol.combine_exit_codes(codes)
 
 
-def _enter_code(sweep: Sweep, storage: Any, url: str) -> int | None:
-    """Work in the pod's code snapshot (trial_runner.code); the exit code when that fails:
-    a missing or corrupted snapshot is a configuration error, a store that did not answer
-    is retried."""
+def _sweep_and_objective(sweep: Sweep | None, storage: Any, name: str, url: str
+                         ) -> tuple[Sweep, Callable[[TrialContext], Any]] | int:
+    """The sweep and its objective, imported from the pod's code snapshot
+    (trial_runner.code) when it has one; else the exit code: no sweep, a bad entrypoint, a
+    missing or corrupted snapshot is a configuration error, a store that did not answer is
+    retried."""
     from trial_runner.code import enter_code
 
+    try:
+        sweep = sweep or open_sweep(storage, name, os.environ)
+    except (SpecError, StorageError) as e:
+        logger.error("%s", e)
+        return protocol.EXIT_CONFIG
     try:
         enter_code(os.environ, sweep.spec, storage, sweep.study_id, url)
     except CodeError as e:
         logger.error("%s", e)
-        storage.close()
         return protocol.EXIT_CONFIG
     except (ArtifactError, StorageError) as e:
         logger.error("%s", e)
-        storage.close()
         return protocol.EXIT_RETRY
-    return None
+    try:
+        return sweep, _with_fixed_paths(load_objective(sweep.spec), sweep.spec)
+    except (SpecError, StorageError) as e:
+        logger.error("%s", e)
+        return protocol.EXIT_CONFIG
 
 
 def _taken_over(inherited: InheritedSweep | None, url: str, name: str) -> Sweep | None:

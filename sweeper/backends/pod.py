@@ -73,8 +73,7 @@ def pod_template(spec: SweepSpec, mapping: list[int] | None, labels: Mapping[str
         "containers": [_container(spec, mapping)],
         "volumes": _volumes(spec),
     }
-    if code is not None:
-        _add_code(spec, pod, code)
+    _add_code(spec, pod, code)
     if k.termination_grace_period is not None:
         pod["terminationGracePeriodSeconds"] = math.ceil(k.termination_grace_period)
     if k.priority_class:
@@ -186,9 +185,12 @@ def _mounts(k: KubernetesSpec) -> list[dict[str, Any]]:
     return out
 
 
-def _add_code(spec: SweepSpec, pod: dict[str, Any], code: str) -> None:
+def _add_code(spec: SweepSpec, pod: dict[str, Any], code: str | None) -> None:
     """The code snapshot's emptyDir, its mount, and what tells the runner to fetch it: the
-    snapshot, its store, and the spec's directory inside it (relative paths of the spec)."""
+    snapshot, its store, and the spec's directory inside it (relative paths of the spec);
+    nothing without a snapshot."""
+    if code is None:
+        return
     from sweeper.code.launch import spec_dir_in_code
     from sweeper.code.stores import store_kind
 

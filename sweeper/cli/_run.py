@@ -186,7 +186,6 @@ def _launch(spec: Any, url: str, backend: Backend, fmt: str = "text",
     from ``sweep.spec``), run what is unfinished, and exit as the outcome says."""
     from sweeper.report import Progress
     from sweeper.study import (
-        create_or_resume,
         indexes_to_run,
         open_storage,
         redact,
@@ -195,12 +194,7 @@ def _launch(spec: Any, url: str, backend: Backend, fmt: str = "text",
 
     code = _code_before(spec, url, backend.name, new_code)  # before any storage is created
     storage = open_storage(url)
-    code = _code_against_record(spec, storage, code, backend.name, new_code)
-    sweep, created = create_or_resume(storage, spec)
-    if code is not None:
-        from sweeper.code.launch import publish
-
-        publish(sweep, code, url, upload=backend.name == "kubernetes")
+    sweep, created = _create_with_code(spec, storage, url, code, backend.name, new_code)
     if not may_launch(sweep, ignore_stop):
         return
     todo = indexes_to_run(sweep, created=created)
@@ -255,21 +249,25 @@ def _code_before(spec: Any, url: str, backend: str, new_code: bool) -> Any:
     return code
 
 
-def _code_against_record(spec: Any, storage: Any, code: Any, backend: str,
-                         new_code: bool) -> Any:
-    """``code`` with what the sweep recorded; on Kubernetes a change from it is refused
-    without ``--code new`` (CodeError, nothing launched), locally it is noted."""
+def _create_with_code(spec: Any, storage: Any, url: str, code: Any, backend: str,
+                      new_code: bool) -> tuple[Any, bool]:
+    """create_or_resume, with the launch's snapshot compared to what the sweep recorded
+    first (on Kubernetes a change is refused without ``--code new``: CodeError, nothing
+    launched; locally it is noted), then stored for the pods and recorded."""
     import dataclasses
 
-    from sweeper.code.launch import check_change, recorded_code
+    from sweeper.code.launch import check_change, publish, recorded_code
+    from sweeper.study import create_or_resume
 
-    if code is None:
-        return None
-    code = dataclasses.replace(code, recorded=recorded_code(storage, spec.name))
-    line = check_change(spec.name, code, new_code=new_code, refuse=backend == "kubernetes")
-    if line:
-        click.echo(f"note: {line}", err=True)
-    return code
+    if code is not None:
+        code = dataclasses.replace(code, recorded=recorded_code(storage, spec.name))
+        line = check_change(spec.name, code, new_code=new_code, refuse=backend == "kubernetes")
+        if line:
+            click.echo(f"note: {line}", err=True)
+    sweep, created = create_or_resume(storage, spec)
+    if code is not None:
+        publish(sweep, code, url, upload=backend == "kubernetes")
+    return sweep, created
 
 
 def _report_launch(result: RunResult, launched: int) -> bool:
