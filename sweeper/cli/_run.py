@@ -260,7 +260,8 @@ def _create_with_code(spec: Any, storage: Any, url: str, code: Any, backend: str
     from sweeper.study import create_or_resume
 
     if code is not None:
-        code = dataclasses.replace(code, recorded=recorded_code(storage, spec.name))
+        recorded, ran = recorded_code(storage, spec.name)
+        code = dataclasses.replace(code, recorded=recorded, ran=ran)
         line = check_change(spec.name, code, new_code=new_code, refuse=backend == "kubernetes")
         if line:
             click.echo(f"note: {line}", err=True)

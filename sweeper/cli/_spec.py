@@ -143,8 +143,11 @@ def _publish_code(spec: Any, storage: str | None, new_code: bool) -> str | None:
 
         check_fits(spec, code, storage)
         opened = open_storage(storage)
-        code = replace(code, recorded=recorded_code(opened, spec.name))
-        check_change(spec.name, code, new_code=new_code, refuse=True)
+        recorded, ran = recorded_code(opened, spec.name)
+        code = replace(code, recorded=recorded, ran=ran)
+        line = check_change(spec.name, code, new_code=new_code, refuse=True)
+        if line:
+            click.echo(f"note: {line}", err=True)
         sweep, _ = create_or_resume(opened, spec)
         publish(sweep, code, storage, upload=True)
         where = f"stored in sweep {spec.name} at {redact(storage)}"

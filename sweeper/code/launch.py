@@ -35,6 +35,8 @@ class CodeLaunch:
     directory: Path
     #: The snapshot the sweep recorded (None: a new sweep, or one from before snapshots).
     recorded: str | None
+    #: Whether a trial of the sweep has started (with the recorded snapshot).
+    ran: bool = False
 
     @property
     def changed(self) -> bool:
@@ -60,14 +62,18 @@ def spec_dir_in_code(spec: SweepSpec) -> str:
     return "." if rel.startswith("..") else Path(rel).as_posix()
 
 
-def recorded_code(storage: StudyStorage, name: str) -> str | None:
-    """The snapshot the sweep ``name`` recorded, if it exists and has one."""
+def recorded_code(storage: StudyStorage, name: str) -> tuple[str | None, bool]:
+    """The snapshot the sweep ``name`` recorded (None: no sweep, or none recorded), and
+    whether any of its trials has started."""
     try:
         study_id = storage.get_study_id_from_name(name)
     except KeyError:
-        return None
+        return None, False
     value = storage.get_study_user_attrs(study_id).get(CODE_ATTR)
-    return value if isinstance(value, str) else None
+    if not isinstance(value, str):
+        return None, False
+    counts = storage.state_counts(study_id)
+    return value, any(n for state, n in counts.items() if state != "WAITING")
 
 
 def prepare(spec: SweepSpec, storage: StudyStorage | None) -> CodeLaunch | None:
@@ -80,8 +86,8 @@ def prepare(spec: SweepSpec, storage: StudyStorage | None) -> CodeLaunch | None:
         snapshot = pack(directory)
     except CodeError as e:
         raise CodeError(f"{spec.source}: {e}") from None
-    recorded = recorded_code(storage, spec.name) if storage is not None else None
-    return CodeLaunch(snapshot, directory, recorded)
+    recorded, ran = recorded_code(storage, spec.name) if storage is not None else (None, False)
+    return CodeLaunch(snapshot, directory, recorded, ran)
 
 
 def check_fits(spec: SweepSpec, code: CodeLaunch, storage_url: str) -> None:
@@ -102,9 +108,11 @@ def changed_line(name: str, code: CodeLaunch) -> str:
 
 def check_change(name: str, code: CodeLaunch, *, new_code: bool, refuse: bool) -> str | None:
     """The line to print about changed code (None: unchanged); CodeError when the launch
-    must not go on (``refuse`` without ``new_code``)."""
+    must not go on (``refuse`` without ``new_code``, once a trial ran the recorded code)."""
     if not code.changed:
         return None
+    if not code.ran:
+        return changed_line(name, code) + "; no trial ran it, the new code replaces it"
     if refuse and not new_code:
         raise CodeError(changed_line(name, code) + "; `--code new` runs the remaining trials "
                         "on the new code (each trial records its snapshot); nothing launched")
