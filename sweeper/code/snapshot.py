@@ -39,6 +39,10 @@ LARGE_FILE_BYTES = 50 * 1024 * 1024
 #: The marker an unpacked directory holds: the identity of the snapshot in it, written last.
 MARKER = ".sweeper-snapshot"
 _DIGEST_RE = re.compile(r"^sha256:([0-9a-f]{64})$")
+#: File names that look like credentials (worth a warning: the snapshot is stored in the
+#: artifact store or the study, readable by whoever reads those).
+_CREDENTIAL_RE = re.compile(r"(^|[-_.])(kubeconfig|credentials)([-_.]|$)|^\.env$|^\.netrc$|"
+                            r"^id_(rsa|ecdsa|ed25519)$|\.(pem|key|p12)$", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -188,6 +192,7 @@ class _Notes:
         self.venvs: set[str] = set()
         self.large: list[tuple[str, int]] = []
         self.skipped: list[str] = []
+        self.credentials: list[str] = []
 
     def see(self, rel: str, size: int) -> None:
         parts = rel.split("/")
@@ -196,6 +201,8 @@ class _Notes:
             self.venvs.add("/".join(parts[:-1]) or ".")
         if size > LARGE_FILE_BYTES:
             self.large.append((rel, size))
+        if _CREDENTIAL_RE.search(parts[-1]):
+            self.credentials.append(rel)
 
     def lines(self) -> list[str]:
         out = []
@@ -205,6 +212,9 @@ class _Notes:
                 for v in sorted(self.venvs)]
         out += [f"it holds {rel}, {size / 2**20:.0f} MiB (data or a checkpoint? add it to "
                 f".sweeperignore)" for rel, size in self.large]
+        if self.credentials:
+            out.append(f"it holds {', '.join(self.credentials[:3])}, which look(s) like "
+                       "credentials (add to .sweeperignore)")
         if self.skipped:
             out.append(f"left out {len(self.skipped)} link(s) pointing outside the directory "
                        f"or special file(s), e.g. {self.skipped[0]}")

@@ -63,9 +63,11 @@ def test_warnings_name_a_git_directory_a_venv_and_links_out(tmp_path: Path) -> N
     (root / "venv" / "pyvenv.cfg").write_text("home = /usr/bin\n")
     (root / "out").symlink_to("/etc/hostname")
     (root / "inside").symlink_to("train.py")
+    (root / "kubeconfig-ci").write_text("token")
     snap = pack(root)
     text = "\n".join(snap.warnings)
     assert ".git directory" in text and "venv/" in text and "out" in text
+    assert "kubeconfig-ci, which look(s) like credentials" in text
     assert "inside" in _names(snap.data)
 
 
