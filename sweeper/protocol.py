@@ -43,6 +43,9 @@ CODE_ATTR = "sweeper:code"
 #: Study system attr prefix: one part of a code snapshot kept in the study itself (the study
 #: storage path of ``sweeper.code.stores``): ``sweeper:code:<hex>:<part>``.
 CODE_PART_ATTR_PREFIX = "sweeper:code:"
+#: Study user attr: the spec file, relative to the code directory, that the snapshot leaves
+#: out (the pods read the spec from the record: growing a sweep is not a code change).
+CODE_SPEC_FILE_ATTR = "sweeper:code_spec_file"
 #: Trial user attr: the spec hash the trial ran under (the study attr ``HASH_ATTR``).
 SPEC_HASH_ATTR = "sweeper:spec_hash"
 #: Study user attr: the normalised spec (the sweep record).

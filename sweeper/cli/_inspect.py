@@ -86,7 +86,7 @@ def status(name: str, storage: str | None, fmt: str, kube: bool | None, namespac
         headers.append("pbt")
         for row, s in zip(rows, table, strict=True):
             row.append(describe(pbt.get(s.trial_number)))
-    if any(s.code for s in table):  # 12 hex digits, what people compare
+    if len({s.code for s in table if s.code}) > 1:  # which ran which: 12 hex digits
         headers.append("code")
         for row, s in zip(rows, table, strict=True):
             row.append(s.code[7:19] if s.code else "")

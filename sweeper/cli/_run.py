@@ -192,8 +192,10 @@ def _launch(spec: Any, url: str, backend: Backend, fmt: str = "text",
         unfinished_indexes,
     )
 
-    code = _code_before(spec, url, backend.name, new_code)  # before any storage is created
+    code = _code_before(spec, url, backend.name)  # before any storage is created
     storage = open_storage(url)
+    if code is None:  # a stored spec (resume NAME): its spec file's name is in the record
+        code = _code_before(spec, url, backend.name, storage)
     sweep, created = _create_with_code(spec, storage, url, code, backend.name, new_code)
     if not may_launch(sweep, ignore_stop):
         return
@@ -234,12 +236,12 @@ def _launch(spec: Any, url: str, backend: Backend, fmt: str = "text",
         raise SweepFailedError(_missing_message(spec.name, backend.name, missing, result))
 
 
-def _code_before(spec: Any, url: str, backend: str, new_code: bool) -> Any:
+def _code_before(spec: Any, url: str, backend: str, storage: Any = None) -> Any:
     """The launch's code snapshot (sweeper.code.launch), packed before anything is written;
     on Kubernetes its size is checked against its store's limit and what it holds printed."""
     from sweeper.code.launch import check_fits, prepare, summary
 
-    code = prepare(spec, None)
+    code = prepare(spec, storage)
     if code is None or backend != "kubernetes":
         return code
     check_fits(spec, code, url)
@@ -259,13 +261,14 @@ def _create_with_code(spec: Any, storage: Any, url: str, code: Any, backend: str
     from sweeper.code.launch import check_change, publish, recorded_code
     from sweeper.study import create_or_resume
 
+    line = None
     if code is not None:
         recorded, ran = recorded_code(storage, spec.name)
         code = dataclasses.replace(code, recorded=recorded, ran=ran)
         line = check_change(spec.name, code, new_code=new_code, refuse=backend == "kubernetes")
-        if line:
-            click.echo(f"note: {line}", err=True)
-    sweep, created = create_or_resume(storage, spec)
+    sweep, created = create_or_resume(storage, spec)  # a changed spec is said first
+    if line:
+        click.echo(f"note: {line}", err=True)
     if code is not None:
         publish(sweep, code, url, upload=backend == "kubernetes")
     return sweep, created

@@ -16,10 +16,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from sweeper.code.snapshot import Snapshot, pack
+from sweeper.code.snapshot import Snapshot, pack, walk
 from sweeper.code.stores import open_code_store
 from sweeper.errors import CodeError
-from sweeper.protocol import CODE_ATTR
+from sweeper.protocol import CODE_ATTR, CODE_SPEC_FILE_ATTR
 
 if TYPE_CHECKING:
     from sweeper.spec import SweepSpec
@@ -37,6 +37,8 @@ class CodeLaunch:
     recorded: str | None
     #: Whether a trial of the sweep has started (with the recorded snapshot).
     ran: bool = False
+    #: The spec file (relative to the directory) the snapshot leaves out, if inside it.
+    spec_file: str | None = None
 
     @property
     def changed(self) -> bool:
@@ -77,18 +79,47 @@ def recorded_code(storage: StudyStorage, name: str) -> tuple[str | None, bool]:
     return value, any(n for state, n in counts.items() if state != "WAITING")
 
 
+def spec_file_of(spec: SweepSpec, directory: Path, storage: StudyStorage | None
+                 ) -> tuple[bool, str | None]:
+    """(known, name): the spec file relative to ``directory`` that the snapshot leaves out.
+    A spec read from a file names it; a stored one (``resume NAME``) takes the name its
+    sweep recorded, which needs the open ``storage`` (known is False without it)."""
+    source = Path(spec.source)
+    if source.is_file():
+        rel = os.path.relpath(source.resolve(), directory)
+        return True, None if rel.startswith("..") else Path(rel).as_posix()
+    if storage is None:
+        return False, None
+    try:
+        study_id = storage.get_study_id_from_name(spec.name)
+    except KeyError:
+        return True, None
+    name = storage.get_study_user_attrs(study_id).get(CODE_SPEC_FILE_ATTR)
+    return True, name if isinstance(name, str) else None
+
+
 def prepare(spec: SweepSpec, storage: StudyStorage | None) -> CodeLaunch | None:
-    """Pack the spec's code and read what its sweep recorded (nothing is written). Raises
-    CodeError for a code directory that does not exist or is empty."""
+    """Pack the spec's code, leaving its spec file out, and read what its sweep recorded
+    (nothing is written). None when there is nothing to pack (``trial.code: null``, or the
+    default ``.`` holding nothing but the spec), or (a stored spec) until the storage is
+    given. Raises CodeError for a code directory that does not exist or is
+    empty."""
     directory = code_dir(spec)
     if directory is None:
         return None
+    known, spec_file = spec_file_of(spec, directory, storage)
+    if not known:
+        return None
+    leave_out = (spec_file,) if spec_file else ()
+    if spec.trial.code == "." and directory.is_dir() and next(walk(directory, leave_out),
+                                                              None) is None:
+        return None  # the default, and nothing but the spec: the image holds the code
     try:
-        snapshot = pack(directory)
+        snapshot = pack(directory, leave_out)
     except CodeError as e:
         raise CodeError(f"{spec.source}: {e}") from None
     recorded, ran = recorded_code(storage, spec.name) if storage is not None else (None, False)
-    return CodeLaunch(snapshot, directory, recorded, ran)
+    return CodeLaunch(snapshot, directory, recorded, ran, spec_file)
 
 
 def check_fits(spec: SweepSpec, code: CodeLaunch, storage_url: str) -> None:
@@ -129,6 +160,8 @@ def publish(sweep: Sweep, code: CodeLaunch, storage_url: str, *, upload: bool) -
         store = open_code_store(sweep.spec, storage_url, sweep.storage, sweep.study_id)
         uploaded = store.put(code.snapshot)
     sweep.storage.set_study_user_attr(sweep.study_id, CODE_ATTR, code.snapshot.digest)
+    if code.spec_file:
+        sweep.storage.set_study_user_attr(sweep.study_id, CODE_SPEC_FILE_ATTR, code.spec_file)
     return uploaded
 
 

@@ -21,7 +21,7 @@ import os
 import re
 import stat
 import tarfile
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
@@ -98,8 +98,9 @@ def _ignored(specs: list[tuple[str, object]], rel: str, is_dir: bool) -> bool:
     return False
 
 
-def walk(root: Path) -> Iterator[tuple[str, Path]]:
-    """(relative POSIX name, path) of every file and link the snapshot holds, sorted."""
+def walk(root: Path, leave_out: Collection[str] = ()) -> Iterator[tuple[str, Path]]:
+    """(relative POSIX name, path) of every file and link the snapshot holds, sorted;
+    ``leave_out``: relative names left out too."""
     import pathspec
 
     always = pathspec.GitIgnoreSpec.from_lines(ALWAYS_IGNORED)
@@ -112,7 +113,7 @@ def walk(root: Path) -> Iterator[tuple[str, Path]]:
         for entry in sorted(os.scandir(root / rel_dir), key=lambda e: e.name):
             rel = f"{rel_dir}/{entry.name}" if rel_dir else entry.name
             is_dir = entry.is_dir(follow_symlinks=False)
-            if _ignored(specs, rel, is_dir):
+            if rel in leave_out or _ignored(specs, rel, is_dir):
                 continue
             if is_dir:
                 subdirs.append(rel)
@@ -152,9 +153,10 @@ def _entry(rel: str, path: Path) -> tuple[tarfile.TarInfo, bytes | None] | None:
     return info, data
 
 
-def pack(root: Path) -> Snapshot:
-    """The snapshot of the code directory ``root``. Raises CodeError when it does not exist,
-    is not a directory, or holds no file."""
+def pack(root: Path, leave_out: Collection[str] = ()) -> Snapshot:
+    """The snapshot of the code directory ``root`` (without the relative names
+    ``leave_out``). Raises CodeError when it does not exist, is not a directory, or holds no
+    file."""
     if not root.exists():
         raise CodeError(f"{root}: trial.code: the code directory does not exist")
     if not root.is_dir():
@@ -163,7 +165,7 @@ def pack(root: Path) -> Snapshot:
     files, raw = 0, 0
     notes = _Notes()
     with tarfile.open(fileobj=tar_bytes, mode="w", format=tarfile.PAX_FORMAT) as tar:
-        for rel, path in walk(root):
+        for rel, path in walk(root, leave_out):
             entry = _entry(rel, path)
             if entry is None:
                 notes.skipped.append(rel)

@@ -99,10 +99,10 @@ def test_a_sweep_runs_from_its_snapshot_and_edited_code_needs_code_new(
         extra = _s3_artifacts(s3, request.getfixturevalue("s3_secret"))
         env = s3.env()  # the CLI uploads the snapshot
     spec = _project(cluster, name, 4, version=1, extra=extra)
-    first = pack(spec.parent)
+    first = pack(spec.parent, (spec.name,))
     run = cluster.sweeper("run", str(spec), "--backend", "kubernetes", **env)
     assert run.exit_code == 0, run.output
-    assert f"code {spec.parent}: 2 files" in run.stderr and first.digest in run.stderr
+    assert f"code {spec.parent}: 1 files" in run.stderr and first.digest in run.stderr
     assert cluster.finished_per_index(name) == {i: 1 for i in range(4)}
     assert _codes(cluster, name) == {i: (first.digest, 1.0) for i in range(4)}
     logs = _pod_logs(cluster, name)
@@ -114,7 +114,7 @@ def test_a_sweep_runs_from_its_snapshot_and_edited_code_needs_code_new(
 
     # Grown, with one file edited: refused without --code new, nothing launched.
     spec = _project(cluster, name, 6, version=2, extra=extra)
-    second = pack(spec.parent)
+    second = pack(spec.parent, (spec.name,))
     refused = cluster.sweeper("run", str(spec), "--backend", "kubernetes", **env)
     assert refused.exit_code == 2, refused.output
     assert f"the code of sweep {name} changed" in refused.stderr and "--code new" in \
@@ -136,7 +136,7 @@ def test_a_replaced_snapshot_fails_the_index_as_a_configuration_error(
     name = "k8s-code-replaced"
     s3.client().create_bucket(Bucket="code")
     spec = _project(cluster, name, 1, version=1, extra=_s3_artifacts(s3, s3_secret), per_pod=1)
-    snap = pack(spec.parent)
+    snap = pack(spec.parent, (spec.name,))
     # The object under the snapshot's name holds something else (corrupted, or replaced).
     other = pack(Path(__file__).parent.parent / "code")
     s3.client().put_object(Bucket="code", Key=artifact_key(snap.digest), Body=other.data)
@@ -156,7 +156,7 @@ def test_rendered_objects_alone_run_from_the_snapshot(cluster: Cluster, s3: S3Se
     name = "k8s-code-gitops"
     s3.client().create_bucket(Bucket="code")
     spec = _project(cluster, name, 4, version=3, extra=_s3_artifacts(s3, s3_secret))
-    snap = pack(spec.parent)
+    snap = pack(spec.parent, (spec.name,))
     rendered = cluster.sweeper("render", str(spec), **s3.env())
     assert rendered.exit_code == 0, rendered.output
     assert snap.digest in rendered.stderr and "uploaded to s3://code/" in rendered.stderr

@@ -47,16 +47,23 @@ def _run(*args: str) -> Result:
 def test_a_local_sweep_records_its_snapshot_per_trial(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path}/sweeps.db"
     spec = _write(tmp_path, "loc")
-    first = pack(spec.parent).digest
+    first = pack(spec.parent, (spec.name,)).digest
     result = _run("run", str(spec), "--storage", url)
     assert result.exit_code == 0, result.output
     study = optuna.load_study(study_name="loc", storage=url)
     assert study.user_attrs[protocol.CODE_ATTR] == first
     assert {t.user_attrs[protocol.CODE_ATTR] for t in study.trials} == {first}
 
+    # Grown, the code as it was: the spec file is not part of the snapshot.
+    spec = _write(tmp_path, "loc", values="3")
+    grown = _run("run", str(spec), "--storage", url)
+    assert grown.exit_code == 0 and "changed" not in grown.stderr, grown.output
+    assert optuna.load_study(study_name="loc", storage=url).trials[2].user_attrs[
+        protocol.CODE_ATTR] == first
+
     # Grown with edited code: a local launch runs the code on disk, says so, records it.
-    spec = _write(tmp_path, "loc", values="3", offset=1)
-    second = pack(spec.parent).digest
+    spec = _write(tmp_path, "loc", values="4", offset=1)
+    second = pack(spec.parent, (spec.name,)).digest
     assert second != first
     result = _run("run", str(spec), "--storage", url)
     assert result.exit_code == 0, result.output
@@ -64,13 +71,13 @@ def test_a_local_sweep_records_its_snapshot_per_trial(tmp_path: Path) -> None:
     study = optuna.load_study(study_name="loc", storage=url)
     by_index = {t.user_attrs[protocol.INDEX_ATTR]: t.user_attrs[protocol.CODE_ATTR]
                 for t in study.trials}
-    assert by_index == {0: first, 1: first, 2: second}
+    assert by_index == {0: first, 1: first, 2: first, 3: second}
     assert study.user_attrs[protocol.CODE_ATTR] == second
 
     shown = _run("status", "loc", "--storage", url, "--format", "json")
     record = yaml.safe_load(shown.stdout)
     assert record["code"] == second
-    assert [i["code"] for i in record["per_index"]] == [first, first, second]
+    assert [i["code"] for i in record["per_index"]] == [first, first, first, second]
     exported = _run("export", "loc", "--storage", url, "--format", "json")
     assert {t["code"] for t in yaml.safe_load(exported.stdout)["trials"]} == {first, second}
 
@@ -100,11 +107,12 @@ def test_render_publishes_the_snapshot_to_the_artifact_store(tmp_path: Path) -> 
     spec = _write(tmp_path, "ren")
     spec.write_text(spec.read_text().replace(
         "parameters:", f"artifacts: {{store: filesystem, path: {store}}}\nparameters:"))
-    digest = pack(spec.parent).digest
+    digest = pack(spec.parent, (spec.name,)).digest
     result = CliRunner().invoke(cli, ["render", str(spec)])
     assert result.exit_code == 0, result.output
     assert digest in result.stderr and "uploaded to" in result.stderr
-    assert (store / artifact_key(digest)).read_bytes() == pack(spec.parent).data
+    assert (store / artifact_key(digest)).read_bytes() == \
+        pack(spec.parent, (spec.name,)).data
     job = next(d for d in yaml.safe_load_all(result.stdout) if d["kind"] == "Job")
     pod = job["spec"]["template"]["spec"]
     env = {e["name"]: e.get("value") for e in pod["containers"][0]["env"]}
@@ -123,7 +131,7 @@ def test_render_with_storage_keeps_the_snapshot_in_the_study(tmp_path: Path) -> 
 
     url = f"sqlite:///{tmp_path}/sweeps.db"
     spec = _write(tmp_path, "rst")
-    snap = pack(spec.parent)
+    snap = pack(spec.parent, (spec.name,))
     result = CliRunner().invoke(cli, ["render", str(spec), "--storage", url])
     assert result.exit_code == 0, result.output
     assert "stored in sweep rst" in result.stderr
@@ -139,4 +147,5 @@ def test_render_with_storage_keeps_the_snapshot_in_the_study(tmp_path: Path) -> 
     # No trial ran the recorded snapshot: the new one replaces it, with a note.
     again = CliRunner().invoke(cli, ["render", str(spec), "--storage", url])
     assert again.exit_code == 0, again.output
-    assert "no trial ran it" in again.stderr and pack(spec.parent).digest in again.stdout
+    assert "no trial ran it" in again.stderr
+    assert pack(spec.parent, (spec.name,)).digest in again.stdout
