@@ -194,8 +194,6 @@ def _launch(spec: Any, url: str, backend: Backend, fmt: str = "text",
 
     code = _code_before(spec, url, backend.name)  # before any storage is created
     storage = open_storage(url)
-    if code is None:  # a stored spec (resume NAME): its spec file's name is in the record
-        code = _code_before(spec, url, backend.name, storage)
     sweep, created = _create_with_code(spec, storage, url, code, backend.name, new_code)
     if not may_launch(sweep, ignore_stop):
         return
@@ -261,6 +259,8 @@ def _create_with_code(spec: Any, storage: Any, url: str, code: Any, backend: str
     from sweeper.code.launch import check_change, publish, recorded_code
     from sweeper.study import create_or_resume
 
+    if code is None:  # a stored spec (resume NAME): its spec file's name is in the record
+        code = _code_before(spec, url, backend, storage)
     line = None
     if code is not None:
         recorded, ran = recorded_code(storage, spec.name)

@@ -149,3 +149,16 @@ def test_render_with_storage_keeps_the_snapshot_in_the_study(tmp_path: Path) -> 
     assert again.exit_code == 0, again.output
     assert "no trial ran it" in again.stderr
     assert pack(spec.parent, (spec.name,)).digest in again.stdout
+
+
+def test_resume_by_name_packs_the_same_tree_without_the_spec_file(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path}/sweeps.db"
+    spec = _write(tmp_path, "rsm")
+    assert _run("run", str(spec), "--storage", url).exit_code == 0
+    study = optuna.load_study(study_name="rsm", storage=url)
+    assert study.user_attrs[protocol.CODE_SPEC_FILE_ATTR] == "sweep.yaml"
+    resumed = _run("resume", "rsm", "--storage", url)
+    assert resumed.exit_code == 0 and "changed" not in resumed.stderr, resumed.output
+    (spec.parent / "snapmod_rsm.py").write_text(MODULE.format(offset=2))
+    edited = _run("resume", "rsm", "--storage", url)
+    assert edited.exit_code == 0 and "code of sweep rsm changed" in edited.stderr
