@@ -46,6 +46,7 @@ SIZES: dict[str, dict[str, Any]] = {
         "px_threshold_ws": [2], "px_threshold_per_w": 2, "px_threshold_t": 0.05,
         "px_conn_w": 4, "px_conn_n": 8, "px_conn_t": 0.1,
         "px_cap_w": 2, "px_cap_n": 4, "px_cap_t": 0.05,
+        "snap_mb": 1, "snap_repeats": 1,
     },
     "quick": {
         "n": [200], "t": 0.5, "w": 8, "repeats": 1,
@@ -61,6 +62,7 @@ SIZES: dict[str, dict[str, Any]] = {
         "px_threshold_ws": [8, 16], "px_threshold_per_w": 4, "px_threshold_t": 1.0,
         "px_conn_w": 32, "px_conn_n": 128, "px_conn_t": 0.5,
         "px_cap_w": 16, "px_cap_n": 64, "px_cap_t": 0.5,
+        "snap_mb": 10, "snap_repeats": 2,
     },
     "default": {
         "n": [200, 600], "t": 0.5, "w": 8, "repeats": 1,
@@ -76,6 +78,7 @@ SIZES: dict[str, dict[str, Any]] = {
         "px_threshold_ws": [8, 16, 32], "px_threshold_per_w": 4, "px_threshold_t": 1.0,
         "px_conn_w": 64, "px_conn_n": 640, "px_conn_t": 0.5,
         "px_cap_w": 64, "px_cap_n": 640, "px_cap_t": 0.5,
+        "snap_mb": 10, "snap_repeats": 3,
     },
     "full": {
         "n": [200, 2_000], "t": 0.5, "w": 8, "repeats": 2,
@@ -92,11 +95,12 @@ SIZES: dict[str, dict[str, Any]] = {
         "px_threshold_ws": [8, 16, 32, 64], "px_threshold_per_w": 4, "px_threshold_t": 1.0,
         "px_conn_w": 64, "px_conn_n": 640, "px_conn_t": 0.5,
         "px_cap_w": 64, "px_cap_n": 640, "px_cap_t": 0.5,
+        "snap_mb": 10, "snap_repeats": 5,
     },
 }
 
 SECTIONS = ("startup", "scaling", "duplicates", "connections", "overhead", "quality",
-            "methods", "parallel", "proxy", "compute")
+            "methods", "parallel", "proxy", "compute", "snapshots")
 
 
 def _section(name: str) -> Callable[[dict[str, Any], Callable[[str], None]],

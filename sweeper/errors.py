@@ -83,6 +83,14 @@ class ArtifactError(SweeperError):
     exit_code = 2
 
 
+class CodeError(SweeperError):
+    """The trial's code snapshot cannot be made or used: a code directory that does not exist
+    or is empty, a snapshot over its store's limit, an archive whose hash does not match or
+    that would write outside its directory. No retry fixes it."""
+
+    exit_code = 2
+
+
 class PortInUseError(SweeperError):
     """A port a command must listen on is taken: choose another (a usage problem)."""
 

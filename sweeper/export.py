@@ -17,6 +17,7 @@ from optuna.trial import FrozenTrial
 
 from sweeper.artifacts import trial_artifacts
 from sweeper.protocol import (
+    CODE_ATTR,
     CODE_VERSION_ATTR,
     DEVICE_ATTR,
     HASH_ATTR,
@@ -33,7 +34,7 @@ FORMAT_VERSION = 1
 #: columns, then user_attrs.<key> (sorted).
 CSV_HEAD = ("number", "index", "attempt", "retry_of", "state")
 CSV_TAIL = ("duration_s", "datetime_start", "datetime_complete", "fail_reason", "device",
-            "code_version", "spec_hash", "artifacts")
+            "code_version", "code", "spec_hash", "artifacts")
 
 
 def trial_export_record(t: FrozenTrial, metrics: Sequence[str]) -> dict[str, Any]:
@@ -57,6 +58,7 @@ def trial_export_record(t: FrozenTrial, metrics: Sequence[str]) -> dict[str, Any
         "duration_s": base["duration_s"],
         "device": attrs.get(DEVICE_ATTR),
         "code_version": attrs.get(CODE_VERSION_ATTR),
+        "code": attrs.get(CODE_ATTR),
         "spec_hash": attrs.get(HASH_ATTR),
         "artifacts": [{"artifact_id": a.artifact_id, "filename": a.filename,
                        "mimetype": a.mimetype} for a in trial_artifacts(t)],

@@ -37,6 +37,15 @@ DEVICE_ATTR = "sweeper:device"
 RESUMED_ATTR = "sweeper:resumed_from_step"
 #: Trial user attr: the version of the trial code (git describe, image digest, or env).
 CODE_VERSION_ATTR = "sweeper:code_version"
+#: Trial user attr: the code snapshot the trial ran with (``sha256:<hex>``); study user attr:
+#: the snapshot the sweep's next trials run with (``sweeper.code``).
+CODE_ATTR = "sweeper:code"
+#: Study system attr prefix: one part of a code snapshot kept in the study itself (the study
+#: storage path of ``sweeper.code.stores``): ``sweeper:code:<hex>:<part>``.
+CODE_PART_ATTR_PREFIX = "sweeper:code:"
+#: Study user attr: the spec file, relative to the code directory, that the snapshot leaves
+#: out (the pods read the spec from the record: growing a sweep is not a code change).
+CODE_SPEC_FILE_ATTR = "sweeper:code_spec_file"
 #: Trial user attr: the spec hash the trial ran under (the study attr ``HASH_ATTR``).
 SPEC_HASH_ATTR = "sweeper:spec_hash"
 #: Study user attr: the normalised spec (the sweep record).
@@ -95,6 +104,12 @@ FIXED_PARAMS_ATTR = "fixed_params"
 #: Every key sweeper owns starts with this (reports hide them from "other metrics").
 ATTR_PREFIX = "sweeper:"
 
+
+def code_part_key(digest_hex: str, part: int) -> str:
+    """The study system attr that holds part ``part`` of the snapshot ``digest_hex``."""
+    return f"{CODE_PART_ATTR_PREFIX}{digest_hex}:{part}"
+
+
 # --------------------------------------------------------------------------- environment
 
 ENV_STORAGE = "SWEEPER_STORAGE"
@@ -119,6 +134,17 @@ ENV_GRACE_PERIOD = "SWEEPER_GRACE_PERIOD"
 ENV_CONNECT_DEADLINE = "SWEEPER_CONNECT_DEADLINE"
 ENV_LOG_LEVEL = "SWEEPER_LOG_LEVEL"
 ENV_CODE_VERSION = "SWEEPER_CODE_VERSION"
+#: The code snapshot a trial runs with (``sha256:<hex>``); in a pod the runner fetches it.
+ENV_CODE = "SWEEPER_CODE"
+#: Where a pod fetches the snapshot from: ``artifacts`` (the spec's artifact store) or
+#: ``study`` (the study storage, parts in study system attrs).
+ENV_CODE_STORE = "SWEEPER_CODE_STORE"
+#: Where a pod unpacks the snapshot (default ``CODE_MOUNT_PATH``) and runs the trial.
+ENV_CODE_DIR = "SWEEPER_CODE_DIR"
+#: The pod's volume (an emptyDir) that holds the unpacked snapshot, and where it is mounted:
+#: public, so another container of the pod can mount the same code.
+CODE_VOLUME = "sweeper-code"
+CODE_MOUNT_PATH = "/sweeper/code"
 ENV_POLL_INTERVAL = "SWEEPER_POLL_INTERVAL"
 #: Seconds between SIGTERM and SIGKILL the runner may use to fail its trial and exit (the
 #: pod's terminationGracePeriodSeconds; Kubernetes' default when unset).

@@ -22,7 +22,7 @@ from tests.support.compare import invoke, isolate, quadratic_spec, run_sweep
 
 RECORD_KEYS = ["number", "index", "attempt", "retry_of", "state", "values", "params", "user_attrs",
                "history", "fail_reason", "datetime_start", "datetime_complete", "duration_s",
-               "device", "code_version", "spec_hash", "artifacts"]
+               "device", "code_version", "code", "spec_hash", "artifacts"]
 
 SPEC = parse_spec("""\
 name: exp

@@ -47,8 +47,9 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     # the one factory that picks an implementation, the sweep a process holds, and the
     # study package's front
     ("sweeper.study.open", "sweeper.study.record", "sweeper.study"),
-    # everything that uses a sweep: reports, artifacts, importers, backends, the CLI
-    ("sweeper.artifacts", "sweeper.report", "sweeper.export", "sweeper.purge",
+    # everything that uses a sweep: reports, artifacts, code snapshots, importers, backends,
+    # the CLI
+    ("sweeper.artifacts", "sweeper.code", "sweeper.report", "sweeper.export", "sweeper.purge",
      "sweeper.runlogs", "sweeper.entrypoint", "sweeper.importers", "sweeper.backends",
      "sweeper.cli"),
     ("trial_runner",),

@@ -28,7 +28,13 @@ from typing import Any
 
 from sweeper import messages, protocol
 from sweeper.entrypoint import load_entrypoint
-from sweeper.errors import SpecError, StorageError, StorageUnavailableError
+from sweeper.errors import (
+    ArtifactError,
+    CodeError,
+    SpecError,
+    StorageError,
+    StorageUnavailableError,
+)
 from sweeper.gang import Gang, gang_from_env
 from sweeper.spec import SweepSpec
 from sweeper.study import InheritedSweep, Sweep, open_storage
@@ -153,12 +159,10 @@ def _main(argv: list[str] | None, inherited: InheritedSweep | None) -> int:
     except StorageError as e:
         logger.error("%s", e)
         return protocol.EXIT_RETRY  # the database may come back; the Job retries the pod
-    try:
-        sweep = sweep or open_sweep(storage, name, os.environ)
-        objective = _with_fixed_paths(load_objective(sweep.spec), sweep.spec)
-    except (SpecError, StorageError) as e:
-        logger.error("%s", e)
-        return _exit_code_of(e)
+    ready = _sweep_and_objective(sweep, storage, name, url)
+    if isinstance(ready, int):
+        return ready
+    sweep, objective = ready
     settings = RunnerSettings.from_env()
     signal.signal(signal.SIGTERM, _raise_interrupted)
     signal.signal(signal.SIGINT, _raise_interrupted)
@@ -213,6 +217,34 @@ def _exit_code_of(e: SpecError | StorageError) -> int:
     wrong will not (configuration error)."""
     return protocol.EXIT_RETRY if isinstance(e, StorageUnavailableError) else \
         protocol.EXIT_CONFIG
+
+
+def _sweep_and_objective(sweep: Sweep | None, storage: Any, name: str, url: str
+                         ) -> tuple[Sweep, Callable[[TrialContext], Any]] | int:
+    """The sweep and its objective, imported from the pod's code snapshot
+    (trial_runner.code) when it has one; else the exit code: no sweep, a bad entrypoint, a
+    missing or corrupted snapshot is a configuration error, a store that did not answer (or
+    stayed unreachable) is retried."""
+    from trial_runner.code import enter_code
+
+    try:
+        sweep = sweep or open_sweep(storage, name, os.environ)
+    except (SpecError, StorageError) as e:
+        logger.error("%s", e)
+        return _exit_code_of(e)
+    try:
+        enter_code(os.environ, sweep.spec, storage, sweep.study_id, url)
+    except CodeError as e:
+        logger.error("%s", e)
+        return protocol.EXIT_CONFIG
+    except (ArtifactError, StorageError) as e:
+        logger.error("%s", e)
+        return protocol.EXIT_RETRY
+    try:
+        return sweep, _with_fixed_paths(load_objective(sweep.spec), sweep.spec)
+    except (SpecError, StorageError) as e:
+        logger.error("%s", e)
+        return _exit_code_of(e)
 
 
 def _taken_over(inherited: InheritedSweep | None, url: str, name: str) -> Sweep | None:

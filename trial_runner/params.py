@@ -4,6 +4,7 @@ records."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from typing import Any
 
@@ -15,7 +16,7 @@ from optuna.distributions import (
     IntDistribution,
 )
 
-from sweeper.protocol import CODE_VERSION_ATTR, SPEC_HASH_ATTR
+from sweeper.protocol import CODE_ATTR, CODE_VERSION_ATTR, ENV_CODE, SPEC_HASH_ATTR
 from sweeper.space import distribution
 from sweeper.spec import Parameter, SweepSpec
 from sweeper.spec.conditions import dependency_order, is_active
@@ -50,7 +51,11 @@ def planned(trial: optuna.Trial, params: Sequence[Parameter]
 
 def provenance(spec: SweepSpec) -> dict[str, Any]:
     """What every trial records of what ran it: the spec's hash and the code's version."""
-    return {SPEC_HASH_ATTR: spec.spec_hash, CODE_VERSION_ATTR: process_code_version()}
+    attrs = {SPEC_HASH_ATTR: spec.spec_hash, CODE_VERSION_ATTR: process_code_version()}
+    snapshot = os.environ.get(ENV_CODE)
+    if snapshot:
+        attrs[CODE_ATTR] = snapshot
+    return attrs
 
 
 def suggest(trial: optuna.Trial, p: Parameter) -> Any:

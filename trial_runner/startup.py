@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 from collections.abc import Mapping
 
 from sweeper import protocol
@@ -69,3 +70,6 @@ def _mark_launched_on_kubernetes(sweep: Sweep) -> None:
     attrs = sweep.storage.get_study_user_attrs(sweep.study_id)
     if not attrs.get(protocol.LAUNCHES_ATTR):
         sweep.storage.set_study_user_attr(sweep.study_id, protocol.LAUNCHES_ATTR, 1)
+    code = os.environ.get(protocol.ENV_CODE)
+    if code and not attrs.get(protocol.CODE_ATTR):  # the snapshot the rendered Job names
+        sweep.storage.set_study_user_attr(sweep.study_id, protocol.CODE_ATTR, code)

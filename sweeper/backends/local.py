@@ -139,6 +139,12 @@ class LocalBackend:
                     protocol.ENV_LOG_DIR: str(self.log_dir), "PYTHONUNBUFFERED": "1",
                     protocol.ENV_CHECKPOINT_DIR: str(checkpoint_root()),
                     protocol.ENV_PARENT_PID: str(os.getpid())})
+        code = sweep.storage.get_study_user_attrs(sweep.study_id).get(protocol.CODE_ATTR)
+        if isinstance(code, str) and sweep.spec.trial.code is not None:
+            env[protocol.ENV_CODE] = code  # what each trial records (the code is on disk)
+        else:
+            env.pop(protocol.ENV_CODE, None)
+        env.pop(protocol.ENV_CODE_STORE, None)
         if sweep.spec.trial.nodes > 1:  # each worker is node 0 of its gang (sweeper.gang)
             env.update(Gang(sweep.spec.trial.nodes, local=True).env())
         threads = str(max(1, (os.cpu_count() or 1) // n_workers))

@@ -129,9 +129,10 @@ def index_map(spec: SweepSpec, indexes: Sequence[int] | None) -> list[int] | Non
 KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 
 
-def render_job(spec: SweepSpec, indexes: Sequence[int] | None = None, *, launch: int = 0
-               ) -> dict[str, Any]:
-    """The Indexed Job for ``indexes`` of ``spec`` (all of them when None)."""
+def render_job(spec: SweepSpec, indexes: Sequence[int] | None = None, *, launch: int = 0,
+               code: str | None = None) -> dict[str, Any]:
+    """The Indexed Job for ``indexes`` of ``spec`` (all of them when None); its pods fetch
+    the code snapshot ``code`` when given (:func:`sweeper.backends.pod.pod_template`)."""
     k = spec.kubernetes
     mapping = index_map(spec, indexes)
     completions = protocol.completions(k.indexes_per_pod, mapping, spec.trials)
@@ -152,7 +153,7 @@ def render_job(spec: SweepSpec, indexes: Sequence[int] | None = None, *, launch:
         "podReplacementPolicy": "Failed",
         "podFailurePolicy": _pod_failure_policy(),
         "ttlSecondsAfterFinished": math.ceil(k.ttl_after_finished),
-        "template": pod_template(spec, mapping, labels(spec.name)),
+        "template": pod_template(spec, mapping, labels(spec.name), code),
     }
     if k.active_deadline is not None:
         job_spec["activeDeadlineSeconds"] = math.ceil(k.active_deadline)
@@ -171,12 +172,12 @@ def render_job(spec: SweepSpec, indexes: Sequence[int] | None = None, *, launch:
     }
 
 
-def render(spec: SweepSpec, indexes: Sequence[int] | None = None, *, launch: int = 0
-           ) -> list[dict[str, Any]]:
+def render(spec: SweepSpec, indexes: Sequence[int] | None = None, *, launch: int = 0,
+           code: str | None = None) -> list[dict[str, Any]]:
     """Every object a launch submits: the ConfigMap with the normalised spec (every pod
     mounts it), then the Job. Applied on their own (GitOps, no ``sweeper run``), the first
     runner creates the sweep from the spec."""
-    return [render_spec_configmap(spec), render_job(spec, indexes, launch=launch)]
+    return [render_spec_configmap(spec), render_job(spec, indexes, launch=launch, code=code)]
 
 
 def render_spec_configmap(spec: SweepSpec) -> dict[str, Any]:

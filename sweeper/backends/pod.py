@@ -55,10 +55,12 @@ def spec_configmap_name(sweep_name: str) -> str:
     return f"{sweep_name}-spec"
 
 
-def pod_template(spec: SweepSpec, mapping: list[int] | None, labels: Mapping[str, str]
-                 ) -> dict[str, Any]:
+def pod_template(spec: SweepSpec, mapping: list[int] | None, labels: Mapping[str, str],
+                 code: str | None = None) -> dict[str, Any]:
     """The Job's ``spec.template``: the rendered pod with ``kubernetes.pod_template`` merged
-    in. Raises SpecError when the merged template is not a valid PodTemplateSpec."""
+    in; with ``code`` (a snapshot, ``sha256:<hex>``) the runner fetches it into the
+    ``sweeper-code`` emptyDir and runs the trial there. Raises SpecError when the merged
+    template is not a valid PodTemplateSpec."""
     k = spec.kubernetes
     pod: dict[str, Any] = {
         "restartPolicy": "Never",
@@ -71,6 +73,7 @@ def pod_template(spec: SweepSpec, mapping: list[int] | None, labels: Mapping[str
         "containers": [_container(spec, mapping)],
         "volumes": _volumes(spec),
     }
+    _add_code(spec, pod, code)
     if k.termination_grace_period is not None:
         pod["terminationGracePeriodSeconds"] = math.ceil(k.termination_grace_period)
     if k.priority_class:
@@ -258,6 +261,27 @@ def _mounts(k: KubernetesSpec) -> list[dict[str, Any]]:
             mount["readOnly"] = True
         out.append(mount)
     return out
+
+
+def _add_code(spec: SweepSpec, pod: dict[str, Any], code: str | None) -> None:
+    """The code snapshot's emptyDir, its mount, and what tells the runner to fetch it: the
+    snapshot, its store, and the spec's directory inside it (relative paths of the spec);
+    nothing without a snapshot."""
+    if code is None:
+        return
+    from sweeper.code.launch import spec_dir_in_code
+    from sweeper.code.stores import store_kind
+
+    pod["volumes"].append({"name": protocol.CODE_VOLUME, "emptyDir": {}})
+    container = pod["containers"][0]
+    container["volumeMounts"].append({"name": protocol.CODE_VOLUME,
+                                      "mountPath": protocol.CODE_MOUNT_PATH})
+    rel = spec_dir_in_code(spec)
+    container["env"] += [
+        {"name": protocol.ENV_CODE, "value": code},
+        {"name": protocol.ENV_CODE_STORE, "value": store_kind(spec.artifacts)},
+        {"name": protocol.ENV_SPEC_DIR,
+         "value": protocol.CODE_MOUNT_PATH + ("" if rel == "." else "/" + rel)}]
 
 
 def checkpoint_dir(k: KubernetesSpec) -> str:

@@ -52,35 +52,26 @@ def status(name: str, storage: str | None, fmt: str, kube: bool | None, namespac
     jobs = _status_jobs(sweep, kube, namespace, kubeconfig, context)
 
     stopped = sweep.storage.stop_state(sweep.study_id)
+    code = sweep.storage.get_study_user_attrs(sweep.study_id).get(protocol.CODE_ATTR)
     sched = _scheduler_view(sweep)
     pbt = _pbt_view(sweep)
     if fmt == "json":
         click.echo(json.dumps({
             "name": sweep.name, "method": sweep.spec.method, "indexes": sweep.spec.trials,
             "finished_indexes": finished, "trials_by_state": counts,
-            "stop": stopped.to_json() if stopped is not None else None,
+            "stop": stopped.to_json() if stopped is not None else None, "code": code,
             **({"kubernetes_jobs": [_job_record(j) for j in jobs]} if jobs is not None else {}),
             "per_index": [{"index": s.index, "state": s.state, "attempts": s.attempts,
                            "trial_number": s.trial_number,
                            "values": dict(zip(metrics, s.values, strict=False))
                            if s.values else None,
-                           "fail_reason": s.fail_reason,
+                           "fail_reason": s.fail_reason, "code": s.code,
                            **(_rung_record(sched[0].get(s.trial_number)) if sched else {}),
                            **({"pbt": pbt.get(s.trial_number)} if pbt is not None else {})}
                           for s in table],
             **({"rungs": [asdict(r) for r in sched[1]]} if sched else {})}, indent=2))
         return
-    click.echo(f"{sweep.name}: {finished}/{sweep.spec.trials} indexes finished; trials: "
-               + ", ".join(f"{k.lower()} {v}" for k, v in sorted(counts.items())))
-    if stopped is not None:
-        click.echo(("stopped: " if stopped.stopped else "stop ignored (--ignore-stop): ")
-                   + stopped.describe())
-    for j in jobs or []:
-        click.echo(f"Job {j.namespace}/{j.name}: {j.state}"
-                   + (f" ({j.reason})" if j.reason else "")
-                   + f"; pods active {j.active}, succeeded {j.succeeded}, failed {j.failed}; "
-                   f"indexes completed {_ranges_of(list(j.completed)) or '-'}, failed "
-                   f"{_ranges_of(list(j.failed_indexes)) or '-'} (of {len(j.indexes)})")
+    _status_header(sweep, finished, counts, code, stopped, jobs)
     headers = ["index", "state", "attempts", "trial", *metrics]
     rows = [[s.index, s.state, s.attempts, s.trial_number, *(s.values or [None] * len(metrics))]
             for s in table]
@@ -95,12 +86,34 @@ def status(name: str, storage: str | None, fmt: str, kube: bool | None, namespac
         headers.append("pbt")
         for row, s in zip(rows, table, strict=True):
             row.append(describe(pbt.get(s.trial_number)))
+    if len({s.code for s in table if s.code}) > 1:  # which ran which: 12 hex digits
+        headers.append("code")
+        for row, s in zip(rows, table, strict=True):
+            row.append(s.code[7:19] if s.code else "")
     if any(s.fail_reason for s in table):
         headers.append("reason")
         width = _reason_width(format_table(headers[:-1], rows))
         for row, s in zip(rows, table, strict=True):
             row.append(_clip(s.fail_reason, width) if s.fail_reason else "")
     click.echo(format_table(headers, rows))
+
+
+def _status_header(sweep: Any, finished: int, counts: dict[str, int], code: Any, stopped: Any,
+                   jobs: Any) -> None:
+    """The lines above status's table: counts, the code snapshot, the stop, the Jobs."""
+    click.echo(f"{sweep.name}: {finished}/{sweep.spec.trials} indexes finished; trials: "
+               + ", ".join(f"{k.lower()} {v}" for k, v in sorted(counts.items())))
+    if code:
+        click.echo(f"code: {code}")
+    if stopped is not None:
+        click.echo(("stopped: " if stopped.stopped else "stop ignored (--ignore-stop): ")
+                   + stopped.describe())
+    for j in jobs or []:
+        click.echo(f"Job {j.namespace}/{j.name}: {j.state}"
+                   + (f" ({j.reason})" if j.reason else "")
+                   + f"; pods active {j.active}, succeeded {j.succeeded}, failed {j.failed}; "
+                   f"indexes completed {_ranges_of(list(j.completed)) or '-'}, failed "
+                   f"{_ranges_of(list(j.failed_indexes)) or '-'} (of {len(j.indexes)})")
 
 
 def _scheduler_view(sweep: Any) -> tuple[dict[int | None, Any], list[Any]] | None:

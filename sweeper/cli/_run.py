@@ -44,6 +44,10 @@ allow_cpu_option = click.option(
     "--allow-cpu", is_flag=True,
     help="Local backend: run on the CPU when the spec asks for GPUs and none is visible "
          "(default: stop with exit code 2).")
+code_option = click.option(
+    "--code", "code_choice", type=click.Choice(["new"]), default=None,
+    help="new: the code (trial.code) changed since the sweep last ran; run its remaining "
+         "trials on the new snapshot (default: a change stops the launch with exit code 2).")
 run_format_option = click.option(
     "--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True,
     help="json: instead of the best-trials table, one summary object on stdout (counts, "
@@ -67,13 +71,14 @@ run_format_option = click.option(
 @allow_cpu_option
 @run_format_option
 @ignore_stop_option
+@code_option
 @proxy_options
 @_errors
 def run(spec_file: str, storage: str | None, parallelism: int | None, backend: str,
         log_dir: str, image: str | None, namespace: str | None, storage_secret: str | None,
         storage_proxy: str | None, kubeconfig: str | None, context: str | None, detach: bool,
         overrides: tuple[str, ...], allow_cpu: bool, fmt: str, ignore_stop: bool,
-        proxy: bool | None, metrics_port: int | None) -> None:
+        code_choice: str | None, proxy: bool | None, metrics_port: int | None) -> None:
     """Create (or resume) the sweep and run every index that has no finished trial."""
     from sweeper.backends.manifests import with_kubernetes
     from sweeper.study import resolve_storage_url
@@ -86,7 +91,7 @@ def run(spec_file: str, storage: str | None, parallelism: int | None, backend: s
     url = resolve_storage_url(storage, spec)
     extras = run_extras(backend, proxy, metrics_port, url, spec.name)
     _launch(spec, url, _backend(backend, spec, log_dir, kubeconfig, context, detach,
-                                allow_cpu, **extras), fmt, ignore_stop)
+                                allow_cpu, **extras), fmt, ignore_stop, code_choice == "new")
 
 
 @cli.command()
@@ -105,11 +110,13 @@ def run(spec_file: str, storage: str | None, parallelism: int | None, backend: s
 @allow_cpu_option
 @run_format_option
 @ignore_stop_option
+@code_option
 @_errors
 def resume(name: str, storage: str | None, backend: str | None, parallelism: int | None,
            log_dir: str, image: str | None, namespace: str | None, storage_secret: str | None,
            storage_proxy: str | None, kubeconfig: str | None, context: str | None,
-           detach: bool, allow_cpu: bool, fmt: str, ignore_stop: bool) -> None:
+           detach: bool, allow_cpu: bool, fmt: str, ignore_stop: bool,
+           code_choice: str | None) -> None:
     """Run only the indexes of a stored sweep that have no finished trial (its spec comes from
     the study; on Kubernetes a new, sparse Job NAME-r<N>). NAME may be the sweep's spec file
     (name and storage: are read from it; `run` applies a changed file, resume does not)."""
@@ -129,7 +136,7 @@ def resume(name: str, storage: str | None, backend: str | None, parallelism: int
             "kubernetes" if attrs.get(protocol.LAUNCHES_ATTR) else "local")
     _durable(spec, str(backend))
     _launch(spec, url, _backend(str(backend), spec, log_dir, kubeconfig, context, detach,
-                                allow_cpu), fmt, ignore_stop)
+                                allow_cpu), fmt, ignore_stop, code_choice == "new")
 
 
 def _durable(spec: Any, backend: str) -> None:
@@ -174,19 +181,19 @@ def _terminate_as_interrupt(signum: int, frame: Any) -> None:
 
 
 def _launch(spec: Any, url: str, backend: Backend, fmt: str = "text",
-            ignore_stop: bool = False) -> None:
+            ignore_stop: bool = False, new_code: bool = False) -> None:
     """Create or resume the sweep of ``spec`` (its parallelism included: the backend reads it
     from ``sweep.spec``), run what is unfinished, and exit as the outcome says."""
     from sweeper.report import Progress
     from sweeper.study import (
-        create_or_resume,
         indexes_to_run,
         redact,
         unfinished_indexes,
     )
 
+    code = _code_before(spec, url, backend.name)  # before any storage is created
     storage = _open(url)
-    sweep, created = create_or_resume(storage, spec)
+    sweep, created = _create_with_code(spec, storage, url, code, backend.name, new_code)
     if not may_launch(sweep, ignore_stop):
         return
     todo = indexes_to_run(sweep, created=created)
@@ -224,6 +231,46 @@ def _launch(spec: Any, url: str, backend: Backend, fmt: str = "text",
         _report_failures(sweep, url, backend,
                          [s for s in table if s.index in missing and s.index not in reported])
         raise SweepFailedError(_missing_message(spec.name, backend.name, missing, result))
+
+
+def _code_before(spec: Any, url: str, backend: str, storage: Any = None) -> Any:
+    """The launch's code snapshot (sweeper.code.launch), packed before anything is written;
+    on Kubernetes its size is checked against its store's limit and what it holds printed."""
+    from sweeper.code.launch import check_fits, prepare, summary
+
+    code = prepare(spec, storage)
+    if code is None or backend != "kubernetes":
+        return code
+    check_fits(spec, code, url)
+    click.echo(summary(code), err=True)
+    for warning in code.snapshot.warnings:
+        click.echo(f"warning: the code snapshot: {warning}", err=True)
+    return code
+
+
+def _create_with_code(spec: Any, storage: Any, url: str, code: Any, backend: str,
+                      new_code: bool) -> tuple[Any, bool]:
+    """create_or_resume, with the launch's snapshot compared to what the sweep recorded
+    first (on Kubernetes a change is refused without ``--code new``: CodeError, nothing
+    launched; locally it is noted), then stored for the pods and recorded."""
+    import dataclasses
+
+    from sweeper.code.launch import check_change, publish, recorded_code
+    from sweeper.study import create_or_resume
+
+    if code is None:  # a stored spec (resume NAME): its spec file's name is in the record
+        code = _code_before(spec, url, backend, storage)
+    line = None
+    if code is not None:
+        recorded, ran = recorded_code(storage, spec.name)
+        code = dataclasses.replace(code, recorded=recorded, ran=ran)
+        line = check_change(spec.name, code, new_code=new_code, refuse=backend == "kubernetes")
+    sweep, created = create_or_resume(storage, spec)  # a changed spec is said first
+    if line:
+        click.echo(f"note: {line}", err=True)
+    if code is not None:
+        publish(sweep, code, url, upload=backend == "kubernetes")
+    return sweep, created
 
 
 def _report_launch(result: RunResult, launched: int) -> bool:

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from typing import Any
 
 import click
 
+from sweeper import protocol
 from sweeper.cli._common import _errors, _job_options, _load, set_option
 from sweeper.cli._group import cli
 
@@ -116,20 +118,73 @@ def _ranges(spec: Any) -> str:
     return format_table(headers + (["when"] if spec.is_conditional else []), rows)
 
 
+def _publish_code(spec: Any, storage: str | None, new_code: bool) -> str | None:
+    """Upload the spec's code snapshot where the rendered Job's pods fetch it: the artifact
+    store, else (with ``--storage``) the sweep's study, whose record render then creates or
+    resumes; None with a warning when there is neither."""
+    from sweeper.code.launch import (
+        check_change,
+        check_fits,
+        prepare,
+        publish,
+        recorded_code,
+        summary,
+    )
+    from sweeper.code.stores import open_code_store, store_kind
+
+    code = prepare(spec, None)
+    if code is None:
+        return None
+    if store_kind(spec.artifacts) == "artifacts":
+        store = open_code_store(spec, protocol.DEFAULT_STORAGE, None, None)
+        where = f"{'uploaded to' if store.put(code.snapshot) else 'already in'} {store.where}"
+    elif storage:
+        from sweeper.study import create_or_resume, open_storage, redact
+
+        check_fits(spec, code, storage)
+        opened = open_storage(storage)
+        recorded, ran = recorded_code(opened, spec.name)
+        code = replace(code, recorded=recorded, ran=ran)
+        line = check_change(spec.name, code, new_code=new_code, refuse=True)
+        if line:
+            click.echo(f"note: {line}", err=True)
+        sweep, _ = create_or_resume(opened, spec)
+        publish(sweep, code, storage, upload=True)
+        where = f"stored in sweep {spec.name} at {redact(storage)}"
+    else:
+        click.echo("warning: no artifact store (artifacts.store: s3, or a filesystem path every "
+                   "pod mounts) and no --storage: render cannot publish the code snapshot, so "
+                   "the pods import the code from the image; set one, or trial.code: null to "
+                   "say so", err=True)
+        return None
+    click.echo(f"{summary(code)} {where}", err=True)
+    for warning in code.snapshot.warnings:
+        click.echo(f"warning: the code snapshot: {warning}", err=True)
+    return str(code.snapshot.digest)
+
+
 @cli.command()
 @click.argument("spec_file", type=click.Path(dir_okay=False))
 @click.option("--parallelism", "-p", type=click.IntRange(min=1),
               help="Pods at once (default: the spec's parallelism).")
 @_job_options
 @set_option
+@click.option("--storage", metavar="URL",
+              help="Without an artifact store: keep the code snapshot in this study storage "
+                   "(the one the pods use), creating or resuming the sweep's record there.")
+@click.option("--code", "code_choice", type=click.Choice(["new"]), default=None,
+              help="new: with --storage, the code changed since the sweep last ran; its "
+                   "remaining trials run the new snapshot (default: exit code 2).")
 @_errors
 def render(spec_file: str, parallelism: int | None, image: str | None, namespace: str | None,
            storage_secret: str | None, storage_proxy: str | None,
-           overrides: tuple[str, ...]) -> None:
+           overrides: tuple[str, ...], storage: str | None, code_choice: str | None) -> None:
     """Print the Kubernetes objects `run --backend kubernetes` submits, as YAML (no storage,
-    no cluster): the ConfigMap NAME-spec and the Job (a JobSet when trial.nodes > 1). Applied
-    on their own (kubectl apply -f -, GitOps), the first trial runner creates the sweep from
-    the spec."""
+    no cluster): the ConfigMap NAME-spec and the Job (a JobSet when trial.nodes > 1). With an
+    artifact store, the code snapshot (trial.code) is uploaded there and the Job names it.
+    Without one, --storage keeps it in the study (render then creates the sweep's record).
+    Applied on their own (kubectl apply -f -, GitOps), the first trial runner creates the
+    sweep from the spec."""
     import yaml
 
     from sweeper.backends.manifests import checkpoint_warning, with_kubernetes
@@ -143,17 +198,19 @@ def render(spec_file: str, parallelism: int | None, image: str | None, namespace
                            storage_proxy=storage_proxy)
     if (e := durable_checkpoints_error(spec)) is not None:
         raise e
+    code = _publish_code(spec, storage, code_choice == "new") if spec.trial.nodes == 1 else None
     default_image = KubernetesSpec().image
-    if spec.kubernetes.image == default_image:
+    if spec.kubernetes.image == default_image and code is None:
         click.echo(f"note: no kubernetes.image in the spec and no --image: the Job runs "
-                   f"{default_image}, which holds only sweeper's built-in examples; build your "
-                   "trial code into an image FROM it (docs/your-cluster.md)", err=True)
+                   f"{default_image}, which holds only sweeper's built-in examples; publish "
+                   "the code as a snapshot (an artifact store) or build it into an image FROM "
+                   "it (docs/your-cluster.md)", err=True)
     if spec.trial.nodes > 1:  # gangs of pods: a JobSet (sweeper.backends.jobset)
         from sweeper.backends.jobset import render as render_jobset
 
         objects = render_jobset(spec)
     else:
-        objects = render_objects(spec)
+        objects = render_objects(spec, code=code)
     warning = checkpoint_warning(spec)
     for line in ([warning] if warning else []) + pod_security_warnings(spec, overrides):
         click.echo(f"warning: {line}", err=True)

@@ -261,6 +261,7 @@ class ProxyStorage(GrpcStorageProxyOnChannel):
     list_sweeps = _remote(IndexStore.list_sweeps)
     study_names = _remote(IndexStore.study_names)
     artifact_ids = _remote(IndexStore.artifact_ids)
+    code_part = _remote(IndexStore.code_part)
 
     def _operate(self, op: wire.Operation, args: tuple[Any, ...],
                  kwargs: dict[str, Any]) -> Any:

@@ -65,7 +65,7 @@ _TOP_KEYS = ("name", "description", "method", "objective", "trials", "parallelis
              "sampler", "pruner", "storage", "trial", "parameters", "kubernetes", "artifacts",
              "data", "stop", "scheduler")
 _TRIAL_KEYS = ("entrypoint", "command", "fixed", "retries", "timeout", "resources", "launcher",
-               "nproc", "nodes", "metrics")
+               "nproc", "nodes", "metrics", "code")
 _RESOURCE_KEYS = ("gpu", "cpu", "memory")
 
 
@@ -255,9 +255,12 @@ class _Validator(Checks):
         metrics = metrics_spec(self, m.get("metrics"), (*path, "metrics"), cmd is not None,
                                lambda text, p: self.placeholders(text, p, known),
                                names | set(fixed))
+        code = m.get("code", ".")
+        if code is not None:
+            code = self.string(code, (*path, "code"))
         return TrialSpec(entrypoint=entrypoint, command=cmd, fixed=fixed, retries=retries,
                          launcher=launcher, nproc=nproc, nodes=nodes,  # type: ignore[arg-type]
-                         timeout=timeout_s, resources=resources, metrics=metrics)
+                         timeout=timeout_s, resources=resources, metrics=metrics, code=code)
 
     def command(self, command: Any, path: Path_, known: set[str]) -> tuple[str, ...]:
         if not isinstance(command, list) or not command:

@@ -196,6 +196,10 @@ class TrialSpec:
     metrics: MetricsSpec = field(default_factory=MetricsSpec)
     #: Pods one trial spans (``torchrun`` only): its ranks rendezvous across them.
     nodes: int = 1
+    #: The trial's code directory (relative to the spec file's), packed into a snapshot that
+    #: pods fetch and run in (``sweeper.code``); None: the image holds the code. Not part of
+    #: the spec hash: the snapshot's own hash is recorded (``protocol.CODE_ATTR``).
+    code: str | None = "."
 
     @property
     def ranks(self) -> int:
@@ -358,6 +362,8 @@ def _spec_to_dict(s: SweepSpec) -> dict[str, Any]:
                              else None}
     if t.nodes != 1:  # absent when 1: the stored specs of earlier sweeps keep their hash
         trial["nodes"] = t.nodes
+    if t.code != ".":  # absent when the default: earlier records stay as they were
+        trial["code"] = t.code
     kube = s.kubernetes.to_dict()
     # Pass-through Kubernetes objects: kept exactly as written (a null in them means something).
     passed = {key: _plain_copy(kube.pop(key)) for key in ("affinity", "pod_template")

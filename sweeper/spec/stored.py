@@ -203,7 +203,7 @@ class _Reader:
     def trial(self, m: dict[str, Any]) -> TrialSpec:
         path: Path_ = ("trial",)
         self.mapping(m, path, ("entrypoint", "command", "fixed", "retries", "timeout",
-                               "resources", "launcher", "nproc", "nodes", "metrics"))
+                               "resources", "launcher", "nproc", "nodes", "metrics", "code"))
         entrypoint = self.get(m, "entrypoint", path, "str", None)
         command = self.get(m, "command", path, "list", None)
         if (entrypoint is None) == (command is None):
@@ -229,7 +229,8 @@ class _Reader:
                                 file=self.get(metrics, "file", (*path, "metrics"), "str", None),
                                 wandb=tuple((str(k), str(v)) for k, v in wandb.items())
                                 if wandb is not None else None),
-            nodes=self.get(m, "nodes", path, "int", 1))
+            nodes=self.get(m, "nodes", path, "int", 1),
+            code=self.get(m, "code", path, "str", None) if "code" in m else ".")
 
     def kubernetes(self, m: dict[str, Any]) -> KubernetesSpec:
         path: Path_ = ("kubernetes",)

@@ -25,6 +25,7 @@ from optuna.distributions import BaseDistribution
 from sweeper.spec import SweepSpec
 from sweeper.study.values import (
     Attempt,
+    CodePart,
     Created,
     IndexStatus,
     RungTrial,
@@ -163,3 +164,10 @@ class IndexStore(Protocol):
 
     def artifact_ids(self, study_id: int) -> list[str]:
         """The ids of every artifact the study's trials recorded."""
+
+    # ---- code snapshots kept in the study
+
+    def code_part(self, study_id: int, digest_hex: str, part: int) -> CodePart | None:
+        """Part ``part`` of the code snapshot ``digest_hex`` stored in the study (written
+        with Optuna's ``set_study_system_attr``), or None when it is not there. One part per
+        call: a reply stays well under gRPC's 4 MiB."""

@@ -18,6 +18,15 @@ STOPPED, IGNORED = "stopped", "ignored"
 
 
 @dataclass(frozen=True)
+class CodePart:
+    """One part of a code snapshot kept in the study (``sweeper.code.stores``): base64 of
+    its bytes, and how many parts the snapshot has."""
+
+    parts: int
+    data: str
+
+
+@dataclass(frozen=True)
 class Attempt:
     """One trial of one index."""
 
@@ -106,6 +115,8 @@ class IndexStatus:
     values: tuple[float, ...] | None
     #: Why the latest attempt failed (its ``sweeper:fail_reason``); None unless it is FAIL.
     fail_reason: str | None = None
+    #: The code snapshot the latest attempt ran with (its ``sweeper:code``), if it recorded one.
+    code: str | None = None
 
 
 @dataclass(frozen=True)

@@ -39,7 +39,7 @@ from sweeper.backends.kubernetes.jobstatus import (
 from sweeper.backends.kubernetes.oom import oom_reason, record_oom
 from sweeper.backends.kubernetes.ops import index_log, sweep_jobs
 from sweeper.errors import BackendError, SpecError
-from sweeper.protocol import BACKEND_ATTR, LAUNCHES_ATTR
+from sweeper.protocol import BACKEND_ATTR, CODE_ATTR, LAUNCHES_ATTR
 from sweeper.study import Sweep
 from sweeper.study.stop import BRAKE_RULE, brake
 
@@ -108,7 +108,9 @@ class KubernetesBackend:
                     f"Job {ns}/{j.name} of sweep {spec.name} is still running; wait for it "
                     f"(sweeper status {spec.name}) or stop it first (sweeper cancel {spec.name})")
         launch = self._next_launch(sweep, existing)
-        configmap, job = m.render(spec, indexes, launch=launch)
+        code = sweep.storage.get_study_user_attrs(sweep.study_id).get(CODE_ATTR)
+        configmap, job = m.render(spec, indexes, launch=launch,
+                                  code=code if spec.trial.code is not None else None)
         name = job["metadata"]["name"]
         api = KubeClient(self.clients, spec.name)
         warning = m.checkpoint_warning(spec)

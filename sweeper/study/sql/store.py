@@ -11,12 +11,13 @@ from typing import Any
 from optuna.distributions import BaseDistribution
 
 from sweeper.spec import SweepSpec
-from sweeper.study.sql import artifacts, oneshot, paused, record, stats, stop, summaries
+from sweeper.study.sql import artifacts, code, oneshot, paused, record, stats, stop, summaries
 from sweeper.study.sql import index as steps
 from sweeper.study.sql import trials as rows
 from sweeper.study.sql.storage import RetryingRDBStorage
 from sweeper.study.values import (
     Attempt,
+    CodePart,
     Created,
     IndexStatus,
     RungTrial,
@@ -136,3 +137,6 @@ class SqlStore(RetryingRDBStorage):
 
     def artifact_ids(self, study_id: int) -> list[str]:
         return artifacts.artifact_ids(self, study_id)
+
+    def code_part(self, study_id: int, digest_hex: str, part: int) -> CodePart | None:
+        return code.code_part(self, study_id, digest_hex, part)

@@ -11,7 +11,7 @@ from optuna.storages import RDBStorage
 from optuna.trial import TrialState
 
 from sweeper._optuna_compat import rdb_tables, trial_value
-from sweeper.protocol import FAIL_REASON_ATTR, INDEX_ATTR, SPEC_ATTR
+from sweeper.protocol import CODE_ATTR, FAIL_REASON_ATTR, INDEX_ATTR, SPEC_ATTR
 from sweeper.study.retry import with_retry
 from sweeper.study.values import IndexStatus, SweepSummary
 
@@ -69,10 +69,15 @@ SELECT ua.trial_id, ua.value_json FROM trial_user_attributes ua
 JOIN trials t ON t.trial_id = ua.trial_id
 WHERE ua.key = '{FAIL_REASON_ATTR}' AND t.study_id = :s"""
 
+_CODES_SQL = f"""
+SELECT ua.trial_id, ua.value_json FROM trial_user_attributes ua
+JOIN trials t ON t.trial_id = ua.trial_id
+WHERE ua.key = '{CODE_ATTR}' AND t.study_id = :s"""
+
 
 def index_table(storage: RDBStorage, study_id: int, trials: int) -> list[IndexStatus]:
     """Per index: latest attempt's state, number of attempts, its values and (FAIL) its
-    reason. Three queries."""
+    reason, and the code snapshot it ran with. Four queries."""
     def query() -> list[IndexStatus]:
         with storage.engine.connect() as conn:
             rows = conn.execute(sa.text(_INDEXED_TRIALS_SQL), {"s": study_id}).all()
@@ -82,6 +87,8 @@ def index_table(storage: RDBStorage, study_id: int, trials: int) -> list[IndexSt
                 values.setdefault(tid, {})[objective] = trial_value(value, kind)
             reasons = {tid: _reason(raw) for tid, raw in
                        conn.execute(sa.text(_FAIL_REASONS_SQL), {"s": study_id})}
+            codes = {tid: _reason(raw) for tid, raw in
+                     conn.execute(sa.text(_CODES_SQL), {"s": study_id})}
         latest: dict[int, tuple[int, int, str]] = {}
         counts: dict[int, int] = {}
         for idx_json, tid, number, state in rows:
@@ -98,7 +105,8 @@ def index_table(storage: RDBStorage, study_id: int, trials: int) -> list[IndexSt
             vals = values.get(tid)
             out.append(IndexStatus(i, state, counts[i], number,
                                    tuple(vals[k] for k in sorted(vals)) if vals else None,
-                                   reasons.get(tid) if state == "FAIL" else None))
+                                   reasons.get(tid) if state == "FAIL" else None,
+                                   codes.get(tid)))
         return out
 
     return with_retry(query, what="index table")
