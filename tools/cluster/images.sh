@@ -370,21 +370,28 @@ build_test_runner() {
 	say "test-runner built in $((SECONDS - start)) s"
 }
 
+# Build NAME (tagged REF) on the base image from CONTAINERFILE in CONTEXT, with buildah bud's
+# extra ARGS, and export its archive under its inputs' HASH.
+build_on_base() {  # NAME REF HASH CONTAINERFILE CONTEXT WHAT ARGS...
+	local name="$1" ref="$2" hash="$3" file="$4" context="$5" what="$6" start=$SECONDS
+	shift 6
+	: >"$LOGS/$name.log"
+	ensure_base_in_storage
+	say "building $ref ($what)"
+	logged "$name" "buildah bud" "${B[@]}" bud --pull=never --isolation chroot "$@" \
+		--file "$file" --build-arg "BASE_IMAGE=$BASE_REF" --tag "$ref" "$context"
+	"${B[@]}" rmi --prune >/dev/null 2>&1 || true
+	export_archive "$name" "$ref" "$hash"
+	say "$name built in $((SECONDS - start)) s"
+}
+
 build_postgres() {
 	local hash dir="$HERE/images"
 	hash="$(inputs_hash "$SELF" "$dir/postgres.Containerfile" "$dir/postgres-entrypoint.sh" \
 		-- "$(cat "$(stamp_of base)")" "$POSTGRES_REF")"
 	fresh postgres "$hash" && return 0
-	local start=$SECONDS
-	: >"$LOGS/postgres.log"
-	ensure_base_in_storage
-	say "building $POSTGRES_REF (Debian's postgresql-$PG_MAJOR)"
-	logged postgres "buildah bud" "${B[@]}" bud --layers --pull=never --isolation chroot --network host \
-		--file "$dir/postgres.Containerfile" --build-arg "BASE_IMAGE=$BASE_REF" \
-		--tag "$POSTGRES_REF" "$dir"
-	"${B[@]}" rmi --prune >/dev/null 2>&1 || true
-	export_archive postgres "$POSTGRES_REF" "$hash"
-	say "postgres built in $((SECONDS - start)) s"
+	build_on_base postgres "$POSTGRES_REF" "$hash" "$dir/postgres.Containerfile" "$dir" \
+		"Debian's postgresql-$PG_MAJOR" --layers --network host
 }
 
 build_dashboard() {
@@ -394,18 +401,10 @@ build_dashboard() {
 	hash="$(inputs_hash "$SELF" "$dir/dashboard.Containerfile" \
 		-- "$(cat "$(stamp_of base)")" "$DASHBOARD_REF" "$optuna")"
 	fresh dashboard "$hash" && return 0
-	local start=$SECONDS
-	: >"$LOGS/dashboard.log"
-	ensure_base_in_storage
-	say "building $DASHBOARD_REF (optuna-dashboard $DASHBOARD_VERSION, optuna $optuna, from PyPI)"
-	logged dashboard "buildah bud" "${B[@]}" bud --layers --pull=never --isolation chroot --network host \
-		"${BUD_TLS[@]}" \
-		--file "$dir/dashboard.Containerfile" --build-arg "BASE_IMAGE=$BASE_REF" \
-		--build-arg "OPTUNA_VERSION=$optuna" --build-arg "DASHBOARD_VERSION=$DASHBOARD_VERSION" \
-		--tag "$DASHBOARD_REF" "$dir"
-	"${B[@]}" rmi --prune >/dev/null 2>&1 || true
-	export_archive dashboard "$DASHBOARD_REF" "$hash"
-	say "dashboard built in $((SECONDS - start)) s"
+	build_on_base dashboard "$DASHBOARD_REF" "$hash" "$dir/dashboard.Containerfile" "$dir" \
+		"optuna-dashboard $DASHBOARD_VERSION, optuna $optuna, from PyPI" \
+		--layers --network host "${BUD_TLS[@]}" --build-arg "OPTUNA_VERSION=$optuna" \
+		--build-arg "DASHBOARD_VERSION=$DASHBOARD_VERSION"
 }
 
 build_katib_mnist() {
@@ -413,16 +412,8 @@ build_katib_mnist() {
 	hash="$(inputs_hash "$SELF" "$dir/katib-mnist.Containerfile" "$dir/katib-mnist/mnist.py" \
 		-- "$(cat "$(stamp_of base)")" "$KATIB_MNIST_REF")"
 	fresh katib-mnist "$hash" && return 0
-	local start=$SECONDS
-	: >"$LOGS/katib-mnist.log"
-	ensure_base_in_storage
-	say "building $KATIB_MNIST_REF (a stand-in for Katib's MNIST example, no sweeper)"
-	logged katib-mnist "buildah bud" "${B[@]}" bud --pull=never --isolation chroot \
-		--file "$dir/katib-mnist.Containerfile" --build-arg "BASE_IMAGE=$BASE_REF" \
-		--tag "$KATIB_MNIST_REF" "$dir/katib-mnist"
-	"${B[@]}" rmi --prune >/dev/null 2>&1 || true
-	export_archive katib-mnist "$KATIB_MNIST_REF" "$hash"
-	say "katib-mnist built in $((SECONDS - start)) s"
+	build_on_base katib-mnist "$KATIB_MNIST_REF" "$hash" "$dir/katib-mnist.Containerfile" \
+		"$dir/katib-mnist" "a stand-in for Katib's MNIST example, no sweeper"
 }
 
 build_pause() {
