@@ -269,11 +269,43 @@ def _follow(name: str, gang: Gang) -> int:
     except SpecError as e:
         logger.error("%s", e)
         return protocol.EXIT_CONFIG
+    code = _follower_code(spec)
+    if code is not None:
+        return code
     signal.signal(signal.SIGTERM, _raise_interrupted)
     try:
         return follow(spec, gang)
     except Interrupted as e:
         return protocol.EXIT_SIGNAL_BASE + e.signum
+
+
+def _follower_code(spec: SweepSpec) -> int | None:
+    """Enter the pod's code snapshot, as node 0's runner does, so that the follower's ranks
+    import the trial's module from it (the only time a follower opens the storage: a snapshot
+    may be kept in the study); None when done or there is none, else the exit code."""
+    from trial_runner.code import code_of, enter_code
+
+    if code_of(os.environ) is None:
+        return None
+    url = os.environ.get(protocol.ENV_STORAGE, protocol.DEFAULT_STORAGE)
+    try:
+        storage = open_storage(url, connect_deadline_s=protocol.env_float(
+            os.environ, protocol.ENV_CONNECT_DEADLINE, protocol.DEFAULT_CONNECT_DEADLINE_S),
+            prepared=True)
+    except StorageError as e:
+        logger.error("%s", e)
+        return protocol.EXIT_RETRY
+    try:
+        enter_code(os.environ, spec, storage, storage.get_study_id_from_name(spec.name), url)
+    except CodeError as e:
+        logger.error("%s", e)
+        return protocol.EXIT_CONFIG
+    except (ArtifactError, StorageError, KeyError) as e:
+        logger.error("the code snapshot of sweep %s: %s", spec.name, e)
+        return protocol.EXIT_RETRY
+    finally:
+        storage.close()
+    return None
 
 
 def _write_header(trial_id: int, header: protocol.LogHeader) -> None:

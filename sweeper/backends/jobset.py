@@ -73,13 +73,14 @@ def _gang_env(spec: SweepSpec, name: str) -> list[dict[str, Any]]:
     ]
 
 
-def _gang_pod(spec: SweepSpec, name: str) -> dict[str, Any]:
+def _gang_pod(spec: SweepSpec, name: str, code: str | None) -> dict[str, Any]:
     """The single-node pod, with each pod's share of the trial's GPUs, and the gang's
-    environment in place of ``JOB_ID`` (a slot's indexes come from its place in the JobSet)."""
+    environment in place of ``JOB_ID`` (a slot's indexes come from its place in the JobSet);
+    every pod of the gang fetches the code snapshot ``code``, if any."""
     res = spec.trial.resources
     per_pod = dataclasses.replace(spec, trial=dataclasses.replace(
         spec.trial, resources=dataclasses.replace(res, gpu=res.gpu / spec.trial.nodes)))
-    template = pod_template(per_pod, None, labels(spec.name))
+    template = pod_template(per_pod, None, labels(spec.name), code)
     container = next(c for c in template["spec"]["containers"] if c["name"] == CONTAINER_NAME)
     env = [e for e in container["env"] if e["name"] != protocol.ENV_JOB_ID]
     container["env"] = env + _gang_env(spec, name)
@@ -88,7 +89,7 @@ def _gang_pod(spec: SweepSpec, name: str) -> dict[str, Any]:
     return template
 
 
-def _child_job(spec: SweepSpec, name: str) -> dict[str, Any]:
+def _child_job(spec: SweepSpec, name: str, code: str | None) -> dict[str, Any]:
     n = spec.trial.nodes
     return {
         "completionMode": "Indexed", "completions": n, "parallelism": n,
@@ -102,13 +103,14 @@ def _child_job(spec: SweepSpec, name: str) -> dict[str, Any]:
             {"action": "FailJob",
              "onExitCodes": {"containerName": CONTAINER_NAME, "operator": "In",
                              "values": [protocol.EXIT_CONFIG]}}]},
-        "template": _gang_pod(spec, name),
+        "template": _gang_pod(spec, name, code),
     }
 
 
-def render_jobset(spec: SweepSpec, *, launch: int = 0) -> dict[str, Any]:
+def render_jobset(spec: SweepSpec, *, launch: int = 0, code: str | None = None
+                  ) -> dict[str, Any]:
     """The JobSet of one launch of a multi-node sweep (every index: a resume's gangs skip
-    the finished ones in a query each)."""
+    the finished ones in a query each); its pods fetch the code snapshot ``code``, if any."""
     k = spec.kubernetes
     name = job_name(spec.name, launch)
     body: dict[str, Any] = {
@@ -122,7 +124,7 @@ def render_jobset(spec: SweepSpec, *, launch: int = 0) -> dict[str, Any]:
             "name": REPLICATED_JOB, "replicas": slots(spec),
             # No sweep label on the child Jobs: `sweeper status` and `cancel` see the
             # JobSet, never its Jobs (deleting one would only make JobSet recreate it).
-            "template": {"spec": _child_job(spec, name)}}],
+            "template": {"spec": _child_job(spec, name, code)}}],
     }
     if KUEUE_QUEUE_LABEL in k.labels:
         body["suspend"] = True  # Kueue admits the whole JobSet (every gang) as one workload
@@ -140,6 +142,7 @@ def render_jobset(spec: SweepSpec, *, launch: int = 0) -> dict[str, Any]:
     }
 
 
-def render(spec: SweepSpec, *, launch: int = 0) -> list[dict[str, Any]]:
+def render(spec: SweepSpec, *, launch: int = 0, code: str | None = None
+           ) -> list[dict[str, Any]]:
     """The ConfigMap with the normalised spec (every pod mounts it), then the JobSet."""
-    return [render_spec_configmap(spec), render_jobset(spec, launch=launch)]
+    return [render_spec_configmap(spec), render_jobset(spec, launch=launch, code=code)]

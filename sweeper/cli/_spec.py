@@ -198,7 +198,7 @@ def render(spec_file: str, parallelism: int | None, image: str | None, namespace
                            storage_proxy=storage_proxy)
     if (e := durable_checkpoints_error(spec)) is not None:
         raise e
-    code = _publish_code(spec, storage, code_choice == "new") if spec.trial.nodes == 1 else None
+    code = _publish_code(spec, storage, code_choice == "new")
     default_image = KubernetesSpec().image
     if spec.kubernetes.image == default_image and code is None:
         click.echo(f"note: no kubernetes.image in the spec and no --image: the Job runs "
@@ -208,7 +208,7 @@ def render(spec_file: str, parallelism: int | None, image: str | None, namespace
     if spec.trial.nodes > 1:  # gangs of pods: a JobSet (sweeper.backends.jobset)
         from sweeper.backends.jobset import render as render_jobset
 
-        objects = render_jobset(spec)
+        objects = render_jobset(spec, code=code)
     else:
         objects = render_objects(spec, code=code)
     warning = checkpoint_warning(spec)

@@ -48,9 +48,8 @@ class CodeLaunch:
 def code_dir(spec: SweepSpec) -> Path | None:
     """``trial.code`` as an absolute directory (relative to the spec file's); None when the
     image holds the code, or when no spec file is known (a sweep its pods created from
-    rendered objects: a resume runs the snapshot it recorded), and for multi-node trials
-    (their JobSet's pods take the code from the image)."""
-    if spec.trial.code is None or not spec.base_dir or spec.trial.nodes > 1:
+    rendered objects: a resume runs the snapshot it recorded)."""
+    if spec.trial.code is None or not spec.base_dir:
         return None
     return (Path(spec.base_dir) / spec.trial.code).resolve()
 

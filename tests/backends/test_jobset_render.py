@@ -11,7 +11,7 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from sweeper import gang
+from sweeper import gang, protocol
 from sweeper.backends import jobset as js
 from sweeper.cli import cli
 from sweeper.spec import load_spec, parse_spec
@@ -125,3 +125,15 @@ def test_a_gang_environment_round_trips_and_stripes_the_indexes() -> None:
     assert g.indexes(11) == [2, 6, 10]
     assert g.endpoint == "h:30002"  # slot 2's own port: gangs that share a host do not collide
     assert not g.leader and g.for_node(0).leader
+
+
+def test_every_pod_of_a_gang_fetches_the_code_snapshot() -> None:
+    spec = parse_spec(_docs_example())
+    obj = js.render_jobset(spec, code="sha256:" + "ab" * 32)
+    pod = obj["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
+    env = {e["name"]: e.get("value") for e in _container(obj)["env"]}
+    assert env[protocol.ENV_CODE] == "sha256:" + "ab" * 32
+    assert {"name": protocol.CODE_VOLUME, "emptyDir": {}} in pod["volumes"]
+    assert validate_k8s_objects([obj]) == []
+    without = js.render_jobset(spec)
+    assert protocol.ENV_CODE not in {e["name"] for e in _container(without)["env"]}

@@ -19,11 +19,14 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import optuna
 import pytest
 from optuna.trial import TrialState
 
+from sweeper import protocol
 from sweeper.backends import jobset as js
 from sweeper.backends import manifests as m
+from sweeper.study import driver_url
 from tests.support.k8s_cluster import NS, Cluster
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
@@ -210,3 +213,34 @@ def test_the_rendered_jobset_alone_runs_the_sweep(cluster: Cluster,
         nodes = _seen(seen, index, 0)
         assert [n["node"] for n in nodes] == [0, 1] and nodes[0]["host"] != nodes[1]["host"]
     cluster.sweeper("cancel", "mn-gitops")  # the JobSet goes, as `sweeper delete` would
+
+
+def test_a_two_node_sweep_runs_its_code_from_a_snapshot(
+        cluster: Cluster, markers: tuple[str, Path]) -> None:
+    """The trial's module lives only next to the spec (the test image does not hold it): both
+    pods of the gang fetch the snapshot, and torchrun's ranks import the module from it."""
+    kubernetes, seen = markers
+    project = cluster.tmp / "mn-project"
+    project.mkdir()
+    (project / "mn_snapmod.py").write_text(
+        "from tests.support.cluster_objectives import ddp as objective  # noqa: F401\n")
+    text = cluster.spec_text(_spec("mn-snap", kubernetes)
+                             .replace("tests.support.cluster_objectives:ddp",
+                                      "mn_snapmod:objective")
+                             .replace("values: [0, 1]", "values: [0]")
+                             .replace("delay: 1.5", "delay: 0"))
+    spec = project / "sweep.yaml"
+    spec.write_text(text)
+    ran = cluster.sweeper("run", str(spec), "--backend", "kubernetes", "--detach")
+    assert ran.exit_code == 0, ran.output
+    obj = _wait_for_jobset(cluster, "mn-snap", 180)
+    assert [c["type"] for c in obj["status"]["conditions"] if c["status"] == "True"] == \
+        ["Completed"], obj["status"]
+    assert cluster.finished_per_index("mn-snap") == {0: 1}, \
+        [t.user_attrs.get("sweeper:fail_reason") for t in cluster.trials("mn-snap").get(0, [])]
+    (trial,) = cluster.trials("mn-snap")[0]
+    study = optuna.load_study(study_name="mn-snap", storage=driver_url(cluster.url))
+    code = study.user_attrs[protocol.CODE_ATTR]
+    assert trial.user_attrs[protocol.CODE_ATTR] == code and code in ran.output, ran.output
+    nodes = _seen(seen, 0, 0)
+    assert [n["node"] for n in nodes] == [0, 1] and nodes[0]["host"] != nodes[1]["host"]

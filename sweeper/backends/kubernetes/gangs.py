@@ -60,7 +60,9 @@ def run_gangs(clients: ClientFactory, sweep: Sweep, settings: GangSettings, echo
                 f"wait for it (sweeper status {spec.name}) or stop it (sweeper cancel "
                 f"{spec.name})")
     launch = max([next_launch, *(jobset_launch(o) + 1 for o in existing)])
-    configmap, body = js.render(spec, launch=launch)
+    code = sweep.storage.get_study_user_attrs(sweep.study_id).get(protocol.CODE_ATTR)
+    configmap, body = js.render(spec, launch=launch,
+                                code=code if spec.trial.code is not None else None)
     name = body["metadata"]["name"]
     api.apply_configmap(ns, configmap)
     created = api.create_jobset(ns, body)
