@@ -135,7 +135,9 @@ def _link_inside(rel: str, target: str) -> bool:
 
 
 def _entry(rel: str, path: Path) -> tuple[tarfile.TarInfo, bytes | None] | None:
-    """The tar entry of one file or link (None: a link out of the tree, a socket, ...)."""
+    """The tar entry of one file or link (None: a link out of the tree, a socket, ...).
+    Raises CodeError for a file that cannot be read (a namespace or device bind-mounted
+    there, a file without permission)."""
     st = path.lstat()
     info = tarfile.TarInfo(rel)
     info.mtime, info.uid, info.gid, info.uname, info.gname = 0, 0, 0, "", ""
@@ -147,7 +149,12 @@ def _entry(rel: str, path: Path) -> tuple[tarfile.TarInfo, bytes | None] | None:
         return info, None
     if not stat.S_ISREG(st.st_mode):
         return None
-    data = path.read_bytes()
+    try:
+        data = path.read_bytes()
+    except OSError as e:
+        raise CodeError(f"{path}: trial.code: cannot read {rel} ({e.strerror}); leave it out "
+                        f"with {SWEEPERIGNORE}, or set trial.code to the directory of the "
+                        "code alone") from None
     info.size = len(data)
     info.mode = 0o755 if st.st_mode & 0o111 else 0o644
     return info, data

@@ -362,8 +362,9 @@ def _spec_to_dict(s: SweepSpec) -> dict[str, Any]:
                              else None}
     if t.nodes != 1:  # absent when 1: the stored specs of earlier sweeps keep their hash
         trial["nodes"] = t.nodes
-    if t.code != ".":  # absent when the default: earlier records stay as they were
-        trial["code"] = t.code
+    # Absent when the default (earlier records stay as they were); a null (the image holds
+    # the code) is kept, not dropped with the other nulls.
+    code = {"code": t.code} if t.code != "." else {}
     kube = s.kubernetes.to_dict()
     # Pass-through Kubernetes objects: kept exactly as written (a null in them means something).
     passed = {key: _plain_copy(kube.pop(key)) for key in ("affinity", "pod_template")
@@ -380,7 +381,7 @@ def _spec_to_dict(s: SweepSpec) -> dict[str, Any]:
         "sampler": dict(s.sampler),
         "pruner": {"type": s.pruner.type, **dict(s.pruner.options)},
         # fixed is user data: a null in it is a value to pass on, not a default to drop.
-        "storage": None, "trial": {**_drop_none(trial), "fixed": dict(t.fixed)},
+        "storage": None, "trial": {**_drop_none(trial), "fixed": dict(t.fixed), **code},
         "parameters": {p.name: param_when(p) for p in s.parameters},
         "kubernetes": {**_drop_none(kube), **passed},
         "artifacts": _artifacts_to_dict(s.artifacts),

@@ -43,6 +43,7 @@ objective: {metric: loss, direction: minimize}
 parallelism: 2
 trial:
   entrypoint: tests.support.k8s_objectives:slow
+  code: null  # the image holds it (and the spec's directory holds a cluster)
   fixed: {delay: 4}
   retries: 2
 parameters:

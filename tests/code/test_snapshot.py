@@ -125,3 +125,23 @@ def test_unpack_refuses_names_and_links_outside(tmp_path: Path, name: str,
     with pytest.raises(CodeError):
         unpack(data, digest, tmp_path / "out", "here")
     assert not (tmp_path / "evil").exists()
+
+
+def test_a_file_that_cannot_be_read_is_one_line_naming_it(tmp_path: Path,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """A namespace bind-mounted over a file (a local cluster's state under the code
+    directory) reads as EINVAL: pack says which file, never a traceback."""
+    (tmp_path / "train.py").write_text("x = 1\n")
+    (tmp_path / "ns").write_text("")
+    real = Path.read_bytes
+
+    def read_bytes(self: Path) -> bytes:
+        if self.name == "ns":
+            raise OSError(22, "Invalid argument")
+        return real(self)
+
+    monkeypatch.setattr(Path, "read_bytes", read_bytes)
+    with pytest.raises(CodeError) as e:
+        pack(tmp_path)
+    assert "cannot read ns (Invalid argument)" in str(e.value)
+    assert ".sweeperignore" in str(e.value)

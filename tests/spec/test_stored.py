@@ -267,3 +267,24 @@ def test_a_damaged_record_names_the_field() -> None:
             load_stored({**record, key: value}, source="<r>")
     with pytest.raises(SpecError, match=r"^<r>: the stored spec must be a mapping, got a list"):
         load_stored([], source="<r>")  # type: ignore[arg-type]
+
+
+def test_trial_code_null_survives_the_stored_form() -> None:
+    """``trial.code: null`` (the image holds the code) is kept in the record, not dropped with
+    the other nulls: a resume of the stored spec packs nothing."""
+    from sweeper.spec import parse_spec
+    from sweeper.spec.stored import load_stored
+
+    text = """
+name: x
+method: grid
+objective: {metric: loss, direction: minimize}
+trial: {entrypoint: "a:b", code: CODE}
+parameters:
+  x: {type: int, values: [0]}
+"""
+    image, default = (parse_spec(text.replace("CODE", c)) for c in ("null", "."))
+    assert image.to_dict()["trial"]["code"] is None
+    assert load_stored(image.to_dict()).trial.code is None
+    assert "code" not in default.to_dict()["trial"]
+    assert load_stored(default.to_dict()).trial.code == "."
