@@ -5,8 +5,11 @@ reserved before the forks and started after them (gRPC's threads must not be inh
 from __future__ import annotations
 
 import logging
+import os
 from dataclasses import dataclass
 from typing import Any
+
+from sweeper.protocol import ENV_PROXY_TOKEN
 
 #: The local backend's logger: these lines keep the name they had before they moved here.
 logger = logging.getLogger("sweeper.backends.local")
@@ -23,6 +26,11 @@ class LocalProxy:
     url: str
     server: Any = None
     reserved: Any = None
+    #: Whether this run put its secret in ``$SWEEPER_PROXY_TOKEN`` (for its workers to
+    #: inherit), and what was there before: :meth:`close` puts that back, so that the secret
+    #: outlives the run in no later call of this process (a library user's, a benchmark's).
+    owns_token: bool = False
+    token_before: str | None = None
 
     @classmethod
     def plan(cls, storage_url: str, metrics: Any, *, wanted: bool, fork: bool) -> LocalProxy:
@@ -35,13 +43,15 @@ class LocalProxy:
             return cls(storage_url, metrics, storage_url)
         from sweeper.proxy.server import reserve_local_port, start_local_proxy
 
+        before = os.environ.get(ENV_PROXY_TOKEN)
         if fork:
             reserved = reserve_local_port()
             return cls(storage_url, metrics, f"grpc://127.0.0.1:{reserved.getsockname()[1]}",
-                       reserved=reserved)
+                       reserved=reserved, owns_token=True, token_before=before)
         server = start_local_proxy(storage_url, metrics)
         logger.info("workers reach the study through the storage proxy on %s", server.url)
-        return cls(storage_url, metrics, server.url, server=server)
+        return cls(storage_url, metrics, server.url, server=server, owns_token=True,
+                   token_before=before)
 
     def start_reserved(self) -> bool:
         """Start the proxy on the reserved port, if one is; True when it started (from then on
@@ -65,3 +75,8 @@ class LocalProxy:
             self.reserved.close()
         if self.server is not None:
             self.server.stop()
+        if self.owns_token:
+            if self.token_before is None:
+                os.environ.pop(ENV_PROXY_TOKEN, None)
+            else:
+                os.environ[ENV_PROXY_TOKEN] = self.token_before

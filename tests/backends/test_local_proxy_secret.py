@@ -1,7 +1,8 @@
 """The local run's proxy secret (issue 28): `sweeper run --proxy` makes a random secret per run
 and hands it to its workers through their environment only: a worker has it and its argv does
 not; the CLI's output and the workers' logs never show it; a command trial's program (the
-user's own process) does not inherit it; and a second run gets another secret."""
+user's own process) does not inherit it; a second run gets another secret; and the secret
+leaves this process's environment with the run."""
 
 from __future__ import annotations
 
@@ -41,8 +42,17 @@ def test_the_secret_reaches_the_workers_environment_and_nothing_else(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import optuna
 
+    from sweeper.proxy import server
+
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv(ENV_PROXY_TOKEN, raising=False)
+    made: list[str] = []  # every secret a run makes, as its proxy accepts it
+
+    def recorded() -> str:
+        made.append(new_secret())
+        return made[-1]
+    new_secret = server.new_local_secret
+    monkeypatch.setattr(server, "new_local_secret", recorded)
     (tmp_path / "probe_objective.py").write_text(OBJECTIVE)
     url = f"sqlite:///{tmp_path / 'sweeps.db'}"
     spec = _spec(tmp_path, "secret-probe", {"entrypoint": "probe_objective:probe"})
@@ -51,8 +61,9 @@ def test_the_secret_reaches_the_workers_environment_and_nothing_else(
     assert result.exit_code == 0, result.output
     import os
 
-    secret = os.environ[ENV_PROXY_TOKEN]  # what this run's proxy accepted
+    (secret,) = made
     assert len(secret) >= 40
+    assert ENV_PROXY_TOKEN not in os.environ  # gone with the run
     trials = optuna.load_study(study_name="secret-probe", storage=url).trials
     assert [t.user_attrs["has_secret"] for t in trials] == [True] * 3
     assert [t.user_attrs["secret_in_argv"] for t in trials] == [False] * 3
@@ -66,8 +77,9 @@ def test_the_secret_reaches_the_workers_environment_and_nothing_else(
     result = CliRunner().invoke(cli, ["run", str(command), "--storage", url, "--proxy",
                                       "--log-dir", str(tmp_path / "logs2")])
     assert result.exit_code == 0, result.output
-    second = os.environ[ENV_PROXY_TOKEN]
-    assert second != secret  # one secret per run
+    second = made[-1]
+    assert len(made) == 2 and second != secret  # one secret per run
+    assert ENV_PROXY_TOKEN not in os.environ
     envs = [p.read_text() for p in tmp_path.glob("env-*.txt")]
     assert len(envs) == 3
     assert not [e for e in envs if ENV_PROXY_TOKEN in e or second in e or "sqlite" in e]
