@@ -100,11 +100,10 @@ def status(name: str, storage: str | None, fmt: str, kube: bool | None, namespac
 
 def _status_header(sweep: Any, finished: int, counts: dict[str, int], code: Any, stopped: Any,
                    jobs: Any) -> None:
-    """The lines above status's table: counts, the code snapshot, the stop, the Jobs."""
+    """The lines above status's table: counts (and the code snapshot), the stop, the Jobs."""
     click.echo(f"{sweep.name}: {finished}/{sweep.spec.trials} indexes finished; trials: "
-               + ", ".join(f"{k.lower()} {v}" for k, v in sorted(counts.items())))
-    if code:
-        click.echo(f"code: {code}")
+               + ", ".join(f"{k.lower()} {v}" for k, v in sorted(counts.items()))
+               + (f"; code {code}" if code else ""))
     if stopped is not None:
         click.echo(("stopped: " if stopped.stopped else "stop ignored (--ignore-stop): ")
                    + stopped.describe())

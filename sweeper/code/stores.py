@@ -124,8 +124,8 @@ class StudyCodeStore:
     limit: int | None = STUDY_LIMIT_BYTES
 
     def __init__(self, storage: StudyStorage, study_id: int, where: str) -> None:
-        self._storage = storage
-        self._study_id = study_id
+        self._studies_storage = storage
+        self._sweep_study_id = study_id
         self.where = where
 
     def location(self, digest: str) -> str:
@@ -136,24 +136,24 @@ class StudyCodeStore:
             raise CodeError(too_large(snapshot, self.where))
         hex_ = snapshot.hex
         parts = max(1, -(-snapshot.size // PART_BYTES))
-        last = self._storage.code_part(self._study_id, hex_, parts - 1)
+        last = self._studies_storage.code_part(self._sweep_study_id, hex_, parts - 1)
         if last is not None and last.parts == parts:
             return False  # the last part is written last: the rest is there
         for k in range(parts):
             chunk = snapshot.data[k * PART_BYTES:(k + 1) * PART_BYTES]
-            self._storage.set_study_system_attr(
-                self._study_id, code_part_key(hex_, k),
+            self._studies_storage.set_study_system_attr(
+                self._sweep_study_id, code_part_key(hex_, k),
                 {"parts": parts, "data": base64.b64encode(chunk).decode("ascii")})
         return True
 
     def get(self, digest: str) -> bytes:
         hex_ = parse_digest(digest)
-        first = self._storage.code_part(self._study_id, hex_, 0)
+        first = self._studies_storage.code_part(self._sweep_study_id, hex_, 0)
         if first is None:
             raise CodeError(f"{self.where}: the code snapshot {digest} is not in the study")
         chunks = [first.data]
         for k in range(1, first.parts):
-            part = self._storage.code_part(self._study_id, hex_, k)
+            part = self._studies_storage.code_part(self._sweep_study_id, hex_, k)
             if part is None:
                 raise CodeError(f"{self.where}: part {k} of the code snapshot {digest} is "
                                 "missing from the study")
