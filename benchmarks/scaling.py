@@ -145,15 +145,10 @@ class _Study:
     def sweeper_op(self, timed: bool) -> None:
         from optuna.trial import TrialState
 
+        from sweeper.spec.registry import make_pruner, make_sampler
         from sweeper.study import attach_trial
-        from trial_runner.runner import (
-            Claimed,
-            RunnerSettings,
-            _tell,
-            acquire,
-            make_pruner,
-            make_sampler,
-        )
+        from trial_runner.finish import tell_state
+        from trial_runner.runner import Claimed, RunnerSettings, acquire
 
         index = self.indexes[self._k % len(self.indexes)]
         self._k += 1
@@ -167,7 +162,7 @@ class _Study:
         study = self.sweep.study(sampler=make_sampler(spec, index), pruner=make_pruner(spec))
         number = attach_trial(study, trial_id)
         t2 = time.perf_counter()
-        _tell(study, trial_id, TrialState.COMPLETE, [float(index)], number=number)
+        tell_state(study, trial_id, TrialState.COMPLETE, [float(index)], number=number)
         t3 = time.perf_counter()
         if timed:
             self.claim.append(t1 - t0)

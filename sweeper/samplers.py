@@ -33,7 +33,7 @@ from optuna.distributions import BaseDistribution
 from optuna.samplers import BaseSampler
 from optuna.trial import FrozenTrial, TrialState
 
-from sweeper._optuna_compat._views import PrunedView
+from sweeper._optuna_compat import PrunedView
 from sweeper.protocol import PAUSED_ATTR
 
 #: How long a trial waits for the asks before it (a GP ask takes seconds; W of them queue).

@@ -1,5 +1,6 @@
 """Where a trial starts again: a retry's or a promotion's checkpoint restored before user
-code runs, and a promoted trial's metric history (moved out of :mod:`trial_runner.runner`)."""
+code runs, and a promoted trial's metric history: what :mod:`trial_runner.runner` does before a
+resumed trial's user code runs."""
 
 from __future__ import annotations
 
@@ -13,10 +14,10 @@ from sweeper.protocol import RUNG_ATTR
 from trial_runner.checkpoints import CheckpointMirror
 from trial_runner.context import TrialContext
 
-logger = logging.getLogger("trial_runner.runner")
+logger = logging.getLogger(__name__)
 
 
-def _history_so_far(trial: optuna.Trial) -> dict[str, list[list[float]]]:
+def history_so_far(trial: optuna.Trial) -> dict[str, list[list[float]]]:
     """A promoted trial's metric history before its pause, which its reports extend (empty for
     a trial that never paused: a retry is a new trial)."""
     if RUNG_ATTR not in trial.user_attrs:
@@ -25,7 +26,7 @@ def _history_so_far(trial: optuna.Trial) -> dict[str, list[list[float]]]:
             (trial.user_attrs.get(protocol.HISTORY_ATTR) or {}).items()}
 
 
-def _restore(mirror: CheckpointMirror | None, ctx: TrialContext) -> str | None:
+def restore_checkpoint(mirror: CheckpointMirror | None, ctx: TrialContext) -> str | None:
     """A retry's (and a promotion's) first step: the latest checkpoint of the previous
     attempts into this pod, before user code runs (the user's ``ctx.load_checkpoint()`` then
     records the step it resumes from). Returns why it could not, or None."""

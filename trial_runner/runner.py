@@ -17,6 +17,7 @@ After its trial finishes it evaluates the stop rules; the first to fire is recor
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 import traceback
@@ -60,12 +61,12 @@ from trial_runner.context import (
     objective_values,
 )
 from trial_runner.data import DataError, data_dir
-from trial_runner.finish import _fail, _finish_pruned, _jsonable, _superseded, _tell
+from trial_runner.finish import fail_trial, finish_pruned, superseded, tell_state
 from trial_runner.outcome import Claimed, Interrupted, Outcome, RunnerSettings
 from trial_runner.params import planned, provenance, suggest_active
 from trial_runner.pbt import scheduler_pruner
 from trial_runner.reports import ReportWriter
-from trial_runner.resume import _history_so_far, _restore
+from trial_runner.resume import history_so_far, restore_checkpoint
 from trial_runner.watchdog import Heartbeat, after_trial, start_timeout
 
 logger = logging.getLogger(__name__)
@@ -236,7 +237,7 @@ def run_claimed(sweep: Sweep, index: int, got: Claimed, objective: Callable[[Tri
 def _pause(sweep: Sweep, index: int, trial_id: int, number: int, rung: int) -> Outcome:
     """RUNNING -> WAITING, paused at ``rung`` for a promotion; the index is done for now."""
     if not sweep.storage.pause(trial_id, rung):
-        return _superseded(index, number)
+        return superseded(index, number)
     return Outcome(index, protocol.EXIT_OK, protocol.PAUSED, number,
                    f"index {index}: trial #{number} paused at rung {rung} "
                    f"(step {sweep.spec.scheduler.rung_steps[rung]})", rung=rung)
@@ -275,7 +276,7 @@ def _run_trial(sweep: Sweep, study: optuna.Study, trial: optuna.Trial, index: in
         writer.flush_quietly()  # the reports before the FAIL (which closes the trial)
         if spec.stop.max_failed_trials is not None and _final(code, attempt, spec.trial.retries):
             storage.set_trial_user_attr(trial_id, FAILED_FOR_GOOD_ATTR, True)
-        return _fail(storage, index, trial_id, number, reason, code)
+        return fail_trial(storage, index, trial_id, number, reason, code)
 
     try:
         # Provenance for comparing trials and a planned trial's params, where the claim and
@@ -290,7 +291,7 @@ def _run_trial(sweep: Sweep, study: optuna.Study, trial: optuna.Trial, index: in
         ctx = TrialContext(
             params={**params, **spec.trial.fixed}, index=index, trial_number=number,
             attempt=attempt, trial=trial, objective_metrics=metrics,
-            _history=_history_so_far(trial),
+            _history=history_so_far(trial),
             planned_method=None if spec.is_adaptive else spec.method,
             checkpoint_dir=settings.checkpoint_root / sweep.state_key / f"index-{index}",
             artifact_store_factory=lambda: cached_artifact_store(spec.artifacts, storage.url),
@@ -301,14 +302,14 @@ def _run_trial(sweep: Sweep, study: optuna.Study, trial: optuna.Trial, index: in
         # Finishing from the Trial's own copy skips re-reading it, but under torchrun (even
         # one rank) the leader rank reported the intermediate values from its own process.
         own = trial if spec.trial.launcher != "torchrun" else None
-        why = _restore(mirror, ctx)
+        why = restore_checkpoint(mirror, ctx)
         if why is not None:
             return fail(why, protocol.EXIT_RETRY)
         return _evaluate(study, ctx, objective, writer, fail, own=own)
     except Interrupted as e:
         writer.flush_quietly()
         if RUNG_ATTR not in trial.user_attrs:  # a promotion is put back (run_claimed)
-            _fail(storage, index, trial_id, number, f"interrupted by {e}; resumable",
+            fail_trial(storage, index, trial_id, number, f"interrupted by {e}; resumable",
                   protocol.EXIT_RETRY)
         raise
     except (StorageError, SpecError):
@@ -344,9 +345,9 @@ def _evaluate(study: optuna.Study, ctx: TrialContext, objective: Callable[[Trial
         return fail(str(e), protocol.EXIT_NO_RETRY)
     writer.add(user_attrs={k: v for k, v in extra.items() if _jsonable(v)})
     with writer.finishing():
-        told = _tell(study, trial_id, TrialState.COMPLETE, values, number=number, trial=own)
+        told = tell_state(study, trial_id, TrialState.COMPLETE, values, number=number, trial=own)
     if not told:
-        return _superseded(index, number)
+        return superseded(index, number)
     return Outcome(index, protocol.EXIT_OK, "COMPLETE", number,
                    f"index {index}: trial #{number} complete: "
                    + ", ".join(f"{m}={v:.6g}" for m, v in zip(metrics, values, strict=True)))
@@ -361,7 +362,7 @@ def _pruned(study: optuna.Study, writer: ReportWriter, trial_id: int, index: int
         writer.flush()
         return Outcome(index, protocol.EXIT_OK, protocol.PAUSED, number, "", rung=rung)
     with writer.finishing():
-        return _finish_pruned(study, trial_id, index, number, trial=own)
+        return finish_pruned(study, trial_id, index, number, trial=own)
 
 
 def _final(code: int, attempt: int, retries: int) -> bool:
@@ -383,5 +384,13 @@ def _exit_code_of(e: Exception) -> int:
     return protocol.EXIT_CONFIG
 
 
-__all__ = ["Claimed", "Interrupted", "Outcome", "RunnerSettings", "_tell", "acquire",
-           "make_pruner", "make_sampler", "run_claimed", "run_index"]
+def _jsonable(v: Any) -> bool:
+    try:
+        json.dumps(v)
+    except (TypeError, ValueError):
+        return False
+    return True
+
+
+__all__ = ["Claimed", "Interrupted", "Outcome", "RunnerSettings", "acquire", "run_claimed",
+           "run_index"]

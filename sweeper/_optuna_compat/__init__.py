@@ -57,6 +57,7 @@ from sweeper._optuna_compat._trials import (
     trial_id_of,
     update_cached_trial,
 )
+from sweeper._optuna_compat._views import PrunedView
 
 __all__ = [
     "OPTUNA_SERVICE_PREFIX",
@@ -66,6 +67,7 @@ __all__ = [
     "FrozenStudy",
     "GrpcStorageProxyOnChannel",
     "LocalPenaltyGPSampler",
+    "PrunedView",
     "RDBStoragePrivateRetries",
     "RDBTables",
     "UnsupportedOptunaError",

@@ -100,7 +100,7 @@ def with_kubernetes(spec: SweepSpec, *, image: str | None = None, namespace: str
 
 
 def _proxy_address(value: str) -> str:
-    from sweeper.spec._primitives import parse_proxy_address
+    from sweeper.spec.checks import parse_proxy_address
 
     try:
         return parse_proxy_address(value)

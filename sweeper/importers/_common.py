@@ -13,7 +13,7 @@ from typing import Any
 import yaml
 
 from sweeper.errors import SpecError
-from sweeper.spec._yaml import Path_, _Doc, _load_yaml, read_text
+from sweeper.spec.yamldoc import Doc, Path_, load_yaml, read_text
 
 _NUMBER_RE = re.compile(r"^[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$")
 _NAME_CHARS = re.compile(r"[^a-z0-9-]+")
@@ -23,7 +23,7 @@ _NAME_CHARS = re.compile(r"[^a-z0-9-]+")
 class Importer:
     """The file being imported and what did not map (``notes``: one line each)."""
 
-    doc: _Doc
+    doc: Doc
     notes: list[str] = field(default_factory=list)
 
     def err(self, path: Path_, message: str) -> SpecError:
@@ -36,10 +36,10 @@ class Importer:
             self.notes.append(" ".join(line.split()))
 
 
-def read(path: str | Path) -> tuple[Any, _Doc]:
+def read(path: str | Path) -> tuple[Any, Doc]:
     p = Path(path)
     text = read_text(p)
-    return _load_yaml(text, str(p))
+    return load_yaml(text, str(p))
 
 
 def number(im: Importer, value: Any, path: Path_, *, integer: bool = False) -> float | int:

@@ -29,8 +29,8 @@ from typing import Any
 from sweeper.errors import SpecError
 from sweeper.importers._common import Importer, escape_braces
 from sweeper.protocol import RESERVED_ENV
-from sweeper.spec._kubernetes import metadata_map
-from sweeper.spec._primitives import ENV_NAME_RE, Checks
+from sweeper.spec.checks import ENV_NAME_RE, Checks
+from sweeper.spec.k8s_section import metadata_map
 
 PLACEHOLDER_RE = re.compile(r"\$\{trialParameters\.([A-Za-z0-9_.-]+)\}")
 _META_RE = re.compile(r"^\$\{trialSpec\.([A-Za-z]+)(?:\[(.+)\])?\}$")

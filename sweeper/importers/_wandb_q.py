@@ -25,7 +25,7 @@ import math
 from typing import Any
 
 from sweeper.importers._common import Importer, number
-from sweeper.spec._yaml import Path_
+from sweeper.spec import Path_
 
 #: At most this many log-spaced points stand in for a log-scale quantised distribution.
 LOG_POINTS = 32

@@ -21,7 +21,7 @@ from typing import Any
 from sweeper.importers._common import Importer, number, param_name, read, sweep_name
 from sweeper.importers._katib_schedule import SCHEDULERS, SETTINGS, apply, schedule
 from sweeper.importers._katib_template import metrics_collector, named_groups, trial_template
-from sweeper.spec._yaml import Path_
+from sweeper.spec import Path_
 
 #: Katib algorithm -> (sweeper method, sampler options, note when it is only a substitute).
 _ALGORITHMS: dict[str, tuple[str, dict[str, Any], str | None]] = {

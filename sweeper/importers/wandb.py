@@ -30,7 +30,7 @@ from sweeper.importers._common import (
     sweep_name,
 )
 from sweeper.importers._wandb_q import quantised
-from sweeper.spec._yaml import Path_
+from sweeper.spec import Path_
 
 _METHODS = {"grid": "grid", "random": "random", "bayes": "gp"}
 _DEFAULT_COMMAND = ["${env}", "${interpreter}", "${program}", "${args}"]

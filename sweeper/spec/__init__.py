@@ -7,32 +7,33 @@ The modules: ``model`` and ``k8s_model`` (the dataclasses, the normalised form a
 ``stored`` (a stored normalised form read back without validating it again), ``registry``
 (pruner and sampler names -> Optuna classes, shared with the trial runner), ``grid`` and
 ``seeds`` (a grid's points and size, the seed of index i), ``paths`` (relative paths resolve
-against the spec file's directory), and the private ``_yaml`` (line-tracking loader),
-``_primitives``, ``_parameters``, ``_validate`` and a module per other section.
+against the spec file's directory), ``yamldoc`` (the line-tracking loader), ``checks`` (the
+validation building blocks), ``k8s_section`` (the ``kubernetes`` section's validation), all
+three also used by the importers, and the private ``_parameters``, ``_validate`` and a module
+per other section.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
-from sweeper.spec._artifacts import _ARTIFACT_KEYS
-from sweeper.spec._data import _DATA_KEYS
-from sweeper.spec._kubernetes import _TOLERATION_KEYS, _VOLUME_KEYS, K8S_KEYS
-from sweeper.spec._metrics import _METRICS_KEYS
-from sweeper.spec._parameters import _PARAM_KEYS
-from sweeper.spec._primitives import command_placeholders, parse_duration
+from sweeper.spec._artifacts import ARTIFACT_KEYS
+from sweeper.spec._data import DATA_KEYS
+from sweeper.spec._metrics import METRICS_KEYS
+from sweeper.spec._parameters import PARAM_KEYS
 from sweeper.spec._scheduler import SCHEDULER_KEYS, durable_checkpoints_error
 from sweeper.spec._stop import STOP_KEYS
 from sweeper.spec._validate import (
-    _RESOURCE_KEYS,
-    _TOP_KEYS,
-    _TRIAL_KEYS,
+    RESOURCE_KEYS,
+    TOP_KEYS,
+    TRIAL_KEYS,
     load_spec,
     parse_spec,
     parse_spec_dict,
 )
-from sweeper.spec._yaml import Path_
+from sweeper.spec.checks import command_placeholders, parse_duration
 from sweeper.spec.k8s_model import KubernetesSpec, Volume
+from sweeper.spec.k8s_section import K8S_KEYS, TOLERATION_KEYS, VOLUME_KEYS
 from sweeper.spec.model import (
     ARTIFACT_STORES,
     DIRECTIONS,
@@ -55,23 +56,24 @@ from sweeper.spec.model import (
 )
 from sweeper.spec.registry import PRUNERS
 from sweeper.spec.stored import load_stored
+from sweeper.spec.yamldoc import Path_
 
 #: Every key a spec accepts, by section: a dotted path ("" the top level, ``NAME`` a
 #: parameter's name, ``[]`` the items of a list). The validator checks these; the
 #: documentation's spec reference lists them (docs/gen_reference.py).
 SPEC_KEYS: Mapping[str, tuple[str, ...]] = {
-    "": _TOP_KEYS,
-    "trial": _TRIAL_KEYS,
-    "trial.resources": _RESOURCE_KEYS,
-    "trial.metrics": _METRICS_KEYS,
-    "parameters.NAME": _PARAM_KEYS,
+    "": TOP_KEYS,
+    "trial": TRIAL_KEYS,
+    "trial.resources": RESOURCE_KEYS,
+    "trial.metrics": METRICS_KEYS,
+    "parameters.NAME": PARAM_KEYS,
     "stop": STOP_KEYS,
     "scheduler": SCHEDULER_KEYS,
-    "artifacts": _ARTIFACT_KEYS,
-    "data": _DATA_KEYS,
+    "artifacts": ARTIFACT_KEYS,
+    "data": DATA_KEYS,
     "kubernetes": K8S_KEYS,
-    "kubernetes.volumes[]": _VOLUME_KEYS,
-    "kubernetes.tolerations[]": _TOLERATION_KEYS,
+    "kubernetes.volumes[]": VOLUME_KEYS,
+    "kubernetes.tolerations[]": TOLERATION_KEYS,
 }
 
 __all__ = [

@@ -7,11 +7,11 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from sweeper.spec._primitives import BUCKET_RE, NAME_RE, Checks
-from sweeper.spec._yaml import Path_
+from sweeper.spec.checks import BUCKET_RE, NAME_RE, Checks
 from sweeper.spec.model import ARTIFACT_STORES, ArtifactsSpec
+from sweeper.spec.yamldoc import Path_
 
-_ARTIFACT_KEYS = ("store", "path", "bucket", "prefix", "endpoint_url", "region",
+ARTIFACT_KEYS = ("store", "path", "bucket", "prefix", "endpoint_url", "region",
                   "credentials_secret")
 _CREDENTIAL_KEYS = ("access_key", "secret_key", "access_key_id", "secret_access_key",
                     "aws_access_key_id", "aws_secret_access_key", "session_token",
@@ -22,7 +22,7 @@ def artifacts_section(v: Checks, value: Any, path: Path_) -> ArtifactsSpec:
     if value is None:
         return ArtifactsSpec()
     no_credentials(v, value, path, "artifacts.credentials_secret")
-    m = v.mapping(value, path, _ARTIFACT_KEYS)
+    m = v.mapping(value, path, ARTIFACT_KEYS)
     store = v.choice(m.get("store", "filesystem"), (*path, "store"), ARTIFACT_STORES)
     only = {"filesystem": ("store", "path"),
             "s3": ("store", "bucket", "prefix", "endpoint_url", "region",

@@ -8,11 +8,11 @@ import re
 from typing import Any
 
 from sweeper.spec._artifacts import no_credentials, s3_location
-from sweeper.spec._primitives import BUCKET_RE, Checks
-from sweeper.spec._yaml import Path_
+from sweeper.spec.checks import BUCKET_RE, Checks
 from sweeper.spec.model import ArtifactsSpec, DataSpec
+from sweeper.spec.yamldoc import Path_
 
-_DATA_KEYS = ("path", "s3", "endpoint_url", "region", "credentials_secret")
+DATA_KEYS = ("path", "s3", "endpoint_url", "region", "credentials_secret")
 _S3_URL_RE = re.compile(r"^s3://([^/]+)(?:/(.*))?$")
 
 
@@ -33,7 +33,7 @@ def data_section(v: Checks, value: Any, path: Path_, artifacts: ArtifactsSpec) -
     if value is None or value == {}:  # {}: the normalised form of "no data"
         return DataSpec()
     no_credentials(v, value, path, "data.credentials_secret")
-    m = v.mapping(value, path, _DATA_KEYS)
+    m = v.mapping(value, path, DATA_KEYS)
     sources = [k for k in ("path", "s3") if m.get(k) is not None]
     if len(sources) != 1:
         raise v.err(path, "data needs exactly one of path (a directory) or s3 (s3://bucket/"

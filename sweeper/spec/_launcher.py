@@ -7,9 +7,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from sweeper.spec._primitives import Checks
-from sweeper.spec._yaml import Path_
+from sweeper.spec.checks import Checks
 from sweeper.spec.model import LAUNCHERS, Resources
+from sweeper.spec.yamldoc import Path_
 
 
 def launcher_fields(v: Checks, m: Mapping[str, Any], path: Path_, resources: Resources,

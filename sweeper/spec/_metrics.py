@@ -9,13 +9,13 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from sweeper.spec._primitives import Checks, clip
-from sweeper.spec._yaml import Path_
+from sweeper.spec.checks import Checks, clip
 from sweeper.spec.model import MetricsSpec
+from sweeper.spec.yamldoc import Path_
 
 METRIC_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-/]*$")
 METRIC_RULE = "letters, digits, _, -, . and /, starting with a letter or _"
-_METRICS_KEYS = ("format", "file", "wandb")
+METRICS_KEYS = ("format", "file", "wandb")
 #: A W&B config key: names joined by dots (a dot nests).
 _WANDB_KEY_RE = re.compile(r"^[^.\s][^\s]*$")
 #: The named groups a ``format`` regex must have.
@@ -39,7 +39,7 @@ def metrics_spec(v: Checks, value: Any, path: Path_, command: bool,
     values, which ``wandb`` may name."""
     if value is None:
         return MetricsSpec()
-    m = v.mapping(value, path, _METRICS_KEYS)
+    m = v.mapping(value, path, METRICS_KEYS)
     if not command:
         raise v.err(path, "trial.metrics applies to trial.command programs (an entrypoint "
                           "returns and reports its metrics itself)")

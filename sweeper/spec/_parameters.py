@@ -9,13 +9,13 @@ from dataclasses import replace
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
-from sweeper.spec._primitives import PARAM_RE, Checks, clip, kind_of
-from sweeper.spec._yaml import Path_
+from sweeper.spec.checks import PARAM_RE, Checks, clip, kind_of
 from sweeper.spec.conditions import check_conditions, parse_when
 from sweeper.spec.model import Parameter, Scalar
+from sweeper.spec.yamldoc import Path_
 
 PARAM_KINDS = ("float", "int", "categorical")
-_PARAM_KEYS = ("type", "low", "high", "step", "log", "choices", "values", "when")
+PARAM_KEYS = ("type", "low", "high", "step", "log", "choices", "values", "when")
 #: Optuna stores every parameter value as a float: ints beyond 2**53 would be rounded.
 _MAX_EXACT_INT = 2**53
 
@@ -40,7 +40,7 @@ def parameters(v: Checks, value: Any, path: Path_, method: str) -> tuple[Paramet
 
 
 def parameter(v: Checks, name: str, value: Any, path: Path_) -> Parameter:
-    m = v.mapping(value, path, _PARAM_KEYS)
+    m = v.mapping(value, path, PARAM_KEYS)
     when = parse_when(v, m["when"], (*path, "when")) if m.get("when") is not None else ()
     m = {k: x for k, x in m.items() if k != "when"}
     if m.get("values") is not None:

@@ -10,10 +10,10 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from sweeper.spec import registry
-from sweeper.spec._primitives import Checks, describe_types, kind_of, option_ok
-from sweeper.spec._yaml import Path_
+from sweeper.spec.checks import Checks, describe_types, kind_of, option_ok
 from sweeper.spec.grid import grid_size_of, grid_values
 from sweeper.spec.model import Objective, Parameter
+from sweeper.spec.yamldoc import Path_
 
 #: Values ``sampler: {qmc_type: ...}`` takes (what Optuna's QMCSampler and scipy share).
 QMC_TYPES = ("sobol", "halton")

@@ -7,8 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from sweeper.errors import SpecError
-from sweeper.spec._primitives import Checks
-from sweeper.spec._yaml import Path_
+from sweeper.spec.checks import Checks
 from sweeper.spec.model import (
     SCHEDULER_MODES,
     SCHEDULER_TYPES,
@@ -18,6 +17,7 @@ from sweeper.spec.model import (
     SweepSpec,
 )
 from sweeper.spec.pbt_model import PBT_KEYS, PbtOptions
+from sweeper.spec.yamldoc import Path_
 
 ASHA_KEYS = ("type", "mode", "min_resource", "max_resource", "reduction_factor")
 SCHEDULER_KEYS = (*ASHA_KEYS, *PBT_KEYS)

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from sweeper.spec._primitives import Checks
-from sweeper.spec._yaml import Path_
+from sweeper.spec.checks import Checks
 from sweeper.spec.model import Objective, StopSpec
+from sweeper.spec.yamldoc import Path_
 
 STOP_KEYS = ("value", "patience", "max_failed_trials", "max_duration")
 

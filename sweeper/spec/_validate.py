@@ -1,5 +1,5 @@
 """Validation of the top level, ``trial:`` and ``pruner:`` (the other sections have modules of
-their own: ``_parameters``, ``_sampler``, ``_artifacts``, ``_data``, ``_kubernetes``, ``_stop``),
+their own: ``_parameters``, ``_sampler``, ``_artifacts``, ``_data``, ``k8s_section``, ``_stop``),
 and the entry points that read a file, a YAML text or a user's mapping into a
 :class:`SweepSpec`.
 
@@ -19,19 +19,9 @@ from typing import Any
 from sweeper.spec import registry
 from sweeper.spec._artifacts import artifacts_section
 from sweeper.spec._data import data_section
-from sweeper.spec._kubernetes import kubernetes
 from sweeper.spec._launcher import launcher_fields
 from sweeper.spec._metrics import metric_name, metrics_spec
 from sweeper.spec._parameters import parameters
-from sweeper.spec._primitives import (
-    ENTRYPOINT_RE,
-    PARAM_RE,
-    QUANTITY_RE,
-    Checks,
-    clip,
-    kind_of,
-    name_problem,
-)
 from sweeper.spec._sampler import (
     class_options,
     grid_warnings,
@@ -41,8 +31,17 @@ from sweeper.spec._sampler import (
 )
 from sweeper.spec._scheduler import scheduler_spec
 from sweeper.spec._stop import stop_spec
-from sweeper.spec._yaml import Path_, _Doc, _load_yaml, read_text
+from sweeper.spec.checks import (
+    ENTRYPOINT_RE,
+    PARAM_RE,
+    QUANTITY_RE,
+    Checks,
+    clip,
+    kind_of,
+    name_problem,
+)
 from sweeper.spec.grid import grid_size_of
+from sweeper.spec.k8s_section import kubernetes
 from sweeper.spec.model import (
     DIRECTIONS,
     MAX_INDEXES,
@@ -60,13 +59,14 @@ from sweeper.spec.model import (
 )
 from sweeper.spec.overrides import apply_overrides, parse_overrides
 from sweeper.spec.stored import stored_schema
+from sweeper.spec.yamldoc import Doc, Path_, load_yaml, read_text
 
-_TOP_KEYS = ("name", "description", "method", "objective", "trials", "parallelism", "seed",
+TOP_KEYS = ("name", "description", "method", "objective", "trials", "parallelism", "seed",
              "sampler", "pruner", "storage", "trial", "parameters", "kubernetes", "artifacts",
              "data", "stop", "scheduler")
-_TRIAL_KEYS = ("entrypoint", "command", "fixed", "retries", "timeout", "resources", "launcher",
+TRIAL_KEYS = ("entrypoint", "command", "fixed", "retries", "timeout", "resources", "launcher",
                "nproc", "nodes", "metrics", "code")
-_RESOURCE_KEYS = ("gpu", "cpu", "memory")
+RESOURCE_KEYS = ("gpu", "cpu", "memory")
 
 
 # --------------------------------------------------------------------------- public API
@@ -83,7 +83,7 @@ def load_spec(path: str | Path, overrides: Sequence[str] = ()) -> SweepSpec:
 
 
 def parse_spec(text: str, source: str = "<spec>", overrides: Sequence[str] = ()) -> SweepSpec:
-    data, doc = _load_yaml(text, source)
+    data, doc = load_yaml(text, source)
     data = _unstamped(data, source)
     if overrides:
         sets = parse_overrides(overrides, source)
@@ -98,7 +98,7 @@ def parse_spec_dict(data: Mapping[str, Any], source: str = "<spec>") -> SweepSpe
     :func:`sweeper.spec.stored.load_stored`, without validating it again.) A normalised spec's
     schema version is checked (see ``_unstamped``). Pass-through Kubernetes objects are not checked
     against the client's models here: the trial runner never imports the kubernetes client."""
-    return _Validator(_Doc(source, {}), deep=False).spec(_unstamped(data, source))
+    return _Validator(Doc(source, {}), deep=False).spec(_unstamped(data, source))
 
 
 def _unstamped(data: Any, source: str) -> Any:
@@ -114,13 +114,13 @@ def _unstamped(data: Any, source: str) -> Any:
 
 
 class _Validator(Checks):
-    def __init__(self, doc: _Doc, *, deep: bool) -> None:
+    def __init__(self, doc: Doc, *, deep: bool) -> None:
         super().__init__(doc)
         #: Check pass-through Kubernetes objects against the client's models.
         self.deep = deep
 
     def spec(self, data: Any) -> SweepSpec:
-        m = self.mapping(data, (), _TOP_KEYS)
+        m = self.mapping(data, (), TOP_KEYS)
         name = self.name(self.require(m, "name", ()), ("name",))
         method = self.choice(self.require(m, "method", ()), ("method",), METHODS)
         objectives = self.objectives(self.require(m, "objective", ()), ("objective",))
@@ -222,7 +222,7 @@ class _Validator(Checks):
     # ---- trial
 
     def trial(self, value: Any, path: Path_, params: tuple[Parameter, ...]) -> TrialSpec:
-        m = self.mapping(value, path, _TRIAL_KEYS)
+        m = self.mapping(value, path, TRIAL_KEYS)
         entrypoint = m.get("entrypoint")
         command = m.get("command")
         if entrypoint is not None and command is not None:
@@ -303,7 +303,7 @@ class _Validator(Checks):
     def resources(self, value: Any, path: Path_) -> Resources:
         if value is None:
             return Resources()
-        m = self.mapping(value, path, _RESOURCE_KEYS)
+        m = self.mapping(value, path, RESOURCE_KEYS)
         gpu = self.gpu(m.get("gpu", 0), (*path, "gpu"))
         cpu = self.quantity(m.get("cpu"), (*path, "cpu"))
         memory = self.quantity(m.get("memory"), (*path, "memory"))

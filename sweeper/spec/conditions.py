@@ -14,9 +14,9 @@ import difflib
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from sweeper.spec._primitives import Checks, clip, kind_of
-from sweeper.spec._yaml import Path_
+from sweeper.spec.checks import Checks, clip, kind_of
 from sweeper.spec.model import Parameter, Scalar
+from sweeper.spec.yamldoc import Path_
 
 
 def is_active(p: Parameter, values: Mapping[str, Any]) -> bool:

@@ -15,7 +15,7 @@ import functools
 import re
 from typing import Any
 
-from sweeper.spec._primitives import kind_of
+from sweeper.spec.checks import kind_of
 
 Problem = tuple[tuple[str | int, ...], str]
 

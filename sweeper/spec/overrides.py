@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sweeper.errors import SpecError
-from sweeper.spec._yaml import Path_, _Builder, _compose
+from sweeper.spec.yamldoc import Builder, Path_, compose
 
 
 @dataclass(frozen=True)
@@ -46,8 +46,8 @@ def _value(raw: str, key: str, source: str | None) -> Any:
     """The YAML value, through the spec's own loader (plain data only, no tags)."""
     where = source or "<spec>"
     try:
-        node = _compose(raw, where)
-        return None if node is None else _Builder(where).build(node, (), frozenset())
+        node = compose(raw, where)
+        return None if node is None else Builder(where).build(node, (), frozenset())
     except SpecError as e:
         raise SpecError(f"not a YAML value: {e.message}", source=source,
                         field=f"--set {key}") from None

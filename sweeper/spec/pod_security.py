@@ -10,9 +10,9 @@ from pathlib import Path
 from typing import Any
 
 from sweeper.errors import SpecError
-from sweeper.spec._yaml import Path_, _Doc, _load_yaml, read_text
 from sweeper.spec.model import KubernetesSpec, SweepSpec
 from sweeper.spec.overrides import parse_overrides
+from sweeper.spec.yamldoc import Doc, Path_, load_yaml, read_text
 
 INLINE_NFS = ("an inline nfs volume: Pod Security \"restricted\" (enforced in sweeper's "
               "namespace) refuses it and the pod is never created; use a pvc volume whose "
@@ -42,14 +42,14 @@ def inline_nfs_paths(kube: KubernetesSpec) -> list[Path_]:
     return out
 
 
-def _lines(source: str | None, overrides: Sequence[str]) -> _Doc:
+def _lines(source: str | None, overrides: Sequence[str]) -> Doc:
     """The spec file's key lines (read again: the validated spec keeps none); none when the
     spec did not come from a readable file."""
     if not source:
-        return _Doc("<spec>", {})
+        return Doc("<spec>", {})
     try:
-        doc = _load_yaml(read_text(Path(source)), source)[1]
+        doc = load_yaml(read_text(Path(source)), source)[1]
         doc.overridden.update(o.path for o in parse_overrides(overrides, source))
     except SpecError:
-        return _Doc(source, {})
+        return Doc(source, {})
     return doc

@@ -15,8 +15,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from sweeper.errors import SpecError
-from sweeper.spec._primitives import kind_of
-from sweeper.spec._yaml import Path_, _Doc
+from sweeper.spec.checks import kind_of
 from sweeper.spec.k8s_model import VOLUME_KINDS, KubernetesSpec, Volume
 from sweeper.spec.model import (
     ARTIFACT_STORES,
@@ -41,6 +40,7 @@ from sweeper.spec.model import (
 )
 from sweeper.spec.pbt_model import PBT_KEYS, PbtOptions
 from sweeper.spec.registry import PRUNERS
+from sweeper.spec.yamldoc import Doc, Path_
 
 _TYPES: Mapping[str, tuple[str, Callable[[Any], bool]]] = {
     "str": ("a string", lambda x: isinstance(x, str)),
@@ -98,7 +98,7 @@ class _Reader:
     """Reads one record; every problem is a SpecError at the dotted field."""
 
     def __init__(self, source: str) -> None:
-        self.doc = _Doc(source, {})
+        self.doc = Doc(source, {})
 
     def err(self, path: Path_, message: str) -> SpecError:
         return self.doc.error(path, message)

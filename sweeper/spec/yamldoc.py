@@ -23,7 +23,7 @@ _SAFE_TAGS = frozenset(f"tag:yaml.org,2002:{t}" for t in
                        ("str", "int", "float", "bool", "null", "map", "seq", "timestamp"))
 
 
-class _Doc:
+class Doc:
     """A parsed YAML document plus the line of every mapping key, for error messages."""
 
     def __init__(self, source: str, lines: dict[Path_, int]) -> None:
@@ -73,13 +73,13 @@ def read_text(path: Path) -> str:
         raise SpecError(f"cannot read: {e}", source=str(path)) from None
 
 
-def _load_yaml(text: str, source: str) -> tuple[Any, _Doc]:
+def load_yaml(text: str, source: str) -> tuple[Any, Doc]:
     """Safe-load one YAML document, rejecting duplicate keys and recording key lines."""
-    node = _compose(text, source)
+    node = compose(text, source)
     if node is None:
         raise SpecError("the file is empty; expected a mapping with name, method, objective, "
                         "trial and parameters", source=source)
-    builder = _Builder(source)
+    builder = Builder(source)
     builder.lines[()] = node.start_mark.line + 1
     try:
         return builder.build(node, (), frozenset()), builder.doc
@@ -87,7 +87,7 @@ def _load_yaml(text: str, source: str) -> tuple[Any, _Doc]:
         raise SpecError("invalid YAML: nested too deeply", source=source) from None
 
 
-def _compose(text: str, source: str) -> yaml.Node | None:
+def compose(text: str, source: str) -> yaml.Node | None:
     """Parse to a node graph only: nothing is constructed until its tag has been checked."""
     try:
         return yaml.compose(text, Loader=yaml.SafeLoader)
@@ -101,14 +101,14 @@ def _compose(text: str, source: str) -> yaml.Node | None:
         raise SpecError("invalid YAML: nested too deeply", source=source) from None
 
 
-class _Builder:
+class Builder:
     """Node graph -> plain Python data, with a node budget (alias bombs) and a cycle check
     (recursive aliases), recording the line of every key in ``lines``."""
 
     def __init__(self, source: str) -> None:
         self.source = source
         self.lines: dict[Path_, int] = {}
-        self.doc = _Doc(source, self.lines)
+        self.doc = Doc(source, self.lines)
         self.constructor = yaml.SafeLoader("")
         self.budget = _MAX_NODES
 

@@ -12,8 +12,8 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from sweeper.errors import SpecError
-from sweeper.spec._yaml import Path_, _Doc
 from sweeper.spec.model import MAX_NAME_LENGTH
+from sweeper.spec.yamldoc import Doc, Path_
 
 NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 PARAM_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -63,7 +63,7 @@ def command_placeholders(command: Iterable[str]) -> list[str]:
 class Checks:
     """The checks every section uses, each raising a SpecError at ``path``."""
 
-    def __init__(self, doc: _Doc) -> None:
+    def __init__(self, doc: Doc) -> None:
         self.doc = doc
 
     def err(self, path: Path_, message: str) -> SpecError:

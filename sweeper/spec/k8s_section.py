@@ -16,7 +16,7 @@ from dataclasses import replace
 from typing import Any
 
 from sweeper.protocol import RESERVED_ENV
-from sweeper.spec._primitives import (
+from sweeper.spec.checks import (
     ENV_NAME_RE,
     NAME_RE,
     QUANTITY_RE,
@@ -25,8 +25,8 @@ from sweeper.spec._primitives import (
     kind_of,
     parse_proxy_address,
 )
-from sweeper.spec._yaml import Path_
 from sweeper.spec.k8s_model import VOLUME_KINDS, KubernetesSpec, Volume
+from sweeper.spec.yamldoc import Path_
 
 K8S_KEYS = ("image", "runner_image", "image_pull_policy", "namespace", "storage_secret",
             "storage_secret_key", "service_account", "node_selector", "tolerations",
@@ -35,8 +35,8 @@ K8S_KEYS = ("image", "runner_image", "image_pull_policy", "namespace", "storage_
             "priority_class", "runtime_class", "affinity", "termination_grace_period",
             "shm_size", "scratch_size", "volumes", "gpu_resource", "cpu_limit",
             "checkpoint_volume", "pod_template", "storage_proxy", "storage_proxy_ca")
-_TOLERATION_KEYS = ("key", "operator", "value", "effect", "tolerationSeconds")
-_VOLUME_KEYS = ("name", "mount_path", "read_only", *VOLUME_KINDS)
+TOLERATION_KEYS = ("key", "operator", "value", "effect", "tolerationSeconds")
+VOLUME_KEYS = ("name", "mount_path", "read_only", *VOLUME_KINDS)
 #: Volumes and mount paths the rendered pod uses itself.
 RESERVED_VOLUMES = ("scratch", "dshm", "sweeper-spec", "sweeper-proxy-token", "sweeper-proxy-ca",
                     "sweeper-exchange")
@@ -187,7 +187,7 @@ def env(v: Checks, value: Any, path: Path_) -> dict[str, str]:
 
 
 def toleration(v: Checks, value: Any, path: Path_) -> dict[str, Any]:
-    t = v.plain(v.mapping(value, path, _TOLERATION_KEYS), path)
+    t = v.plain(v.mapping(value, path, TOLERATION_KEYS), path)
     for key in ("key", "value"):
         if key in t:
             v.string(t[key], (*path, key))
@@ -264,7 +264,7 @@ def volumes(v: Checks, value: Any, path: Path_) -> tuple[Volume, ...]:
 
 
 def volume(v: Checks, value: Any, path: Path_) -> Volume:
-    m = v.mapping(value, path, _VOLUME_KEYS)
+    m = v.mapping(value, path, VOLUME_KEYS)
     name = v.string(v.require(m, "name", path), (*path, "name"))
     if not NAME_RE.match(name) or len(name) > 63:
         raise v.err((*path, "name"), f"{clip(name)} is not a valid volume name (lowercase "
