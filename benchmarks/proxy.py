@@ -65,7 +65,7 @@ class ProxyProcess:
             [str(Path(sys.executable).parent / "sweeper"), "proxy", "--port", str(self.port),
              "--metrics-port", "0"], env=env, stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL)
-        from sweeper.proxy.client import ProxyStorage
+        from sweeper.study.remote.client import ProxyStorage
 
         client = ProxyStorage(self.url)
         try:

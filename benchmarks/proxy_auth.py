@@ -84,7 +84,7 @@ def _round(url: str, auth: bool, trials: list[int], clients: int, seconds: float
                             stdout=subprocess.PIPE, text=True)
     try:
         assert proc.stdout is not None and proc.stdout.readline().strip() == "serving"
-        from sweeper.proxy.client import ProxyStorage
+        from sweeper.study.remote.client import ProxyStorage
 
         storages = []
         for k in range(clients):  # each client its own pod's token

@@ -68,9 +68,9 @@ def enqueue_sweeper(n: int) -> dict[str, Any]:
 def enqueue_loop(n_plan: int, n_loop: int) -> dict[str, Any]:
     import optuna
 
+    from sweeper.protocol import INDEX_ATTR
     from sweeper.space import planned_sets
     from sweeper.spec import parse_spec_dict
-    from sweeper.study import INDEX_ATTR
 
     spec = parse_spec_dict(grid_spec("bench-enqueue", n_plan), source="<benchmark>")
     with fresh_database("enqueue_loop") as (_, url):
@@ -146,7 +146,7 @@ class _Study:
         from optuna.trial import TrialState
 
         from sweeper.spec.registry import make_pruner, make_sampler
-        from sweeper.study import attach_trial
+        from sweeper.study.sql.trials import attach_trial
         from trial_runner.finish import tell_state
         from trial_runner.runner import Claimed, RunnerSettings, acquire
 

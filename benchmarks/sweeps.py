@@ -61,7 +61,8 @@ def run_sweep(url: str, spec: dict[str, Any], log_root: Path | None = None,
     from sweeper.backends.local.run import LocalRun
     from sweeper.report import Progress
     from sweeper.spec import parse_spec_dict
-    from sweeper.study import create_or_resume, indexes_to_run, open_storage
+    from sweeper.study import create_or_resume, open_storage
+    from sweeper.study.record import indexes_to_run
 
     parsed = parse_spec_dict(spec, source="<benchmark>")
     with tempfile.TemporaryDirectory(prefix="sweeper-bench-", dir=log_root) as tmp:

@@ -162,7 +162,7 @@ ENV_PARAMS = "SWEEPER_PARAMS"
 ENV_PARAMS_FILE = "SWEEPER_PARAMS_FILE"
 ENV_METRICS_FILE = "SWEEPER_METRICS_FILE"
 ENV_TRIAL_NUMBER = "SWEEPER_TRIAL_NUMBER"
-# The storage proxy's credentials (sweeper.proxy.credentials): a secret itself (the local
+# The storage proxy's credentials (sweeper.study.remote.credentials): a secret itself (the local
 # run's per-run secret, or a token a user exported), a file holding one (a pod's projected
 # ServiceAccount token, re-read as the kubelet renews it), and the CA that signed its TLS
 # certificate.

@@ -12,6 +12,8 @@ Rules about the graph (issue 26, "no cycles, no upward imports"):
   no path from a ``trial_runner`` module to one of theirs, direct or through other modules;
 - ``sweeper`` never imports ``trial_runner``: the orchestrator names the runner only as a
   module to run (``python -m trial_runner``, the forked worker's ``trial_runner.main:main``);
+- the study never reaches the proxy's server (``sweeper.proxy``): opening a storage, even a
+  ``grpc://`` one, loads only the client (``sweeper.study.remote``);
 
 and about what crosses a module's edge (issue 39, "one module, one concept"): no module imports
 a private (``_name``) name another module defines, by ``from m import _name`` or as
@@ -43,11 +45,12 @@ LAYERS: tuple[tuple[str, ...], ...] = (
      "sweeper.gang", "sweeper"),
     # the spec and the search space it defines
     ("sweeper.spec", "sweeper.qmc", "sweeper.space"),
-    # the study: the index store's interface and values, its SQL implementation, policies
+    # the study: the index store's interface and values, its SQL implementation, its gRPC
+    # client and the wire that client shares with the proxy's server, policies
     ("sweeper.study.store", "sweeper.study.values", "sweeper.study.sql", "sweeper.study.urls",
      "sweeper.study.retry", "sweeper.study.stop", "sweeper.study.growth",
-     "sweeper.study.trials"),
-    # the storage proxy: the store's other implementation, and the server of the first
+     "sweeper.study.trials", "sweeper.study.remote"),
+    # the storage proxy's server, which serves the SQL implementation over the wire
     ("sweeper.proxy",),
     # the one factory that picks an implementation, the sweep a process holds, and the
     # study package's front
@@ -314,6 +317,12 @@ def test_sweeper_never_imports_the_trial_runner(graph: Graph) -> None:
     assert not {m: t for m, t in bad.items() if t}
 
 
+def test_the_study_never_reaches_the_proxy_server(graph: Graph) -> None:
+    bad = {m: sorted(t for t in reachable(graph, m) if _in(t, ["sweeper.proxy"]))
+           for m in graph if _in(m, ["sweeper.study"])}
+    assert not {m: t for m, t in bad.items() if t}
+
+
 def test_no_import_cycle(graph: Graph) -> None:
     cycles = strongly_connected(graph)
     assert not cycles, f"import cycles:\n{_describe(cycles)}"
@@ -330,7 +339,8 @@ def test_no_upward_import(graph: Graph) -> None:
 
 def test_every_module_has_a_layer_and_the_layers_order_the_packages() -> None:
     assert layer_of("sweeper.study.sql.index") == layer_of("sweeper.study.store") \
-        < layer_of("sweeper.proxy.client") < layer_of("sweeper.study.open") \
+        == layer_of("sweeper.study.remote.client") < layer_of("sweeper.proxy.server") \
+        < layer_of("sweeper.study.open") \
         < layer_of("sweeper.backends.local") < layer_of("trial_runner.runner")
     assert layer_of("sweeper._optuna_compat._grpc") == 0 < layer_of("sweeper.spec.model")
     assert layer_of("sweeper.study") == layer_of("sweeper.study.open")

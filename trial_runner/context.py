@@ -200,7 +200,7 @@ class TrialContext:
         if self.writer is not None:
             self.writer.add(user_attrs=attrs, report=report)
         else:
-            from sweeper.study import write_trial
+            from sweeper.study.trials import write_trial
 
             write_trial(self.trial, user_attrs=attrs, report=report)
 

@@ -32,9 +32,9 @@ from typing import Any
 
 import optuna
 
+from sweeper._optuna_compat import trial_id_of
 from sweeper.gang import ENV_NODE_RANK, Gang
 from sweeper.spec import SweepSpec
-from sweeper.study import trial_id_of
 from trial_runner.context import TrialContext
 from trial_runner.processes import StderrTee, die_with_parent, terminate
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sweeper import protocol
-from sweeper.study import Taken
+from sweeper.study.values import Taken
 
 
 @dataclass(frozen=True)

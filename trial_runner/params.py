@@ -16,11 +16,11 @@ from optuna.distributions import (
     IntDistribution,
 )
 
+from sweeper._optuna_compat import fixed_params_of
 from sweeper.protocol import CODE_ATTR, CODE_VERSION_ATTR, ENV_CODE, SPEC_HASH_ATTR
 from sweeper.space import distribution
 from sweeper.spec import Parameter, SweepSpec
 from sweeper.spec.conditions import dependency_order, is_active
-from sweeper.study import fixed_params_of
 from trial_runner.provenance import process_code_version
 
 

@@ -39,17 +39,10 @@ from sweeper.protocol import (
     LogHeader,
 )
 from sweeper.spec.registry import make_pruner, make_sampler  # the validator's registry too
-from sweeper.study import (
-    FINISHED,
-    Attempt,
-    Sweep,
-    Taken,
-    open_claimed,
-    open_trial,
-    stop,
-    unwritten,
-    write_trial,
-)
+from sweeper.study import Sweep, stop
+from sweeper.study.sql.trials import open_claimed, open_trial
+from sweeper.study.trials import unwritten, write_trial
+from sweeper.study.values import FINISHED, Attempt, Taken
 from trial_runner.asha import paused_rung
 from trial_runner.checkpoints import CheckpointMirror
 from trial_runner.context import (

@@ -221,7 +221,7 @@ def _volumes(spec: SweepSpec) -> list[dict[str, Any]]:
 def proxy_token_volume() -> dict[str, Any]:
     """The pod's bound ServiceAccount token for the storage proxy's audience only (the API
     server refuses it for anything else; it dies with the pod)."""
-    from sweeper.proxy.credentials import DEFAULT_AUDIENCE
+    from sweeper.study.remote.credentials import DEFAULT_AUDIENCE
 
     return {"name": "sweeper-proxy-token", "projected": {"sources": [{"serviceAccountToken": {
         "audience": DEFAULT_AUDIENCE, "expirationSeconds": PROXY_TOKEN_SECONDS,

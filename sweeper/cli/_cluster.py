@@ -207,7 +207,7 @@ def cancel(name: str, storage: str | None, namespace: str | None, wait_s: float,
     what is missing. NAME may be the sweep's spec file."""
     from sweeper.backends.kubernetes import cancel as cancel_jobs
     from sweeper.spec import KubernetesSpec
-    from sweeper.study import unfinished_indexes
+    from sweeper.study.record import unfinished_indexes
 
     name, sweep = _stored_sweep(name, storage)
     ns = namespace or (sweep.spec.kubernetes.namespace if sweep else KubernetesSpec().namespace)

@@ -86,7 +86,7 @@ class _Target:
 def _target(name_or_spec: str, storage: str | None) -> _Target:
     """NAME or a spec file in its place: an argument ending in .yaml/.yml is a spec file (a
     sweep name, a DNS label, never has a dot), read for its name and storage:."""
-    from sweeper.study import resolve_storage_url
+    from sweeper.study.urls import resolve_storage_url
 
     if name_or_spec.endswith((".yaml", ".yml")):
         spec = _load(name_or_spec, check_entrypoint=False)
@@ -140,7 +140,7 @@ def _not_found(store: Any, target: _Target) -> str | None:
     (the caller's own message then says what is wrong with it)."""
     import difflib
 
-    from sweeper.study import redact
+    from sweeper.study.urls import redact
 
     sweeps, others = store.study_names()
     if target.name in sweeps or target.name in others:

@@ -284,7 +284,7 @@ def dashboard(name: str | None, storage: str | None, host: str, port: int) -> No
     NAME (optional) opens that sweep's page; it may be the sweep's spec file (name and
     storage: are read from it)."""
     from sweeper.artifacts import dashboard_artifacts_spec, describe, open_artifact_store
-    from sweeper.study import redact, resolve_storage_url
+    from sweeper.study.urls import redact, resolve_storage_url
 
     path = "/dashboard"
     if name:

@@ -24,7 +24,7 @@ from sweeper.cli._common import (
 )
 from sweeper.cli._group import cli
 from sweeper.errors import NotConfirmedError
-from sweeper.study import SweepSummary
+from sweeper.study.values import SweepSummary
 
 #: The trial states ``list`` shows a column for, in this order.
 _STATES = ("COMPLETE", "PRUNED", "RUNNING", "WAITING", "FAIL")
@@ -43,7 +43,7 @@ def list_sweeps(storage: str | None, fmt: str) -> None:
     last activity. Optuna studies that sweeper did not create are listed with method
     "(optuna)". Reads a few grouped queries, never every trial; creates nothing."""
     from sweeper.report import format_table
-    from sweeper.study import redact, resolve_storage_url
+    from sweeper.study.urls import redact, resolve_storage_url
 
     url = resolve_storage_url(storage)
     sweeps = _open_existing(url).list_sweeps()
@@ -122,9 +122,9 @@ def delete(name: str, storage: str | None, yes: bool, purge_artifacts: bool,
 
     NAME is the sweep's name or its spec file (name and storage: are read from it)."""
     from sweeper.artifacts import describe, remove_artifacts
-    from sweeper.proxy.client import is_proxy_url
     from sweeper.purge import kept, purge, purge_summary
-    from sweeper.study import redact
+    from sweeper.study.remote.client import is_proxy_url
+    from sweeper.study.urls import redact
 
     if volume_dir is not None and not purge_artifacts:
         raise click.UsageError("--volume-dir goes with --purge-artifacts")

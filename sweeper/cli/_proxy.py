@@ -46,7 +46,7 @@ def proxy(storage: str | None, host: str, port: int, metrics_port: int,
 
     from sweeper.proxy.metrics import ProxyMetrics, StudyCollector, serve_metrics
     from sweeper.proxy.server import ProxyServer
-    from sweeper.study import redact, resolve_storage_url
+    from sweeper.study.urls import redact, resolve_storage_url
 
     url = resolve_storage_url(storage)
     registry = CollectorRegistry()

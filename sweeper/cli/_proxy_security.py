@@ -1,5 +1,6 @@
 """``sweeper proxy``'s security options: who may call it (``--auth``), TLS, limits; and the
-loopback default, a secret in a file only this user can read (:mod:`sweeper.proxy.localsecret`)."""
+loopback default, a secret in a file only this user can read
+(:mod:`sweeper.study.remote.localsecret`)."""
 
 from __future__ import annotations
 
@@ -75,7 +76,8 @@ def build_security(host: str, port: int, opts: dict[str, Any]) -> Security:
     """The proxy's security from the options (a usage error for a combination that would
     serve plaintext off loopback)."""
     from sweeper.proxy.limits import Limits
-    from sweeper.proxy.tls import ServerTLS, is_loopback
+    from sweeper.proxy.tls import ServerTLS
+    from sweeper.study.remote.localsecret import is_loopback
 
     loopback = is_loopback(host)
     tls = None
@@ -91,8 +93,8 @@ def build_security(host: str, port: int, opts: dict[str, Any]) -> Security:
     mode = opts["auth"] or ("local" if loopback else "kubernetes")
     if mode == "local":
         from sweeper.proxy.auth import SharedSecret
-        from sweeper.proxy.credentials import new_local_secret
-        from sweeper.proxy.localsecret import existing_secret
+        from sweeper.study.remote.credentials import new_local_secret
+        from sweeper.study.remote.localsecret import existing_secret
 
         secret = existing_secret(host, port) or new_local_secret()
         return Security(SharedSecret(secret, name="holder of the local proxy secret"), limits,
@@ -122,7 +124,7 @@ def _authenticator(mode: str, opts: dict[str, Any]) -> Authenticator | None:
 def announce(security: Security, host: str, port: int) -> None:
     """Before the proxy serves: the loopback secret written to its file (its path said, never
     the secret), or the one-line warning of a proxy that lets anyone in."""
-    from sweeper.proxy.localsecret import write_secret
+    from sweeper.study.remote.localsecret import write_secret
 
     if security.local_secret is not None:
         path = write_secret(host, port, security.local_secret)

@@ -33,7 +33,7 @@ from sweeper.errors import EXIT_INTERRUPTED, SweeperError, SweepFailedError
 
 if TYPE_CHECKING:
     from sweeper.backends.base import Backend, RunResult
-    from sweeper.study import IndexStatus
+    from sweeper.study.values import IndexStatus
 
 #: Failed indexes whose reason and log lines run's summary shows (the rest: sweeper status).
 FAILURES_SHOWN = 10
@@ -81,7 +81,7 @@ def run(spec_file: str, storage: str | None, parallelism: int | None, backend: s
         code_choice: str | None, proxy: bool | None, metrics_port: int | None) -> None:
     """Create (or resume) the sweep and run every index that has no finished trial."""
     from sweeper.backends.manifests import with_kubernetes
-    from sweeper.study import resolve_storage_url
+    from sweeper.study.urls import resolve_storage_url
 
     spec = _load(spec_file, check_entrypoint=backend == "local", overrides=overrides)
     spec = spec.with_overrides(parallelism=parallelism)
@@ -185,11 +185,8 @@ def _launch(spec: Any, url: str, backend: Backend, fmt: str = "text",
     """Create or resume the sweep of ``spec`` (its parallelism included: the backend reads it
     from ``sweep.spec``), run what is unfinished, and exit as the outcome says."""
     from sweeper.report import Progress
-    from sweeper.study import (
-        indexes_to_run,
-        redact,
-        unfinished_indexes,
-    )
+    from sweeper.study.record import indexes_to_run, unfinished_indexes
+    from sweeper.study.urls import redact
 
     code = _code_before(spec, url, backend.name)  # before any storage is created
     storage = _open(url)
@@ -339,7 +336,7 @@ def _summary_record(sweep: Any, url: str, backend: str, table: list[IndexStatus]
     """``run --format json``: the state of the whole sweep after this launch."""
     from sweeper.export import trial_export_record
     from sweeper.report import best_trials
-    from sweeper.study import redact
+    from sweeper.study.urls import redact
 
     metrics = [o.metric for o in sweep.spec.objectives]
     best = [trial_export_record(t, metrics) for t in best_trials(sweep.study())]
@@ -366,7 +363,7 @@ def _summary_record(sweep: Any, url: str, backend: str, table: list[IndexStatus]
 def _storage_flag(url: str) -> str:
     """`` --storage URL`` for a command to copy, the password a placeholder; empty for the
     default storage."""
-    from sweeper.study import redact
+    from sweeper.study.urls import redact
 
     shown = redact(url).replace(":***@", ":<password>@")
     return "" if url == protocol.DEFAULT_STORAGE else f" --storage '{shown}'"

@@ -139,7 +139,8 @@ def _publish_code(spec: Any, storage: str | None, new_code: bool) -> str | None:
         store = open_code_store(spec, protocol.DEFAULT_STORAGE, None, None)
         where = f"{'uploaded to' if store.put(code.snapshot) else 'already in'} {store.where}"
     elif storage:
-        from sweeper.study import create_or_resume, open_storage, redact
+        from sweeper.study import create_or_resume, open_storage
+        from sweeper.study.urls import redact
 
         check_fits(spec, code, storage)
         opened = open_storage(storage)

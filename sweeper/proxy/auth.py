@@ -1,10 +1,10 @@
 """Every call to the proxy is checked here before any handler runs (a grpc.ServerInterceptor,
 first in the server's chain):
 
-1. **authentication**: the ``authorization: Bearer TOKEN`` metadata (:mod:`.credentials`),
-   checked by an :class:`Authenticator`: the local run's per-run secret
-   (:class:`SharedSecret`), or Kubernetes TokenReview (:mod:`.kubeauth`). No credential or a
-   bad one: ``UNAUTHENTICATED``;
+1. **authentication**: the ``authorization: Bearer TOKEN`` metadata
+   (:mod:`sweeper.study.remote.credentials`), checked by an :class:`Authenticator`: the local
+   run's per-run secret (:class:`SharedSecret`), or Kubernetes TokenReview
+   (:mod:`.kubeauth`). No credential or a bad one: ``UNAUTHENTICATED``;
 2. **limits** (:mod:`.limits`): the caller's rate (``RESOURCE_EXHAUSTED``); the message size
    is the server's ``grpc.max_receive_message_length``;
 3. **decoding**: the request is decoded here, not by gRPC, so malformed bytes are an
@@ -26,9 +26,9 @@ from typing import Any, Protocol
 import grpc
 
 from sweeper.errors import SweeperError
-from sweeper.proxy.credentials import METADATA_KEY
 from sweeper.proxy.limits import Limits, RateLimiter
 from sweeper.proxy.policy import SWEEPER_PREFIX, Caller, Policy, Scope
+from sweeper.study.remote.credentials import METADATA_KEY
 
 logger = logging.getLogger(__name__)
 

@@ -29,8 +29,8 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from sweeper.proxy.auth import AuthUnavailable, Unauthenticated
-from sweeper.proxy.credentials import DEFAULT_AUDIENCE
 from sweeper.proxy.policy import Caller
+from sweeper.study.remote.credentials import DEFAULT_AUDIENCE
 
 logger = logging.getLogger(__name__)
 

@@ -23,7 +23,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from sweeper.proxy import service as wire
+from sweeper.study.remote import wire
 
 if TYPE_CHECKING:
     from sweeper.study.store import IndexStore
@@ -62,7 +62,7 @@ class ProxyMetrics:
     def observe(self, method: str, seconds: float, *, tell: bool = False,
                 claim: bool = False) -> None:
         """``claim``: the call claimed an index's trial or created its next attempt
-        (:func:`sweeper.proxy.service.is_claim`); ``tell``: it finished a trial."""
+        (:func:`sweeper.study.remote.wire.is_claim`); ``tell``: it finished a trial."""
         self.requests.labels(method.rsplit("/", 1)[-1]).observe(seconds)
         if claim:
             self.claims.observe(seconds)

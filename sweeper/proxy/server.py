@@ -2,10 +2,10 @@
 
 - Optuna's StorageService (what ``optuna.storages.run_grpc_proxy_server`` serves) over Optuna's
   in-process trial cache, as Optuna's docs advise for the proxy;
-- sweeper's IndexProtocol (:mod:`.service`): each call runs the same method of the index
-  store the direct path runs (``SqlStore``), on the proxy's database connection, so every
-  guarantee of the index protocol is the database's, whichever path a runner takes (and any
-  number of proxy replicas may serve one database: each step is one transaction);
+- sweeper's IndexProtocol (:mod:`sweeper.study.remote.wire`): each call runs the same method
+  of the index store the direct path runs (``SqlStore``), on the proxy's database connection,
+  so every guarantee of the index protocol is the database's, whichever path a runner takes
+  (and any number of proxy replicas may serve one database: each step is one transaction);
 - ``grpc.health.v1.Health/Check`` (kubelet's gRPC probes): service ``""`` (readiness) answers
   SERVING when the database answers, ``liveness`` whenever the process does.
 
@@ -35,14 +35,14 @@ from sweeper._optuna_compat import (
 )
 from sweeper.errors import SpecError, StorageError, StudyNotFoundError, SweeperError
 from sweeper.protocol import ENV_PROXY_TOKEN
-from sweeper.proxy import service as wire
 from sweeper.proxy.auth import Authenticator, SharedSecret, server_interceptors
-from sweeper.proxy.client import SCHEME, is_proxy_url
-from sweeper.proxy.codec import WireError
-from sweeper.proxy.credentials import new_local_secret
 from sweeper.proxy.limits import Limits, message_options
 from sweeper.proxy.metrics import ProxyMetrics
 from sweeper.proxy.tls import ServerTLS, add_port
+from sweeper.study.remote import wire
+from sweeper.study.remote.client import SCHEME, is_proxy_url
+from sweeper.study.remote.codec import WireError
+from sweeper.study.remote.credentials import new_local_secret
 from sweeper.study.retry import StorageFailure, is_transient
 from sweeper.study.sql import SqlStore, open_sql_store
 
@@ -61,8 +61,8 @@ _SERVING, _NOT_SERVING = b"\x08\x01", b"\x08\x02"  # HealthCheckResponse{status:
 
 
 def _operation(store: SqlStore, op: wire.Operation) -> Callable[[bytes], bytes]:
-    """The server side of one operation of :mod:`.service`: the store's method of its name,
-    run on the proxy's database."""
+    """The server side of one operation of :mod:`sweeper.study.remote.wire`: the store's
+    method of its name, run on the proxy's database."""
     method = getattr(store, op.name)
 
     def serve(raw: bytes) -> bytes:

@@ -4,7 +4,6 @@ plaintext is served only on loopback."""
 
 from __future__ import annotations
 
-import ipaddress
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,15 +23,6 @@ class ServerTLS:
         except OSError as e:
             raise StorageError(f"cannot read the proxy's TLS certificate or key {e.filename}: "
                                f"{e.strerror}") from None
-
-
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
 
 
 def add_port(server: Any, host: str, port: int, tls: ServerTLS | None) -> int:

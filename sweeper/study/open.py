@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from sweeper.proxy.client import ProxyStorage, is_proxy_url, open_proxy_storage
+from sweeper.study.remote.client import ProxyStorage, is_proxy_url, open_proxy_storage
 from sweeper.study.sql import SqlStore, open_sql_store
 
 #: What :func:`open_storage` returns: the database directly, or the proxy in front of it.
@@ -26,7 +26,7 @@ def open_storage(url: str, *, connect_deadline_s: float = 0.0, pool_size: int = 
     skip Optuna's table creation and alembic version check and the index DDL.
     ``create=False`` (commands that only read, and delete): never create anything; a storage
     that does not exist yet raises :class:`sweeper.errors.StorageMissingError`.
-    ``grpc://host:port`` is ``sweeper proxy`` (:mod:`sweeper.proxy.client`).
+    ``grpc://host:port`` is ``sweeper proxy`` (:mod:`sweeper.study.remote.client`).
     """
     if is_proxy_url(url):
         return open_proxy_storage(url, connect_deadline_s=connect_deadline_s)

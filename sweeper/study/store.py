@@ -6,9 +6,9 @@ Two implementations, and callers never ask which one they hold:
 - :class:`sweeper.study.sql.SqlStore`, the database itself: all SQL against Optuna's tables
   lives in :mod:`sweeper.study.sql` (PostgreSQL's one-statement steps and SQLite's
   transactions are its own business);
-- :class:`sweeper.proxy.client.ProxyStorage`, ``grpc://`` to ``sweeper proxy``, which serves
+- :class:`sweeper.study.remote.client.ProxyStorage`, ``grpc://`` to ``sweeper proxy``, which serves
   these operations of a ``SqlStore`` (:mod:`sweeper.proxy.server`); its wire is derived from
-  this interface's signatures (:mod:`sweeper.proxy.service`).
+  this interface's signatures (:mod:`sweeper.study.remote.wire`).
 
 Both are also Optuna storages (``optuna.storages.BaseStorage``) that Optuna's study writes
 through; :func:`sweeper.study.open.open_storage` is the one place that picks one.

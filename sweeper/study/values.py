@@ -1,6 +1,6 @@
 """What the index store's operations take and return (:mod:`.store`): plain frozen dataclasses
 that both of its implementations build, the SQL one from rows and the proxy client from the
-wire (:mod:`sweeper.proxy.codec` encodes them by their type hints). No I/O here."""
+wire (:mod:`sweeper.study.remote.codec` encodes them by their type hints). No I/O here."""
 
 from __future__ import annotations
 

@@ -20,7 +20,8 @@ import pytest
 from optuna.trial import TrialState
 
 from sweeper import protocol
-from sweeper.study import create_or_resume, open_storage, trial_id_of
+from sweeper._optuna_compat import trial_id_of
+from sweeper.study import create_or_resume, open_storage
 from tests.support.asha_objectives import k8s_promotion_spec
 from tests.support.k8s_cluster import Cluster
 

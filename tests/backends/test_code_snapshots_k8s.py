@@ -20,7 +20,7 @@ from sweeper import protocol
 from sweeper.code import stores
 from sweeper.code.snapshot import pack
 from sweeper.code.stores import artifact_key
-from sweeper.study import driver_url
+from sweeper.study.urls import driver_url
 from tests.backends.test_gitops import apply, wait_finished
 from tests.support.k8s_cluster import NS, Cluster
 from tests.support.s3 import REGION, S3Server, moto_s3

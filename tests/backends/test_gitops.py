@@ -18,7 +18,7 @@ import yaml
 from sweeper import protocol
 from sweeper.backends import manifests as m
 from sweeper.backends.kubernetes import job_info
-from sweeper.study import driver_url
+from sweeper.study.urls import driver_url
 from tests.support.k8s_cluster import NS, Cluster, kubectl
 
 pytestmark = pytest.mark.postgres

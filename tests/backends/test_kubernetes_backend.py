@@ -23,9 +23,10 @@ import yaml
 from click.testing import Result
 from optuna.trial import TrialState
 
+from sweeper._optuna_compat import trial_id_of
 from sweeper.backends import manifests as m
 from sweeper.backends.kubernetes import ClientFactory, KubernetesBackend, job_info, parse_intervals
-from sweeper.study import create_or_resume, open_storage, trial_id_of
+from sweeper.study import create_or_resume, open_storage
 from tests.support.k8s_cluster import NS, REPO, Cluster
 
 pytestmark = pytest.mark.postgres

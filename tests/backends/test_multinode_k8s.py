@@ -26,7 +26,7 @@ from optuna.trial import TrialState
 from sweeper import protocol
 from sweeper.backends import jobset as js
 from sweeper.backends import manifests as m
-from sweeper.study import driver_url
+from sweeper.study.urls import driver_url
 from tests.support.k8s_cluster import NS, Cluster
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]

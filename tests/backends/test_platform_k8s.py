@@ -297,7 +297,8 @@ def _finished_per_index(port: int, password: str) -> dict[int, int]:
     from optuna.storages import RDBStorage
     from optuna.trial import TrialState
 
-    from sweeper.study import INDEX_ATTR, driver_url
+    from sweeper.protocol import INDEX_ATTR
+    from sweeper.study.urls import driver_url
 
     storage = RDBStorage(driver_url(f"postgresql://sweeper:{password}@127.0.0.1:{port}/sweeper"))
     try:

@@ -133,7 +133,7 @@ def _studies(cluster: Cluster) -> list[Any]:
     """Every study with its attrs and its trials' states, values and attrs."""
     import optuna
 
-    from sweeper.study import driver_url
+    from sweeper.study.urls import driver_url
 
     storage = optuna.storages.RDBStorage(driver_url(cluster.url))
     try:
@@ -189,7 +189,7 @@ def test_a_sweeps_pods_run_it_and_touch_no_other_sweep(cluster: Cluster) -> None
 
 
 def _codes(url: str, token: str | None, monkeypatch: pytest.MonkeyPatch) -> str:
-    from sweeper.proxy.client import ProxyStorage
+    from sweeper.study.remote.client import ProxyStorage
 
     monkeypatch.delenv(ENV_PROXY_TOKEN_FILE, raising=False)
     if token is None:
@@ -271,7 +271,7 @@ def test_tokens_that_do_not_check_out_and_the_admin_role(
         # `sweeper list` and `delete` read the database directly (grouped queries, the
         # artifact index); what they need of the proxy, listing and deleting studies, an admin
         # may call and a user without the role may not.
-        from sweeper.proxy.client import ProxyStorage
+        from sweeper.study.remote.client import ProxyStorage
 
         monkeypatch.setenv(ENV_PROXY_TOKEN, admin)
         storage = ProxyStorage(local)

@@ -18,10 +18,10 @@ import pytest
 from sweeper.errors import StorageError
 from sweeper.protocol import ENV_PROXY_TOKEN, ENV_PROXY_TOKEN_FILE, LAUNCHES_ATTR
 from sweeper.proxy.auth import AuthError, SharedSecret, Unauthenticated
-from sweeper.proxy.client import ProxyStorage
 from sweeper.proxy.policy import Caller
 from sweeper.proxy.server import ProxyServer
 from sweeper.study import create_or_resume
+from sweeper.study.remote.client import ProxyStorage
 from tests.support.helpers import make_spec
 
 SECRET = "s3cret-of-this-run-0123456789"

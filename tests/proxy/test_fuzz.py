@@ -20,12 +20,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sweeper.proxy import service as wire
 from sweeper.proxy.auth import Unauthenticated
 from sweeper.proxy.limits import Limits
 from sweeper.proxy.policy import Caller
 from sweeper.proxy.server import ProxyServer
 from sweeper.study import create_or_resume, open_storage
+from sweeper.study.remote import wire
 from tests.support.helpers import make_spec
 
 FUZZ = settings(max_examples=int(os.environ.get("SWEEPER_FUZZ_EXAMPLES", "150")),

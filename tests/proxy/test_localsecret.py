@@ -16,8 +16,13 @@ import optuna
 import pytest
 
 from sweeper.protocol import ENV_PROXY_TOKEN, ENV_PROXY_TOKEN_FILE
-from sweeper.proxy.localsecret import existing_secret, expected_path, read_secret, write_secret
 from sweeper.study import open_storage
+from sweeper.study.remote.localsecret import (
+    existing_secret,
+    expected_path,
+    read_secret,
+    write_secret,
+)
 from tests.support.helpers import write_spec
 from tests.support.proxy import REPO, SWEEPER, ProxyProcess, free_port
 
@@ -212,7 +217,7 @@ def test_a_secret_file_others_may_read_is_no_secret(tmp_path: Path,
 def test_a_client_without_the_secret_is_told_why(proxy: ProxyProcess, tmp_path: Path,
                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     from sweeper.errors import StorageError
-    from sweeper.proxy.client import ProxyStorage
+    from sweeper.study.remote.client import ProxyStorage
 
     elsewhere = tmp_path / "another-runtime"
     elsewhere.mkdir(mode=0o700)

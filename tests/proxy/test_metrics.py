@@ -130,7 +130,7 @@ def test_proxy_metrics_count_only_what_they_name() -> None:
 def test_a_claim_is_a_claim_or_next_attempt_call_or_a_first_look_that_claimed() -> None:
     from optuna.trial import TrialState
 
-    from sweeper.proxy import service as wire
+    from sweeper.study.remote import wire
     from sweeper.study.values import Attempt, Taken
 
     take = wire.OPERATIONS["take"]

@@ -13,10 +13,11 @@ import sqlalchemy as sa
 from optuna.trial import TrialState
 
 from sweeper.errors import SpecError, StorageError, StudyNotFoundError
-from sweeper.proxy.client import ProxyStorage, parse_proxy_url
+from sweeper.protocol import INDEX_ATTR
 from sweeper.proxy.server import ProxyServer
 from sweeper.space import grid_point
-from sweeper.study import INDEX_ATTR, create_or_resume, load_sweep, open_storage
+from sweeper.study import create_or_resume, load_sweep, open_storage
+from sweeper.study.remote.client import ProxyStorage, parse_proxy_url
 from tests.support.helpers import make_spec, race_new_attempts
 from tests.support.proxy import free_port
 

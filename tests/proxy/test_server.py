@@ -12,9 +12,9 @@ import pytest
 import sqlalchemy as sa
 
 from sweeper.errors import StorageError
-from sweeper.proxy import service as wire
 from sweeper.proxy.server import ProxyServer, _health_service
 from sweeper.study import create_or_resume, open_storage
+from sweeper.study.remote import wire
 from tests.support.helpers import make_spec
 
 
@@ -64,7 +64,7 @@ def test_a_retryable_database_error_is_unavailable_and_the_client_retries(
         return real(*args, **kwargs)
 
     monkeypatch.setattr(index, "attempts", flaky)  # what the server's handler calls
-    with caplog.at_level(logging.WARNING, logger="sweeper.proxy.client"):
+    with caplog.at_level(logging.WARNING, logger="sweeper.study.remote.client"):
         assert len(storage.attempts(sweep.study_id, 0)) == 1  # failed once, then served
     assert "storage proxy unavailable during Attempts" in caplog.text
 

@@ -16,9 +16,10 @@ from sweeper.cli import cli
 from sweeper.errors import StorageError
 from sweeper.protocol import ENV_PROXY_CA, ENV_PROXY_TOKEN, ENV_PROXY_TOKEN_FILE
 from sweeper.proxy.auth import SharedSecret
-from sweeper.proxy.client import ProxyStorage
 from sweeper.proxy.server import ProxyServer
-from sweeper.proxy.tls import ServerTLS, is_loopback
+from sweeper.proxy.tls import ServerTLS
+from sweeper.study.remote.client import ProxyStorage
+from sweeper.study.remote.localsecret import is_loopback
 
 SECRET = "tls-test-secret-0123456789abcdef"
 

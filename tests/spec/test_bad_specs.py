@@ -28,7 +28,7 @@ from click.testing import CliRunner, Result
 from sweeper.cli import cli
 from sweeper.errors import SpecError
 from sweeper.spec import load_spec
-from sweeper.study import driver_url
+from sweeper.study.urls import driver_url
 from tests.support.helpers import QUADRATIC
 
 REPO = Path(__file__).resolve().parents[2]

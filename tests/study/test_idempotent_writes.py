@@ -12,8 +12,9 @@ import sqlalchemy as sa
 from optuna.study import StudyDirection
 from optuna.trial import TrialState
 
+from sweeper._optuna_compat import trial_id_of
 from sweeper.protocol import FAIL_REASON_ATTR, RETRY_OF_ATTR
-from sweeper.study import create_or_resume, open_storage, trial_id_of
+from sweeper.study import create_or_resume, open_storage
 from sweeper.study.record import Sweep
 from sweeper.study.sql.storage import RetryingRDBStorage
 from tests.support.faultproxy import FaultProxy

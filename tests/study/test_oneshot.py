@@ -74,7 +74,8 @@ def test_the_claim_statement_wins_once_and_a_retry_finds_its_token(pg_url: str) 
 def test_the_first_look_claims_only_what_the_runner_would_claim(pg_url: str) -> None:
     """``take`` claims an index's WAITING trial only when it is the latest attempt and none
     finished; otherwise it only reports the attempts (the runner then decides as before)."""
-    from sweeper.study import create_or_resume, open_trial
+    from sweeper.study import create_or_resume
+    from sweeper.study.sql.trials import open_trial
 
     storage = open_storage(pg_url)
     sweep, _ = create_or_resume(storage, make_spec(name="take"))
@@ -117,7 +118,8 @@ def test_a_trial_the_first_look_claimed_opens_from_its_read_as_from_a_query(
     read (no query) is the one Optuna reads from the database afterwards: number, state,
     start, params with their distributions (a categorical's external value too), user
     attributes with the ones the claim set winning over stored ones, system attributes."""
-    from sweeper.study import create_or_resume, open_claimed
+    from sweeper.study import create_or_resume
+    from sweeper.study.sql.trials import open_claimed
 
     storage = open_storage(pg_url)
     sweep, _ = create_or_resume(storage, make_spec(name="opened"))

@@ -10,8 +10,9 @@ import sqlalchemy as sa
 from optuna.trial import TrialState
 
 from sweeper.errors import SpecError
+from sweeper.protocol import INDEX_ATTR
 from sweeper.space import grid_point
-from sweeper.study import INDEX_ATTR, create_or_resume, load_sweep, open_storage
+from sweeper.study import create_or_resume, load_sweep, open_storage
 from tests.support.helpers import make_spec, race_new_attempts
 
 
@@ -141,7 +142,7 @@ def test_index_lookup_can_use_the_partial_index(pg_url: str) -> None:
 def test_open_trial_reads_what_optuna_trial_reads(storage_url: str) -> None:
     """The runner's one-query trial equals optuna.Trial(study, id) for a claimed trial, and
     falls back to Optuna's own read for anything else."""
-    from sweeper.study import attach_trial, open_trial
+    from sweeper.study.sql.trials import attach_trial, open_trial
 
     storage = open_storage(storage_url)
     sweep, _ = create_or_resume(storage, make_spec())
@@ -171,7 +172,7 @@ def _claimed_trial(storage_url: str, index: int = 5) -> tuple[object, optuna.Tri
     """A planned index's second attempt (a retry: its fixed params, no params stored yet, as
     the enqueue stores them for a first attempt) as the runner opens it: read and attached to
     the cache in one query."""
-    from sweeper.study import open_trial
+    from sweeper.study.sql.trials import open_trial
 
     storage = open_storage(storage_url)
     sweep, _ = create_or_resume(storage, make_spec())
@@ -192,7 +193,8 @@ def test_write_trial_is_one_transaction_that_suggest_and_report_then_reuse(
     Optuna's own calls would have written; suggest_* then returns the value without a write."""
     from optuna.distributions import FloatDistribution
 
-    from sweeper.study import fixed_params_of, write_trial
+    from sweeper._optuna_compat import fixed_params_of
+    from sweeper.study.trials import write_trial
 
     storage, trial = _claimed_trial(storage_url)
     a = fixed_params_of(trial)["a"]
@@ -229,7 +231,7 @@ def test_write_trial_checks_the_trial_in_its_upserts_not_in_a_select_first(
     wrote fewer rows than it had (here: the retry of the same write, which must pass)."""
     from optuna.distributions import FloatDistribution
 
-    from sweeper.study import write_trial
+    from sweeper.study.trials import write_trial
 
     storage, trial = _claimed_trial(storage_url)
     statements: list[str] = []
@@ -258,7 +260,7 @@ def test_write_trial_checks_the_trial_in_its_upserts_not_in_a_select_first(
 def test_write_trial_on_a_finished_trial_writes_nothing(storage_url: str) -> None:
     from optuna.distributions import FloatDistribution
 
-    from sweeper.study import write_trial
+    from sweeper.study.trials import write_trial
 
     storage, trial = _claimed_trial(storage_url)
     tid = trial._trial_id  # noqa: SLF001

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from optuna.trial import TrialState
 
-from sweeper.study import create_or_resume, open_storage, unfinished_indexes
+from sweeper.study import create_or_resume, open_storage
+from sweeper.study.record import unfinished_indexes
 from tests.support.helpers import make_spec
 
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from sweeper.errors import StorageError
-from sweeper.study import driver_url, open_storage, redact, resolve_storage_url, scrub
+from sweeper.study import open_storage
+from sweeper.study.urls import driver_url, redact, resolve_storage_url, scrub
 from tests.support.helpers import make_spec
 
 

@@ -35,8 +35,9 @@ from optuna.trial import TrialState
 
 from sweeper.backends import manifests as m
 from sweeper.cli import cli
+from sweeper.protocol import INDEX_ATTR
 from sweeper.spec import SweepSpec, parse_spec
-from sweeper.study import INDEX_ATTR, driver_url
+from sweeper.study.urls import driver_url
 from tests.support.helpers import stop_process
 
 #: The kubeconfig of a cluster of your own to test against (unset: the local control plane).

@@ -36,7 +36,7 @@ def in_process_proxy(storage_url: str, **kwargs: object) -> Iterator[str]:
 
 
 def wait_ready(url: str, timeout: float = 60.0) -> None:
-    from sweeper.proxy.client import ProxyStorage
+    from sweeper.study.remote.client import ProxyStorage
 
     client = ProxyStorage(url)
     try:

@@ -31,7 +31,7 @@ def _code(fn: Callable[[], Any]) -> str:
 def main(own: str, other: str) -> int:
     import optuna
 
-    from sweeper.proxy.client import ProxyStorage
+    from sweeper.study.remote.client import ProxyStorage
 
     storage = ProxyStorage(os.environ["SWEEPER_STORAGE"])
     storage.wait_ready(30)

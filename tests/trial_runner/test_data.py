@@ -15,7 +15,7 @@ from click.testing import CliRunner, Result
 
 from sweeper.cli import cli
 from sweeper.spec import DataSpec
-from sweeper.study import driver_url
+from sweeper.study.urls import driver_url
 from tests.support.s3 import S3Server, s3_in_env
 from trial_runner.data import DataError, cache_key, data_dir, sync
 

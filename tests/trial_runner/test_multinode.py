@@ -15,7 +15,7 @@ from click.testing import Result
 from optuna.trial import TrialState
 
 from sweeper import protocol
-from sweeper.study import driver_url
+from sweeper.study.urls import driver_url
 from tests.support.ddp_runs import run_ddp, sqlite_url
 
 pytestmark = pytest.mark.slow

@@ -16,7 +16,8 @@ import pytest
 from optuna.trial import TrialState
 
 from sweeper import protocol
-from sweeper.study import Attempt, Taken, stop
+from sweeper.study import stop
+from sweeper.study.values import Attempt, Taken
 from trial_runner import runner
 from trial_runner.runner import (  # the table's rows, one function each
     Claimed,

@@ -18,7 +18,8 @@ from optuna.trial import TrialState
 from sweeper import protocol
 from sweeper.backends.local.gpus import gpu_slots
 from sweeper.cli import cli
-from sweeper.study import driver_url, load_sweep, open_storage
+from sweeper.study import load_sweep, open_storage
+from sweeper.study.urls import driver_url
 from tests.support.ddp_runs import run_ddp, sqlite_url
 
 pytestmark = pytest.mark.slow

@@ -14,6 +14,7 @@ from typing import Any
 
 from optuna.trial import TrialState
 
+from sweeper._optuna_compat import trial_id_of
 from sweeper.backends import manifests as m
 from sweeper.backends.kubernetes.client import ClientFactory, KubeClient, Obj
 from sweeper.backends.kubernetes.jobstatus import (
@@ -27,7 +28,7 @@ from sweeper.backends.kubernetes.promoted import Promoted, other_segments, start
 from sweeper.errors import BackendError
 from sweeper.protocol import INDEX_ATTR, RUNG_ATTR, LogHeader
 from sweeper.runlogs import Section, in_run_order, last_lines, pick, segments_of, split_attempts
-from sweeper.study import Sweep, trial_id_of
+from sweeper.study import Sweep
 
 
 def sweep_jobs(clients: ClientFactory, namespace: str, sweep_name: str, trials: int | None

@@ -117,7 +117,7 @@ class LocalBackend:
         forked. Forking is decided here: gRPC's threads must not be inherited, so a proxy
         starts after the first workers are forked, and replacements for workers that die
         later are exec'd."""
-        from sweeper.proxy.client import proxy_pays
+        from sweeper.study.remote.client import proxy_pays
 
         wanted = self.proxy if self.proxy is not None else \
             self.metrics is not None or proxy_pays(storage_url, n_workers)

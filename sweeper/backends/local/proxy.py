@@ -37,7 +37,7 @@ class LocalProxy:
         """No proxy (not ``wanted``, or ``storage_url`` is one already), one started now
         (workers exec'd), or a port reserved for one started once the first workers are
         forked (``fork``)."""
-        from sweeper.proxy.client import is_proxy_url
+        from sweeper.study.remote.client import is_proxy_url
 
         if not wanted or is_proxy_url(storage_url):
             return cls(storage_url, metrics, storage_url)

@@ -9,10 +9,11 @@ from typing import Any
 import pytest
 from optuna.trial import TrialState
 
+from sweeper._optuna_compat import trial_id_of
 from sweeper.backends import manifests as m
 from sweeper.backends.kubernetes.oom import oom_reason, record_oom
 from sweeper.protocol import INDEX_ATTR
-from sweeper.study import create_or_resume, open_storage, trial_id_of
+from sweeper.study import create_or_resume, open_storage
 from tests.support.helpers import make_spec
 
 

@@ -9,9 +9,10 @@ from typing import Any
 import pytest
 from optuna.trial import TrialState
 
+from sweeper._optuna_compat import trial_id_of
 from sweeper.backends.kubernetes.ops import rung_kept, stop_running
 from sweeper.protocol import ATTEMPT_ATTR, INDEX_ATTR, PAUSED_ATTR, RUNG_ATTR
-from sweeper.study import create_or_resume, open_storage, trial_id_of
+from sweeper.study import create_or_resume, open_storage
 from tests.support.helpers import make_spec
 
 

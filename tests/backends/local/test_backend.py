@@ -221,7 +221,7 @@ def test_workers_behind_the_in_process_proxy_finish_every_index_once(
 
 
 def test_the_proxy_is_on_by_default_only_where_it_pays() -> None:
-    from sweeper.proxy.client import PROXY_AUTO_PARALLELISM, proxy_pays
+    from sweeper.study.remote.client import PROXY_AUTO_PARALLELISM, proxy_pays
 
     pg = "postgresql://u:p@db/sweeps"
     assert proxy_pays(pg, PROXY_AUTO_PARALLELISM)
@@ -233,7 +233,7 @@ def test_run_help_states_the_measured_threshold() -> None:
     from click.testing import CliRunner
 
     from sweeper.cli import cli
-    from sweeper.proxy.client import PROXY_AUTO_PARALLELISM
+    from sweeper.study.remote.client import PROXY_AUTO_PARALLELISM
 
     out = CliRunner().invoke(cli, ["run", "--help"]).output
     assert f"from {PROXY_AUTO_PARALLELISM} workers" in " ".join(out.split())

@@ -16,6 +16,7 @@ next start draw a new one. Nothing here logs or shows a secret.
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import stat
 import tempfile
@@ -26,6 +27,16 @@ from sweeper.errors import StorageError
 
 #: A secret shorter than this in a file is not one this module wrote: a new one replaces it.
 _MIN_LENGTH = 32
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` is this machine only: where a proxy's secret is a file, not a flag."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
 
 
 def runtime_dir(env: Mapping[str, str] = os.environ) -> Path:

@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any, ClassVar
 
-from sweeper.proxy.codec import WireError, from_wire, to_wire
+from sweeper.study.remote.codec import WireError, from_wire, to_wire
 from sweeper.study.store import LOCAL, IndexStore
 
 #: The service's full name (``/sweeper.v1.IndexProtocol/<Method>``).

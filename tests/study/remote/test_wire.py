@@ -13,9 +13,9 @@ import pytest
 from optuna.distributions import BaseDistribution, CategoricalDistribution, FloatDistribution
 from optuna.trial import TrialState
 
-from sweeper.proxy import service as wire
-from sweeper.proxy.client import ProxyStorage
-from sweeper.proxy.codec import WireError, from_wire, to_wire
+from sweeper.study.remote import wire
+from sweeper.study.remote.client import ProxyStorage
+from sweeper.study.remote.codec import WireError, from_wire, to_wire
 from sweeper.study.sql import SqlStore
 from sweeper.study.store import LOCAL, IndexStore
 from sweeper.study.values import (

@@ -1,11 +1,12 @@
 """The runner's and the CLI's end of ``grpc://host:port``: Optuna's gRPC storage client plus
-sweeper's own service (:mod:`.service`) on the same channel, both retried while the proxy is
+sweeper's own service (:mod:`.wire`) on the same channel, both retried while the proxy is
 unavailable (a restart, a rolling update), so a sweep survives the proxy the way it survives a
 database restart.
 
 :class:`ProxyStorage` is one of the two implementations of the index store
 (:class:`sweeper.study.store.IndexStore`): each operation is sent as it is and the proxy runs
-the database's implementation of it (:mod:`.server`). Callers never ask which one they hold.
+the database's implementation of it (:mod:`sweeper.proxy.server`). Callers never ask which
+one they hold.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from sweeper.errors import (
     SweeperError,
 )
 from sweeper.protocol import ENV_PARENT_PID
-from sweeper.proxy import service as wire
+from sweeper.study.remote import wire
 from sweeper.study.retry import retried
 from sweeper.study.store import IndexStore
 
@@ -94,14 +95,14 @@ _Optunas = optuna.storages.GrpcStorageProxy
 
 
 def _open_channel(host: str, port: int, options: Sequence[tuple[str, Any]]) -> Any:
-    from sweeper.proxy.credentials import open_channel
+    from sweeper.study.remote.credentials import open_channel
 
     return open_channel(host, port, options)
 
 
 def _remote(method: F) -> F:
     """The client side of an operation of the index store: ``method``'s signature, its
-    arguments sent to the proxy (:mod:`.service`), the reply decoded."""
+    arguments sent to the proxy (:mod:`.wire`), the reply decoded."""
     op = wire.OPERATIONS[method.__name__]
 
     @functools.wraps(method)
@@ -136,7 +137,7 @@ class ProxyStorage(GrpcStorageProxyOnChannel):
     def _retry(self, what: str, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         import grpc
 
-        from sweeper.proxy.credentials import is_throttled, refusal
+        from sweeper.study.remote.credentials import is_throttled, refusal
 
         start = time.monotonic()
         delay = 0.2
@@ -210,7 +211,7 @@ class ProxyStorage(GrpcStorageProxyOnChannel):
         outage). A warning says once that it waits."""
         import grpc
 
-        from sweeper.proxy.credentials import diagnose
+        from sweeper.study.remote.credentials import diagnose
 
         deadline = time.monotonic() + timeout_s
         warned = False
@@ -233,7 +234,7 @@ class ProxyStorage(GrpcStorageProxyOnChannel):
                     warned = True
 
     # ---------------------------------------------------------------- the index store
-    # Each operation of sweeper.study.store.IndexStore, sent as it is (sweeper.proxy.service);
+    # Each operation of sweeper.study.store.IndexStore, sent as it is (sweeper.study.remote.wire);
     # the proxy runs the SqlStore method of the same name.
 
     attempts = _remote(IndexStore.attempts)

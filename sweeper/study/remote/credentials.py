@@ -127,8 +127,7 @@ def _local_secret(host: str, port: int, env: Mapping[str, str]) -> TokenSource |
     """The secret a loopback ``sweeper proxy`` of this user writes for ``host:port``
     (:mod:`.localsecret`), read when a call is made (the proxy may start after this client)
     and again when it changes; None off loopback."""
-    from sweeper.proxy.localsecret import expected_path
-    from sweeper.proxy.tls import is_loopback
+    from sweeper.study.remote.localsecret import expected_path, is_loopback
 
     if not is_loopback(host):
         return None
