@@ -11,7 +11,7 @@ from optuna.trial import TrialState
 from sweeper import protocol
 from sweeper._optuna_compat import storage_of, tell, tell_trial
 from sweeper.study.store import IndexStore
-from trial_runner.outcome import Outcome
+from trial_runner.outcome import Outcome, OutcomeState
 
 logger = logging.getLogger(__name__)
 
@@ -22,7 +22,7 @@ def finish_pruned(study: optuna.Study, trial_id: int, index: int, number: int, *
     first."""
     if not tell_state(study, trial_id, TrialState.PRUNED, None, number=number, trial=trial):
         return superseded(index, number)
-    return Outcome(index, protocol.EXIT_OK, "PRUNED", number,
+    return Outcome(index, protocol.EXIT_OK, OutcomeState.PRUNED, number,
                    f"index {index}: trial #{number} pruned")
 
 
@@ -54,7 +54,7 @@ def tell_state(study: optuna.Study, trial_id: int, state: TrialState,
 
 def superseded(index: int, number: int) -> Outcome:
     """The outcome of a trial the watcher failed (stale heartbeat) before it finished."""
-    return Outcome(index, protocol.EXIT_RETRY, "FAIL", number,
+    return Outcome(index, protocol.EXIT_RETRY, OutcomeState.FAIL, number,
                    f"index {index}: trial #{number} was marked FAIL (stale heartbeat) before it "
                    "finished; the index needs another attempt")
 
@@ -63,5 +63,6 @@ def fail_trial(storage: IndexStore, index: int, trial_id: int, number: int, reas
                code: int) -> Outcome:
     """Mark the trial FAIL for ``reason``: its outcome, with exit code ``code``."""
     storage.mark_failed(trial_id, reason)  # the caller logs the outcome (trial_runner.main)
-    return Outcome(index, code, "FAIL", number, f"index {index}: trial #{number} failed: {reason}")
+    return Outcome(index, code, OutcomeState.FAIL, number,
+                   f"index {index}: trial #{number} failed: {reason}")
 

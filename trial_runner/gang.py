@@ -27,7 +27,7 @@ from sweeper.spec import SweepSpec
 from sweeper.study import Sweep
 from trial_runner.context import TrialContext
 from trial_runner.launcher import follower_argv, rdzv_id, torchrun_argv
-from trial_runner.outcome import Outcome, RunnerSettings
+from trial_runner.outcome import Outcome, OutcomeState, RunnerSettings
 from trial_runner.processes import die_with_parent, terminate
 from trial_runner.runner import TrialHook, run_index
 
@@ -35,7 +35,6 @@ logger = logging.getLogger("trial_runner.gang")
 
 #: Seconds between a follower's rounds: node 0 needs a moment between trials.
 _ROUND_PAUSE_S = 1.0
-_STOP_STATES = (protocol.STOPPED,)
 
 
 def run_slot(sweep: Sweep, gang: Gang, objective: Callable[[TrialContext], Any],
@@ -49,7 +48,7 @@ def run_slot(sweep: Sweep, gang: Gang, objective: Callable[[TrialContext], Any],
         outcome = _run_to_end(sweep, index, objective, settings, retries, log, hook)
         if outcome.exit_code == protocol.EXIT_CONFIG:
             return protocol.EXIT_CONFIG
-        if outcome.state in _STOP_STATES:
+        if outcome.state is OutcomeState.STOPPED:
             break
     return send_done(sweep.spec, gang)
 
@@ -63,8 +62,8 @@ def _run_to_end(sweep: Sweep, index: int, objective: Callable[[TrialContext], An
     outcome = run_index(sweep, index, objective, settings, trial_hook=hook)
     log(outcome)
     for _ in range(retries):
-        if outcome.state != "FAIL" or outcome.exit_code in (protocol.EXIT_CONFIG,
-                                                            protocol.EXIT_NO_RETRY):
+        if outcome.state is not OutcomeState.FAIL \
+                or outcome.exit_code in (protocol.EXIT_CONFIG, protocol.EXIT_NO_RETRY):
             break
         outcome = run_index(sweep, index, objective, settings, trial_hook=hook)
         log(outcome)

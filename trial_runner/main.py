@@ -364,7 +364,8 @@ def serve(sweep: Sweep, objective: Callable[[TrialContext], Any],
             _redirect_output(own_log)
             if outcome.exit_code == protocol.EXIT_CONFIG:  # the reason first: it stops the run
                 send(messages.Error(outcome.message))
-            send(messages.Done(index, outcome.exit_code, outcome.state, outcome.trial_number))
+            send(messages.Done(index, outcome.exit_code, outcome.state.value,
+                               outcome.trial_number))
     except Interrupted as e:
         return protocol.EXIT_SIGNAL_BASE + e.signum
     return protocol.EXIT_OK

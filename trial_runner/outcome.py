@@ -3,6 +3,7 @@ and the signal that interrupts it: the plain values of :mod:`trial_runner.runner
 
 from __future__ import annotations
 
+import enum
 import os
 import signal
 from collections.abc import Mapping
@@ -36,11 +37,29 @@ class RunnerSettings:
         )
 
 
+class OutcomeState(str, enum.Enum):
+    """How a runner's index ended. The value is what the worker's ``done`` message carries
+    and what the logs print (a ``str``: it compares equal to its value)."""
+
+    COMPLETE = "COMPLETE"
+    PRUNED = "PRUNED"
+    FAIL = "FAIL"
+    #: The index already had a finished trial: nothing ran.
+    ALREADY_DONE = "ALREADY_DONE"
+    #: The sweep is stopped (a stop rule, ``sweeper stop``): nothing ran.
+    STOPPED = protocol.STOPPED
+    #: The trial paused at a rung (``scheduler:``) until a promotion resumes it.
+    PAUSED = protocol.PAUSED
+
+    def __str__(self) -> str:
+        return self.value
+
+
 @dataclass(frozen=True)
 class Outcome:
     index: int
     exit_code: int
-    state: str  # COMPLETE, PRUNED, FAIL, ALREADY_DONE, STOPPED or PAUSED
+    state: OutcomeState
     trial_number: int | None
     message: str = ""
     #: PAUSED (``scheduler:``): the rung the trial paused at.

@@ -41,7 +41,7 @@ from sweeper.study import Sweep, stop
 from sweeper.study.values import RungTrial
 from trial_runner.asha import promotions
 from trial_runner.context import TrialContext
-from trial_runner.outcome import Claimed, Outcome, RunnerSettings
+from trial_runner.outcome import Claimed, Outcome, OutcomeState, RunnerSettings
 from trial_runner.pbt import pbt_objective
 from trial_runner.runner import TrialHook, run_claimed, run_index
 
@@ -71,7 +71,7 @@ def run_scheduled(sweep: Sweep, index: int, objective: Callable[[TrialContext], 
         log(own)
     if pbt or not sweep.spec.scheduler.enabled or own.exit_code != protocol.EXIT_OK:
         return own
-    if own.state == protocol.STOPPED:
+    if own.state is OutcomeState.STOPPED:
         _end_stopped(sweep, settings)
         return own
     failed = promote(sweep, objective, settings, trial_hook=trial_hook, log=log or _log_info)

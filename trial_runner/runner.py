@@ -55,7 +55,7 @@ from trial_runner.context import (
 )
 from trial_runner.data import DataError, data_dir
 from trial_runner.finish import fail_trial, finish_pruned, superseded, tell_state
-from trial_runner.outcome import Claimed, Interrupted, Outcome, RunnerSettings
+from trial_runner.outcome import Claimed, Interrupted, Outcome, OutcomeState, RunnerSettings
 from trial_runner.params import planned, provenance, suggest_active
 from trial_runner.pbt import scheduler_pruner
 from trial_runner.reports import ReportWriter
@@ -70,7 +70,7 @@ TrialHook = Callable[[int, LogHeader], None]
 
 
 def _not_started(index: int, stopped: stop.StopState) -> Outcome:
-    return Outcome(index, protocol.EXIT_OK, protocol.STOPPED, None,
+    return Outcome(index, protocol.EXIT_OK, OutcomeState.STOPPED, None,
                    f"index {index} not started: the sweep is stopped ({stopped.describe()})")
 
 
@@ -127,14 +127,14 @@ def _requeues(sweep: Sweep) -> int | None:
 
 
 def _already_done(index: int, last: Attempt) -> Outcome:
-    return Outcome(index, protocol.EXIT_OK, "ALREADY_DONE", last.number,
+    return Outcome(index, protocol.EXIT_OK, OutcomeState.ALREADY_DONE, last.number,
                    f"index {index} already finished (trial #{last.number})")
 
 
 def _first_attempt(sweep: Sweep, index: int) -> Claimed | Outcome | None:
     """Attempt 0 of an adaptive sweep's index (None: another runner created it first)."""
     if not sweep.spec.is_adaptive:
-        return Outcome(index, protocol.EXIT_CONFIG, "FAIL", None,
+        return Outcome(index, protocol.EXIT_CONFIG, OutcomeState.FAIL, None,
                        f"index {index} is not part of sweep {sweep.name!r} "
                        f"(indexes 0..{sweep.spec.trials - 1})")
     tid = sweep.storage.new_attempt(sweep.study_id, index, after=None, params=None)
@@ -181,7 +181,7 @@ def run_index(sweep: Sweep, index: int, objective: Callable[[TrialContext], Any]
             return _not_started(index, stopped)
         got = acquire(sweep, index, settings)
     except StorageError as e:
-        return Outcome(index, protocol.EXIT_RETRY, "FAIL", None, f"index {index}: {e}")
+        return Outcome(index, protocol.EXIT_RETRY, OutcomeState.FAIL, None, f"index {index}: {e}")
     if isinstance(got, Outcome):
         return got
     return run_claimed(sweep, index, got, objective, settings, trial_hook=trial_hook)
@@ -212,18 +212,18 @@ def run_claimed(sweep: Sweep, index: int, got: Claimed, objective: Callable[[Tri
             logger.info("index %d: trial #%d promoted from rung %s", index, number, rung)
         with Heartbeat(sweep, trial_id, settings.heartbeat_interval_s):
             outcome = _run_trial(sweep, study, trial, index, attempt, objective, settings)
-        if outcome.state == protocol.PAUSED and outcome.rung is not None:  # no beat after it
+        if outcome.state is OutcomeState.PAUSED and outcome.rung is not None:  # no beat after it
             outcome = _pause(sweep, index, trial_id, number, outcome.rung)
     except StorageError as e:  # down past its retries: the launcher starts the index again
         _fail_claimed(sweep, trial_id, e)
-        return Outcome(index, protocol.EXIT_RETRY, "FAIL", None, f"index {index}: {e}")
+        return Outcome(index, protocol.EXIT_RETRY, OutcomeState.FAIL, None, f"index {index}: {e}")
     except BaseException as e:
         if isinstance(e, Interrupted) and rung is not None:  # paused again, for the next one
             sweep.storage.pause(trial_id, rung)
         else:
             _fail_claimed(sweep, trial_id, e)
         raise
-    after_trial(sweep, failed=outcome.state == "FAIL")
+    after_trial(sweep, failed=outcome.state is OutcomeState.FAIL)
     return outcome
 
 
@@ -231,7 +231,7 @@ def _pause(sweep: Sweep, index: int, trial_id: int, number: int, rung: int) -> O
     """RUNNING -> WAITING, paused at ``rung`` for a promotion; the index is done for now."""
     if not sweep.storage.pause(trial_id, rung):
         return superseded(index, number)
-    return Outcome(index, protocol.EXIT_OK, protocol.PAUSED, number,
+    return Outcome(index, protocol.EXIT_OK, OutcomeState.PAUSED, number,
                    f"index {index}: trial #{number} paused at rung {rung} "
                    f"(step {sweep.spec.scheduler.rung_steps[rung]})", rung=rung)
 
@@ -341,7 +341,7 @@ def _evaluate(study: optuna.Study, ctx: TrialContext, objective: Callable[[Trial
         told = tell_state(study, trial_id, TrialState.COMPLETE, values, number=number, trial=own)
     if not told:
         return superseded(index, number)
-    return Outcome(index, protocol.EXIT_OK, "COMPLETE", number,
+    return Outcome(index, protocol.EXIT_OK, OutcomeState.COMPLETE, number,
                    f"index {index}: trial #{number} complete: "
                    + ", ".join(f"{m}={v:.6g}" for m, v in zip(metrics, values, strict=True)))
 
@@ -353,7 +353,7 @@ def _pruned(study: optuna.Study, writer: ReportWriter, trial_id: int, index: int
     rung = paused_rung(study.pruner, number)
     if rung is not None:
         writer.flush()
-        return Outcome(index, protocol.EXIT_OK, protocol.PAUSED, number, "", rung=rung)
+        return Outcome(index, protocol.EXIT_OK, OutcomeState.PAUSED, number, "", rung=rung)
     with writer.finishing():
         return finish_pruned(study, trial_id, index, number, trial=own)
 

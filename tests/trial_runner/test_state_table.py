@@ -19,6 +19,7 @@ from sweeper import protocol
 from sweeper.study import stop
 from sweeper.study.values import Attempt, Taken
 from trial_runner import runner
+from trial_runner.outcome import OutcomeState
 from trial_runner.runner import (  # the table's rows, one function each
     Claimed,
     Outcome,
@@ -210,8 +211,9 @@ def test_waiting_says_which_trial_runs_elsewhere(store: Store,
 
 def test_a_finished_index_is_already_done_with_its_trial() -> None:
     out = _already_done(3, attempt(9, TrialState.COMPLETE))
-    assert out == Outcome(3, protocol.EXIT_OK, "ALREADY_DONE", 109,
+    assert out == Outcome(3, protocol.EXIT_OK, OutcomeState.ALREADY_DONE, 109,
                           "index 3 already finished (trial #109)")
+    assert out.state is OutcomeState.ALREADY_DONE
 
 
 # --------------------------------------------------------------------------- nothing
@@ -227,8 +229,9 @@ def test_nothing_in_an_adaptive_sweep_creates_attempt_0(store: Store) -> None:
 
 def test_nothing_in_a_planned_sweep_is_an_index_outside_it(store: Store) -> None:
     out = _first_attempt(sweep(store, trials=4), 9)
-    assert out == Outcome(9, protocol.EXIT_CONFIG, "FAIL", None,
+    assert out == Outcome(9, protocol.EXIT_CONFIG, OutcomeState.FAIL, None,
                           "index 9 is not part of sweep 'grid-sweep' (indexes 0..3)")
+    assert out.state is OutcomeState.FAIL
     assert store.calls == []
 
 
@@ -337,3 +340,11 @@ def test_a_running_attempt_elsewhere_is_waited_on_then_looked_at_again(
         got = first_look(store, Taken(attempts=[attempt(4, RUNNING, age=1.0)]))
     assert got == _already_done(3, done)
     assert "index 3: trial #104 is running elsewhere; waiting" in caplog.messages
+
+
+def test_an_outcome_state_prints_and_travels_as_its_name() -> None:
+    """The worker's ``done`` message and the logs carry the state's value, unchanged."""
+    assert [s.value for s in OutcomeState] == [
+        "COMPLETE", "PRUNED", "FAIL", "ALREADY_DONE", protocol.STOPPED, protocol.PAUSED]
+    assert f"{OutcomeState.PAUSED}" == str(OutcomeState.PAUSED) == "PAUSED"
+    assert OutcomeState.FAIL == "FAIL"
