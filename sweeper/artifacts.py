@@ -294,12 +294,7 @@ def _unique_names(infos: Iterable[ArtifactInfo]) -> list[str]:
     return out
 
 
-def read_artifact(store: ArtifactStore, artifact_id: str) -> bytes:
-    with store.open_reader(artifact_id) as reader:
-        return reader.read()
-
-
 __all__ = ["ArtifactInfo", "PrefixedStore", "cached_artifact_store", "default_artifact_dir",
-           "describe", "download_trial", "open_artifact_store", "read_artifact",
+           "describe", "download_trial", "open_artifact_store",
            "remove_artifacts", "s3_client",
            "trial_artifacts", "upload"]

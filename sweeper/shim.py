@@ -94,17 +94,6 @@ def exit_order(code: int) -> str:
     return f"exit {int(code)}\n"
 
 
-def parse_order(text: str) -> tuple[str, int | None]:
-    """Inverse of :func:`run_order` / :func:`exit_order`: ``("run", None)`` or
-    ``("exit", CODE)``. Raises ValueError for anything else."""
-    verb, _, rest = text.strip().partition(" ")
-    if verb == "run" and not rest:
-        return "run", None
-    if verb == "exit" and rest.strip().lstrip("-").isdigit():
-        return "exit", int(rest)
-    raise ValueError(f"not an order: {text[:40]!r}")
-
-
 def quote(word: str) -> str:
     """One word for ``sh``, single-quoted (the only quoting with no special characters
     inside)."""

@@ -96,8 +96,6 @@ def _operations() -> dict[str, Operation]:
 
 #: Every operation of the index store that travels: method name -> operation.
 OPERATIONS: dict[str, Operation] = _operations()
-#: The same, by wire name.
-BY_WIRE_NAME: dict[str, Operation] = {op.wire_name: op for op in OPERATIONS.values()}
 #: Calls that claim an index's trial or create its next attempt, whatever they reply; and
 #: the first look, which claims when its reply names the attempt it claimed.
 _CLAIMING = {f"/{SERVICE}/Claim", f"/{SERVICE}/NewAttempt"}

@@ -45,7 +45,7 @@ def open_sql_store(url: str, *, connect_deadline_s: float = 0.0, pool_size: int 
     :class:`StorageMissingError` saying so.
     """
     real = driver_url(url)
-    engine_kwargs = _engine_kwargs(url, real, pool_size, max_overflow)
+    engine_kwargs = engine_options(url, pool_size=pool_size, max_overflow=max_overflow)
 
     def connect() -> SqlStore:
         if not create:
@@ -82,11 +82,7 @@ def engine_options(url: str, *, pool_size: int = 1, max_overflow: int = 1) -> di
     """The SQLAlchemy engine options :func:`open_storage` uses for ``url`` (SQLite busy
     timeout; PostgreSQL pool size, connect timeout; the storage adds a ping of connections
     that sat idle, :func:`ping_when_idle`)."""
-    return _engine_kwargs(url, driver_url(url), pool_size, max_overflow)
-
-
-def _engine_kwargs(url: str, real: str, pool_size: int, max_overflow: int) -> dict[str, Any]:
-    scheme = real.split("://", 1)[0]
+    scheme = driver_url(url).split("://", 1)[0]
     if scheme.startswith("sqlite"):
         return {"connect_args": {"timeout": 60}}
     if scheme.startswith("postgresql"):
