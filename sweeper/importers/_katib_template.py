@@ -95,24 +95,61 @@ def trial_template(im: Importer, s: dict[str, Any], refs: dict[str, str], *, swe
     """(``trial``, ``kubernetes``) from the trial template; ``refs``: Katib parameter name ->
     sweeper's, ``sweep`` and ``namespace``: the imported spec's (per-trial metadata values are
     made of them, see ``_katib_meta``)."""
+    tt = _inline_template(im, s)
+    values = trial_values(im, tt, refs, sweep, namespace)
+    container, pod = _container(im, tt)
+    argv = _argv(im, container)
+    env, per_trial = container_env(im, container, values)
+    trial = _trial_section(im, container, argv, values, per_trial)
+    kube = _kubernetes_section(im, tt, container, pod, values, env)
+    leftovers(im, tt["trialSpec"], pod, container)
+    kube["runner_image"] = DEFAULT_IMAGE
+    im.note("kubernetes.runner_image", f"the command runs in {container.get('image')} as it "
+            f"is (it needs sh and sleep, not sweeper); sweeper's runner runs beside it from "
+            f"{DEFAULT_IMAGE}: make that image pullable by the cluster or name yours")
+    _note_unmapped_conditions(im, tt)
+    return trial, kube
+
+
+def _inline_template(im: Importer, s: dict[str, Any]) -> dict[str, Any]:
+    """The experiment's ``trialTemplate``, which must hold its ``trialSpec`` inline."""
     tt = s.get("trialTemplate")
     if not isinstance(tt, dict):
         raise im.err(("spec", "trialTemplate"), "a Katib Experiment needs a trialTemplate")
     if "trialSpec" not in tt:
         raise im.err(("spec", "trialTemplate"), "the trial template is not inline (configMap): "
                                                 "put it under trialSpec to import it")
-    values = trial_values(im, tt, refs, sweep, namespace)
-    container, pod = _container(im, tt)
+    return tt
+
+
+def _argv(im: Importer, container: dict[str, Any]) -> list[Any]:
+    """The trial container's command and arguments, which must not be empty."""
     argv = [*(container.get("command") or []), *(container.get("args") or [])]
     if not argv:
         raise im.err(("spec", "trialTemplate"), "the trial container has no command: sweeper "
                                                 "runs the command, not the image's entrypoint")
-    env, per_trial = container_env(im, container, values)
+    return argv
+
+
+def _trial_section(im: Importer, container: dict[str, Any], argv: list[Any],
+                   values: dict[str, Value], per_trial: list[str]) -> dict[str, Any]:
+    """``trial``: the command (per-trial variables set by ``env`` in front), and the
+    container's CPU and memory."""
     command = [_argument(im, str(a), values) for a in argv]
-    trial: dict[str, Any] = {"command": ["env", *per_trial, *command] if per_trial else command}
+    if per_trial:
+        command = ["env", *per_trial, *command]
+    trial: dict[str, Any] = {"command": command}
     resources = _resources(container.get("resources") or {})
     if resources:
         trial["resources"] = resources
+    return trial
+
+
+def _kubernetes_section(im: Importer, tt: dict[str, Any], container: dict[str, Any],
+                        pod: dict[str, Any], values: dict[str, Value],
+                        env: dict[str, str]) -> dict[str, Any]:
+    """``kubernetes``: the container's image and plain variables, the pod's labels and
+    annotations."""
     kube: dict[str, Any] = {"image": container.get("image")}
     if env:
         kube["env"] = env
@@ -120,16 +157,14 @@ def trial_template(im: Importer, s: dict[str, Any], refs: dict[str, str], *, swe
     if any(isinstance(e, dict) and "valueFrom" in e for e in container.get("env") or []):
         im.note("trialTemplate env", "variables from valueFrom (Secrets, fields) are not "
                                      "mapped: add them to the runner image or kubernetes.env")
-    leftovers(im, tt["trialSpec"], pod, container)
-    kube["runner_image"] = DEFAULT_IMAGE
-    im.note("kubernetes.runner_image", f"the command runs in {container.get('image')} as it "
-            f"is (it needs sh and sleep, not sweeper); sweeper's runner runs beside it from "
-            f"{DEFAULT_IMAGE}: make that image pullable by the cluster or name yours")
+    return kube
+
+
+def _note_unmapped_conditions(im: Importer, tt: dict[str, Any]) -> None:
     for key in ("retain", "successCondition", "failureCondition", "primaryPodLabels"):
         if key in tt:
             im.note(f"trialTemplate.{key}", "not mapped (sweeper reads the exit code and "
                                             "the metrics)")
-    return trial, kube
 
 
 def _container(im: Importer, tt: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
