@@ -109,7 +109,9 @@ def rows_for(task: str, size: dict[str, Any], per_seed: list[dict[str, Any]],
 
 def _per_seed(per_seed: list[dict[str, Any]], variant: str, key: str) -> str:
     def fmt(x: Any) -> str:
-        return "-" if x is None else f"{x:.3f}" if isinstance(x, float) else str(x)
+        if x is None:
+            return "-"
+        return f"{x:.3f}" if isinstance(x, float) else str(x)
 
     return "/".join(fmt(f["variants"][variant].get(key)) for f in per_seed)
 
@@ -211,7 +213,25 @@ def simulated(configs_of: Callable[[int], list[dict[str, float]]], seeds: int, s
               workers: int) -> tuple[list[Row], list[str]]:
     """Every simulated rule on ``seeds`` seeds' configurations (``configs_of(seed)``, the sets
     the real runs train), per target: mean epochs to it and the seeds that reached it."""
-    to: dict[tuple[str, float], list[int | None]] = {}
+    to, total = _simulate_rules(configs_of, seeds, steps, workers)
+    n = len(configs_of(0))
+    rows = [_simulated_row(to, frac, seeds, n, steps, workers) for frac in SIM_FRACTIONS]
+    note = ("compute, simulated: the same rules replayed without processes or a database "
+            "(benchmarks/schedule_sim.py) on the seeds' own configurations and noise; epochs in "
+            "all, mean: " + "; ".join(f"{k} {statistics.fmean(v):.0f}" for k, v in total.items())
+            + ". Each cell is the mean epochs to the target over the seeds that reached it.")
+    return rows, [note]
+
+
+#: (rule, target fraction) -> per seed, the epochs to the target (None: never reached).
+_EpochsTo = dict[tuple[str, float], list[int | None]]
+
+
+def _simulate_rules(configs_of: Callable[[int], list[dict[str, float]]], seeds: int,
+                    steps: int, workers: int) -> tuple[_EpochsTo, dict[str, list[int]]]:
+    """Each rule of :data:`SIMULATED` on each seed: the epochs to each target, and the
+    epochs trained in all per rule."""
+    to: _EpochsTo = {}
     total: dict[str, list[int]] = {}
     for seed in range(seeds):
         configs = configs_of(seed)
@@ -223,28 +243,27 @@ def simulated(configs_of: Callable[[int], list[dict[str, float]]], seeds: int, s
             for frac in SIM_FRACTIONS:
                 target = curves.top_fraction_score(finals, frac)
                 to.setdefault((label, frac), []).append(curves.epochs_to_target(events, target))
-    n = len(configs_of(0))
-    rows = []
-    for frac in SIM_FRACTIONS:
-        parts = []
-        for label in SIMULATED:
-            hits = [x for x in to[(label, frac)] if x is not None]
-            mean = statistics.fmean(hits) if hits else float("nan")
-            parts.append(f"{label} {mean:.0f} ({len(hits)}/{seeds})")
-        both = [(a, h) for a, h in zip(to[("sweeper promotion ASHA", frac)],
-                                       to[("sweeper hyperband", frac)], strict=True)
-                if a is not None and h is not None]
-        ratio = sum(a for a, _ in both) / sum(h for _, h in both) if both else float("nan")
-        rows.append(Row(f"compute, simulated: epochs to the top {frac:.0%} (curve, N={n} x "
-                        f"{steps} steps, W={workers}, {seeds} seeds)",
-                        "; ".join(parts) + f"; promotion ASHA / hyperband {ratio:.2f}x on the "
-                        f"{len(both)} seeds both reached it", "-", "INFO",
-                        {"fraction": frac, "ratio": ratio, "paired_seeds": len(both)}))
-    note = ("compute, simulated: the same rules replayed without processes or a database "
-            "(benchmarks/schedule_sim.py) on the seeds' own configurations and noise; epochs in "
-            "all, mean: " + "; ".join(f"{k} {statistics.fmean(v):.0f}" for k, v in total.items())
-            + ". Each cell is the mean epochs to the target over the seeds that reached it.")
-    return rows, [note]
+    return to, total
+
+
+def _simulated_row(to: _EpochsTo, frac: float, seeds: int, n: int, steps: int,
+                   workers: int) -> Row:
+    """The row of one target: each rule's mean epochs to it, and promotion ASHA's against
+    hyperband's on the seeds both reached it."""
+    parts = []
+    for label in SIMULATED:
+        hits = [x for x in to[(label, frac)] if x is not None]
+        mean = statistics.fmean(hits) if hits else float("nan")
+        parts.append(f"{label} {mean:.0f} ({len(hits)}/{seeds})")
+    both = [(a, h) for a, h in zip(to[("sweeper promotion ASHA", frac)],
+                                   to[("sweeper hyperband", frac)], strict=True)
+            if a is not None and h is not None]
+    ratio = sum(a for a, _ in both) / sum(h for _, h in both) if both else float("nan")
+    return Row(f"compute, simulated: epochs to the top {frac:.0%} (curve, N={n} x "
+               f"{steps} steps, W={workers}, {seeds} seeds)",
+               "; ".join(parts) + f"; promotion ASHA / hyperband {ratio:.2f}x on the "
+               f"{len(both)} seeds both reached it", "-", "INFO",
+               {"fraction": frac, "ratio": ratio, "paired_seeds": len(both)})
 
 
 def simulation_check(per_seed: list[dict[str, Any]],

@@ -154,6 +154,22 @@ def run(sizes: dict[str, Any], log: Any) -> tuple[list[Row], dict[str, Any]]:
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     dims, trials, seeds = sizes["q_dims"], sizes["q_trials"], sizes["q_seeds"]
     workers, delay = sizes["q_w"], sizes["q_delay"]
+    best = _best_values(sizes, log)
+    methods = [m for m in METHODS if best["sphere"][m]]
+    per_function = _normalised_regret(best, dims, methods)
+    mean = {m: statistics.fmean(per_function[f][m] for f in FUNCTIONS) for m in methods}
+    rows = _rows(best, per_function, mean, sizes)
+    return rows, {"dims": dims, "trials": trials, "seeds": seeds, "workers": workers,
+                  "delay_s": delay, "best_values": best, "normalised_regret": per_function,
+                  "mean_normalised_regret": mean}
+
+
+def _best_values(sizes: dict[str, Any], log: Any) -> dict[str, dict[str, list[float]]]:
+    """function -> method -> the best value of each seed's sweep."""
+    import optuna
+
+    dims, trials, seeds = sizes["q_dims"], sizes["q_trials"], sizes["q_seeds"]
+    workers, delay = sizes["q_w"], sizes["q_delay"]
     best: dict[str, dict[str, list[float]]] = {f: {m: [] for m in METHODS} for f in FUNCTIONS}
     for name in FUNCTIONS:
         for seed in range(seeds):
@@ -171,20 +187,33 @@ def run(sizes: dict[str, Any], log: Any) -> tuple[list[Row], dict[str, Any]]:
                 b["plain_parallel_tpe"].append(undisturbed(
                     partial(plain_parallel, name, dims, trials, workers, seed, delay),
                     f"quality plain {name} seed {seed}", log))
-    methods = [m for m in METHODS if best["sphere"][m]]
+    return best
+
+
+def _normalised_regret(best: dict[str, dict[str, list[float]]], dims: int,
+                       methods: list[str]) -> dict[str, dict[str, float]]:
+    """function -> method -> its mean regret over random's (and the function's optimum)."""
     per_function: dict[str, dict[str, float]] = {}
     for name in FUNCTIONS:
         opt = optimum(name, dims)
         regret = {m: statistics.fmean(v - opt for v in best[name][m]) for m in methods}
         per_function[name] = {m: regret[m] / regret["random"] for m in methods}
         per_function[name]["optimum"] = opt
-    mean = {m: statistics.fmean(per_function[f][m] for f in FUNCTIONS) for m in methods}
+    return per_function
+
+
+def _rows(best: dict[str, dict[str, list[float]]], per_function: dict[str, dict[str, float]],
+          mean: dict[str, float], sizes: dict[str, Any]) -> list[Row]:
+    dims, trials, seeds, workers = sizes["q_dims"], sizes["q_trials"], sizes["q_seeds"], \
+        sizes["q_w"]
     par, seq = mean["sweeper_parallel_tpe"], mean["sequential_tpe"]
     detail = "; ".join(f"{f} {per_function[f]['sweeper_parallel_tpe']:.2f}/"
                        f"{per_function[f]['sequential_tpe']:.2f}" for f in FUNCTIONS)
     size = f"{dims}-D, {trials} trials, {seeds} seed(s)"
     lo, hi = bootstrap_ratio(best, dims)
-    spread = f"; 90% bootstrap interval over seeds {lo:.2f}-{hi:.2f}" if seeds > 1 else ""
+    spread = ""
+    if seeds > 1:
+        spread = f"; 90% bootstrap interval over seeds {lo:.2f}-{hi:.2f}"
     rows = [
         Row(f"quality ({size}): parallel vs sequential TPE",
             f"normalised regret sweeper W={workers} {par:.3f} vs sequential {seq:.3f} = "
@@ -199,6 +228,4 @@ def run(sizes: dict[str, Any], log: Any) -> tuple[list[Row], dict[str, Any]]:
         rows.append(Row(f"quality: plain Optuna TPE, {workers} processes (reference)",
                         f"normalised regret {pp:.3f} = {pp / seq:.2f}x sequential; sweeper "
                         f"{par / pp:.2f}x plain parallel", "-", "INFO", {"plain_parallel": pp}))
-    return rows, {"dims": dims, "trials": trials, "seeds": seeds, "workers": workers,
-                  "delay_s": delay, "best_values": best, "normalised_regret": per_function,
-                  "mean_normalised_regret": mean}
+    return rows

@@ -271,6 +271,28 @@ def notes(result: dict[str, Any]) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    args, name, only = _arguments(argv)
+    sizes = dict(SIZES[name], size=name)  # sections with sizes of their own key on the name
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    # Worker processes import benchmarks.objectives; the local backend puts the cwd on their path.
+    os.chdir(REPO)
+    os.environ.setdefault("SWEEPER_LOG_LEVEL", "WARNING")
+
+    result = _run_sections(args, name, only, sizes)
+    _print_table(result, name)
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2, default=str) + "\n")
+    print(f"\nJSON: {out}")
+    _write_markdown(result, args, name, only)
+    return 1 if result["errors"] else 0
+
+
+def _arguments(argv: list[str] | None) -> tuple[argparse.Namespace, str, list[str]]:
+    """(the parsed arguments, the size's name, the sections to run)."""
     parser = argparse.ArgumentParser(prog="python -m benchmarks.run", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     size = parser.add_mutually_exclusive_group()
@@ -285,28 +307,33 @@ def main(argv: list[str] | None = None) -> int:
                         "other figures and gets a block per section run")
     parser.add_argument("--only", help=f"comma-separated sections of {', '.join(SECTIONS)}")
     args = parser.parse_args(argv)
-
-    name = "full" if args.full else "quick" if args.quick else "tiny" if args.tiny \
-        else "default"
-    sizes = dict(SIZES[name], size=name)  # sections with sizes of their own key on the name
     only = [s.strip() for s in args.only.split(",")] if args.only else list(SECTIONS)
     unknown = [s for s in only if s not in SECTIONS]
     if unknown:
         parser.error(f"unknown section(s) {unknown}; choose from {', '.join(SECTIONS)}")
+    return args, _size_name(args), only
 
-    logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
-    import optuna
 
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-    # Worker processes import benchmarks.objectives; the local backend puts the cwd on their path.
-    os.chdir(REPO)
-    os.environ.setdefault("SWEEPER_LOG_LEVEL", "WARNING")
+def _size_name(args: argparse.Namespace) -> str:
+    for name in ("full", "quick", "tiny"):
+        if getattr(args, name):
+            return name
+    return "default"
 
+
+def _run_sections(args: argparse.Namespace, name: str, only: list[str],
+                  sizes: dict[str, Any]) -> dict[str, Any]:
+    """Every section of ``only``, a broken one reported and the others still run: the
+    result's record (rows, raw figures, errors, notes, the machine and versions)."""
     started = time.perf_counter()
+    command = "python -m benchmarks.run"
+    if name != "default":
+        command += f" --{name}"
+    if args.only:
+        command += f" --only {shlex.quote(args.only)}"
     result: dict[str, Any] = {
         "generated_at": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-        "command": "python -m benchmarks.run" + (f" --{name}" if name != "default" else "")
-        + (f" --only {shlex.quote(args.only)}" if args.only else ""),
+        "command": command,
         "size": name, "parameters": sizes, "machine": machine_info(), "versions": versions(),
         "sections": {}, "rows": [], "errors": {},
     }
@@ -326,7 +353,10 @@ def main(argv: list[str] | None = None) -> int:
     result["wall_s"] = time.perf_counter() - started
     result["disturbed_runs_repeated"] = list(DISTURBED)
     result["notes"] = notes(result)
+    return result
 
+
+def _print_table(result: dict[str, Any], name: str) -> None:
     table_rows = [Row(r["item"], r["measured"], r["target"], r["status"])
                   for r in result["rows"]]
     print(f"\nsweeper benchmarks, size {name} ({result['machine']['nproc']} cores, "
@@ -338,22 +368,24 @@ def main(argv: list[str] | None = None) -> int:
     if result["errors"]:
         print(f"\nFAILED sections: {', '.join(result['errors'])}")
 
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2, default=str) + "\n")
-    print(f"\nJSON: {out}")
-    md_path = args.markdown or (str(REPO / "benchmarks" / "results.md")
-                                if name in ("default", "full") else "-")
-    if md_path != "-":
-        md = Path(md_path)
-        md.parent.mkdir(parents=True, exist_ok=True)
-        # A run of some sections replaces only their blocks in an existing results file.
-        partial = args.only is not None and md.exists()
-        md.write_text(merge_sections(md.read_text(), result) if partial else markdown(result))
-        print(f"markdown: {md}" + (" (sections " + ", ".join(only) + " replaced)"
-                                   if partial else ""))
-    return 1 if result["errors"] else 0
 
+def _write_markdown(result: dict[str, Any], args: argparse.Namespace, name: str,
+                    only: list[str]) -> None:
+    """The markdown copy: ``--markdown``, else benchmarks/results.md for the default and full
+    sizes; a run of some sections replaces only their blocks in an existing file."""
+    md_path = args.markdown
+    if not md_path:
+        md_path = str(REPO / "benchmarks" / "results.md") if name in ("default", "full") else "-"
+    if md_path == "-":
+        return
+    md = Path(md_path)
+    md.parent.mkdir(parents=True, exist_ok=True)
+    if args.only is not None and md.exists():
+        md.write_text(merge_sections(md.read_text(), result))
+        print(f"markdown: {md} (sections {', '.join(only)} replaced)")
+    else:
+        md.write_text(markdown(result))
+        print(f"markdown: {md}")
 
 if __name__ == "__main__":
     sys.exit(main())

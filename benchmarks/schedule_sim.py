@@ -90,50 +90,61 @@ class _Rungs:
 def simulate(n: int, value: Measure, score: Measure, policy: str, s: Schedule,
              workers: int) -> list[curves.Event]:
     """The steps trained, in time order (an event's ``t`` is its tick)."""
-    weights = bracket_weights(s.brackets, s.eta)
-    bracket = [bracket_of(i, weights) if policy != "none" else 0 for i in range(n)]
-    rungs = [rung_steps(bracket[i], s) if policy != "none" else () for i in range(n)]
-    table = _Rungs(policy, s.eta)
-    paused: dict[int, int] = {}  # index -> the rung step it paused at
-    progress = [0] * n
-    started = 0
-
-    def next_job() -> int | None:
-        nonlocal started
-        ready = [(-rungs[i].index(at), table.values[(bracket[i], at)][i], i)
-                 for i, at in paused.items() if table.goes_on(bracket[i], at, i)]
-        if ready:
-            i = min(ready)[2]
-            del paused[i]
-            return i
-        if started < n:
-            started += 1
-            return started - 1
-        return None
-
-    events: list[curves.Event] = []
+    sim = _Simulation(n, value, score, policy, s)
     busy: list[int | None] = [None] * workers
     tick = 0
     while True:
-        busy = [b if b is not None else next_job() for b in busy]
+        busy = [b if b is not None else sim.next_job() for b in busy]
         if all(b is None for b in busy):
-            return events
+            return sim.events
         tick += 1
-        for w, i in enumerate(busy):
-            if i is None:
-                continue
-            step = progress[i] = progress[i] + 1
-            v = value(i, step)
-            events.append(curves.Event(float(tick), i, step, v, score(i, step)))
-            done = step >= s.max_resource
-            if step in rungs[i]:
-                table.add(bracket[i], step, i, v)
-                if not table.goes_on(bracket[i], step, i):
-                    if policy == "promotion":
-                        paused[i] = step
-                    done = True
-            if done:
-                busy[w] = None
+        busy = [None if i is None or sim.train(i, tick) else i for i in busy]
+
+
+class _Simulation:
+    """The trials of one simulated sweep: where each stands, the rungs' table, the events."""
+
+    def __init__(self, n: int, value: Measure, score: Measure, policy: str,
+                 s: Schedule) -> None:
+        self.n, self.value, self.score, self.policy, self.s = n, value, score, policy, s
+        weights = bracket_weights(s.brackets, s.eta)
+        self.bracket = [bracket_of(i, weights) if policy != "none" else 0 for i in range(n)]
+        self.rungs = [rung_steps(self.bracket[i], s) if policy != "none" else ()
+                      for i in range(n)]
+        self.table = _Rungs(policy, s.eta)
+        self.paused: dict[int, int] = {}  # index -> the rung step it paused at
+        self.progress = [0] * n
+        self.started = 0
+        self.events: list[curves.Event] = []
+
+    def next_job(self) -> int | None:
+        """A paused trial the table promotes (the highest rung, then the best value), else
+        the next new one; None when there is neither."""
+        ready = [(-self.rungs[i].index(at), self.table.values[(self.bracket[i], at)][i], i)
+                 for i, at in self.paused.items() if self.table.goes_on(self.bracket[i], at, i)]
+        if ready:
+            i = min(ready)[2]
+            del self.paused[i]
+            return i
+        if self.started < self.n:
+            self.started += 1
+            return self.started - 1
+        return None
+
+    def train(self, i: int, tick: int) -> bool:
+        """One step of trial ``i`` at ``tick``; whether its worker is free after it (the trial
+        ended, was stopped, or paused at a rung)."""
+        step = self.progress[i] = self.progress[i] + 1
+        v = self.value(i, step)
+        self.events.append(curves.Event(float(tick), i, step, v, self.score(i, step)))
+        done = step >= self.s.max_resource
+        if step in self.rungs[i]:
+            self.table.add(self.bracket[i], step, i, v)
+            if not self.table.goes_on(self.bracket[i], step, i):
+                if self.policy == "promotion":
+                    self.paused[i] = step
+                done = True
+        return done
 
 
 def on_curves(configs: Sequence[dict[str, float]], seed: int, policy: str, s: Schedule,

@@ -128,7 +128,10 @@ def _link_inside(rel: str, target: str) -> bool:
     parts = list(PurePosixPath(rel).parent.parts) + list(PurePosixPath(target).parts)
     depth = 0
     for part in parts:
-        depth += -1 if part == ".." else (0 if part == "." else 1)
+        if part == "..":
+            depth -= 1
+        elif part != ".":
+            depth += 1
         if depth < 0:
             return False
     return True

@@ -292,7 +292,10 @@ def _normal(im: Importer, p: dict[str, Any], where: Path_, full: str,
             f"[{low:.6g}, {high:.6g}]")
     if dist.startswith("q_"):
         return quantised(im, p, where, full, dist, low, high, log=log)
-    return {"type": "float", "low": low, "high": high, **({"log": True} if log else {})}
+    out: dict[str, Any] = {"type": "float", "low": low, "high": high}
+    if log:
+        out["log"] = True
+    return out
 
 
 def _early_terminate(im: Importer, et: Any) -> dict[str, Any] | None:

@@ -59,7 +59,12 @@ def _dotted(path: Path_) -> str:
     for part in path:
         if isinstance(part, str) and not (part.isprintable() and part.strip() == part and part):
             part = repr(part)  # keeps the message one readable line
-        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+        if isinstance(part, int):
+            out += f"[{part}]"
+        elif out:
+            out += f".{part}"
+        else:
+            out = str(part)
     return out
 
 

@@ -157,7 +157,7 @@ def fork_worker(env: Mapping[str, str], keep_fds: Sequence[int], log_path: Path,
         _parent_pool = _take_over(inherit)
         code = _run_child(env, keep_fds, log_path, (module, function), args, inherit)
     except SystemExit as e:
-        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+        code = _exit_status(e.code)
     except BaseException:  # noqa: BLE001 - anything: report it in the log, never return
         with contextlib.suppress(Exception):
             traceback.print_exc()
@@ -168,6 +168,13 @@ def fork_worker(env: Mapping[str, str], keep_fds: Sequence[int], log_path: Path,
             with contextlib.suppress(Exception):
                 stream.flush()
         os._exit(code)
+
+
+def _exit_status(code: object) -> int:
+    """The exit status ``sys.exit(code)`` gives: an int as it is, None 0, anything else 1."""
+    if isinstance(code, int):
+        return code
+    return 0 if code is None else 1
 
 
 def _take_over(inherit: InheritedSweep | None) -> Any:

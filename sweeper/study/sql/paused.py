@@ -94,8 +94,10 @@ def _to_waiting(conn: sa.Connection, trial_id: int, rung: int | None) -> bool:
                                 "AND state = 'RUNNING'"), {"t": trial_id}).rowcount == 1
     if done:
         conn.execute(sa.text("DELETE FROM trial_heartbeats WHERE trial_id = :t"), {"t": trial_id})
-        _set_attrs(conn, trial_id, {PAUSED_ATTR: True, **({} if rung is None
-                                                         else {RUNG_ATTR: rung})})
+        attrs: dict[str, Any] = {PAUSED_ATTR: True}
+        if rung is not None:
+            attrs[RUNG_ATTR] = rung
+        _set_attrs(conn, trial_id, attrs)
     return done
 
 

@@ -220,7 +220,9 @@ def _stored_value(v: float) -> float | None:
 
 
 def _value_type(v: float) -> str:
-    return "FINITE" if not math.isinf(v) else "INF_POS" if v > 0 else "INF_NEG"
+    if not math.isinf(v):
+        return "FINITE"
+    return "INF_POS" if v > 0 else "INF_NEG"
 
 
 #: A pooled PostgreSQL connection idle this long is pinged before use (the server may have
