@@ -42,7 +42,7 @@ def trial_export_record(t: FrozenTrial, metrics: Sequence[str]) -> dict[str, Any
     base = trial_record(t, metrics)
     attrs = t.user_attrs
     history = attrs.get(HISTORY_ATTR)
-    return _clean({
+    record = {
         "number": base["number"],
         "index": base["index"],
         "attempt": base["attempt"],
@@ -62,9 +62,10 @@ def trial_export_record(t: FrozenTrial, metrics: Sequence[str]) -> dict[str, Any
         "spec_hash": attrs.get(HASH_ATTR),
         "artifacts": [{"artifact_id": a.artifact_id, "filename": a.filename,
                        "mimetype": a.mimetype} for a in trial_artifacts(t)],
-        # A PBT member's lineage (scheduler: {type: pbt}): its segments, as stored.
-        **({"pbt": attrs[PBT_ATTR]} if PBT_ATTR in attrs else {}),
-    })
+    }
+    if PBT_ATTR in attrs:  # a PBT member's lineage (scheduler: {type: pbt}): as stored
+        record["pbt"] = attrs[PBT_ATTR]
+    return _clean(record)
 
 
 def export_document(spec: SweepSpec, trials: Iterable[FrozenTrial]) -> dict[str, Any]:
