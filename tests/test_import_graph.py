@@ -36,8 +36,8 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     # what everything may import: errors, the protocol's names, Optuna's private API
     ("sweeper.errors", "sweeper.protocol", "sweeper.messages", "sweeper._optuna_compat",
      "sweeper.gang", "sweeper"),
-    # the spec and the search space it defines
-    ("sweeper.spec", "sweeper.qmc", "sweeper.space"),
+    # the spec and the search space it defines; the ledger's arithmetic on its budget
+    ("sweeper.spec", "sweeper.qmc", "sweeper.space", "sweeper.accounting"),
     # the study: the index store's interface and values, its SQL implementation, policies
     ("sweeper.study.store", "sweeper.study.values", "sweeper.study.sql", "sweeper.study.urls",
      "sweeper.study.retry", "sweeper.study.stop", "sweeper.study.growth",

@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from sweeper.spec._artifacts import _ARTIFACT_KEYS
+from sweeper.spec._budget import BUDGET_KEYS, COST_KEYS
 from sweeper.spec._data import _DATA_KEYS
 from sweeper.spec._kubernetes import _TOLERATION_KEYS, _VOLUME_KEYS, K8S_KEYS
 from sweeper.spec._metrics import _METRICS_KEYS
@@ -35,12 +36,15 @@ from sweeper.spec._yaml import Path_
 from sweeper.spec.k8s_model import KubernetesSpec, Volume
 from sweeper.spec.model import (
     ARTIFACT_STORES,
+    BUDGET_UNITS,
     DIRECTIONS,
     MAX_INDEXES,
     MAX_NAME_LENGTH,
     METHODS,
     STORAGE_SCHEMES,
     ArtifactsSpec,
+    BudgetSpec,
+    CostSpec,
     DataSpec,
     MetricsSpec,
     Objective,
@@ -67,6 +71,8 @@ SPEC_KEYS: Mapping[str, tuple[str, ...]] = {
     "parameters.NAME": _PARAM_KEYS,
     "stop": STOP_KEYS,
     "scheduler": SCHEDULER_KEYS,
+    "budget": BUDGET_KEYS,
+    "cost": COST_KEYS,
     "artifacts": _ARTIFACT_KEYS,
     "data": _DATA_KEYS,
     "kubernetes": K8S_KEYS,
@@ -76,6 +82,7 @@ SPEC_KEYS: Mapping[str, tuple[str, ...]] = {
 
 __all__ = [
     "ARTIFACT_STORES",
+    "BUDGET_UNITS",
     "DIRECTIONS",
     "MAX_INDEXES",
     "MAX_NAME_LENGTH",
@@ -84,6 +91,8 @@ __all__ = [
     "SPEC_KEYS",
     "STORAGE_SCHEMES",
     "ArtifactsSpec",
+    "BudgetSpec",
+    "CostSpec",
     "DataSpec",
     "KubernetesSpec",
     "MetricsSpec",
