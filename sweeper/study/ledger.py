@@ -37,8 +37,8 @@ from sweeper.study.record import Sweep
 from sweeper.study.store import IndexStore
 from sweeper.study.values import LedgerRow
 
-__all__ = ["BUDGET_RULE", "BudgetDecision", "Ledger", "may_start", "read_ledger",
-           "sweep_ledger"]
+__all__ = ["BUDGET_RULE", "BudgetDecision", "Ledger", "decision_of", "may_start",
+           "read_ledger", "sweep_ledger"]
 
 
 @dataclass(frozen=True)
@@ -130,6 +130,13 @@ def _grouped(closed: list[tuple[LedgerRow, Usage]], running: list[tuple[LedgerRo
 def sweep_ledger(sweep: Sweep) -> Ledger:
     """The sweep's ledger now: one query."""
     return read_ledger(sweep.storage.ledger(sweep.study_id))
+
+
+def decision_of(sweep: Sweep, book: Ledger) -> BudgetDecision:
+    """What the gate would say given ``book``, recording nothing (``status`` asks this)."""
+    budget = budget_of(sweep.spec)
+    return BudgetDecision(True, "no budget") if budget is None else \
+        _decision(budget, book, sweep)
 
 
 def _decision(budget: Budget, book: Ledger, sweep: Sweep) -> BudgetDecision:
