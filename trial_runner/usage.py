@@ -20,6 +20,8 @@ from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
 
+from optuna.exceptions import UpdateFinishedTrialError
+
 from sweeper.accounting import Ending, OpenSegment, spec_resources
 from sweeper.protocol import HISTORY_ATTR, SEGMENT_ATTR
 from sweeper.study import Sweep
@@ -118,8 +120,13 @@ class Segment:
         """Close it into the trial's pending writes (they go before, or with, the write
         that ends the segment)."""
         attrs = self.close(ending)
-        if attrs:
+        if not attrs:
+            return
+        try:
             writer.add(user_attrs=attrs)
+        except UpdateFinishedTrialError:  # a closer failed it first: its figures stand
+            logger.info("trial %d ended before its runner closed its segment: the closer's "
+                        "figures stand", self._trial_id)
 
     @property
     def closed(self) -> bool:
