@@ -28,7 +28,7 @@ from optuna.trial import TrialState
 
 from sweeper import protocol
 from sweeper._optuna_compat import trial_id_of
-from sweeper.accounting import Ending, OpenSegment, Usage, ending_of_signal
+from sweeper.accounting import Ending, OpenSegment, Usage, ending_of_signal, trial_usages
 from sweeper.artifacts import cached_artifact_store
 from sweeper.errors import SpecError, StorageError
 from sweeper.protocol import (
@@ -297,7 +297,9 @@ def _run_trial(sweep: Sweep, study: optuna.Study, trial: optuna.Trial, index: in
     def fail(reason: str, code: int) -> Outcome:
         segment.close_into(writer, Ending.FAILED)
         writer.flush_quietly()  # the reports before the FAIL (which closes the trial)
-        if spec.stop.max_failed_trials is not None and _final(code, attempt, spec.trial.retries):
+        if spec.stop.max_failed_trials is not None and \
+                _final(code, attempt - _preempted_before(sweep, index, trial_id),
+                       spec.trial.retries):
             storage.set_trial_user_attr(trial_id, FAILED_FOR_GOOD_ATTR, True)
         return _fail(storage, index, trial_id, number, reason, code)
 
@@ -411,6 +413,15 @@ def _pruned(study: optuna.Study, writer: ReportWriter, segment: Segment, trial_i
         return Outcome(index, protocol.EXIT_OK, protocol.PAUSED, number, "", rung=rung)
     with writer.finishing():
         return _finish_pruned(study, trial_id, index, number, trial=own)
+
+
+def _preempted_before(sweep: Sweep, index: int, trial_id: int) -> int:
+    """How many earlier attempts of ``index`` were preempted: they used no retry (read only
+    when ``stop.max_failed_trials`` asks whether a failure was the index's last)."""
+    earlier = [a for a in sweep.storage.attempts(sweep.study_id, index) if a.trial_id != trial_id]
+    return sum(1 for a in earlier if any(
+        u.ending == Ending.PREEMPTED
+        for u in trial_usages(sweep.storage.get_trial(a.trial_id).user_attrs)))
 
 
 def _final(code: int, attempt: int, retries: int) -> bool:

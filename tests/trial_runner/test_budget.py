@@ -195,3 +195,29 @@ def test_a_sigterm_from_outside_is_recorded_as_preemption(storage_url: str,
     assert sweep_ledger(sweep).totals.preempted.segments == 1
     assert json.dumps(sweep_ledger(sweep).totals.to_json())  # plain JSON for status
     assert os.getpid()  # the runner process itself is not touched
+
+
+def test_a_preempted_attempt_uses_no_retry(storage_url: str, tmp_path: Path) -> None:
+    """retries: 1 after a preemption still leaves one retry: the failure after it is not the
+    index's last (what stop.max_failed_trials counts)."""
+    import signal
+
+    from trial_runner.outcome import Interrupted
+
+    spec = make_spec(method="random", trials=2, trial={"retries": 1},
+                     stop={"max_failed_trials": 5})
+    sweep, _ = create_or_resume(open_storage(storage_url), spec)
+
+    def attempt(ctx: TrialContext) -> float:
+        ctx.report(1, loss=1.0)
+        if ctx.attempt == 0:
+            raise Interrupted(signal.SIGTERM)
+        raise ValueError("nope")
+
+    with pytest.raises(Interrupted):
+        run_index(sweep, 0, attempt, settings(tmp_path))
+    assert run_index(sweep, 0, attempt, settings(tmp_path)).state == "FAIL"
+    assert run_index(sweep, 0, attempt, settings(tmp_path)).state == "FAIL"
+    trials = sorted(sweep.study().trials, key=lambda t: t.number)
+    assert [t.user_attrs.get(protocol.FAILED_FOR_GOOD_ATTR) for t in trials
+            if t.user_attrs.get(protocol.INDEX_ATTR) == 0] == [None, None, True]
