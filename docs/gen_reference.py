@@ -219,6 +219,8 @@ def sections() -> list[Section]:
         "parameters.NAME": (model.Parameter, "`parameters:` (one entry per parameter)"),
         "stop": (model.StopSpec, "`stop:`"),
         "scheduler": (model.SchedulerSpec, "`scheduler:`"),
+        "budget": (model.BudgetSpec, "`budget:`"),
+        "cost": (model.CostSpec, "`cost:`"),
         "artifacts": (model.ArtifactsSpec, "`artifacts:`"),
         "data": (model.DataSpec, "`data:`"),
         "kubernetes": (k8s_model.KubernetesSpec, "`kubernetes:`"),

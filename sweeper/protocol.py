@@ -81,6 +81,16 @@ PAUSED = "PAUSED"
 #: ``{"from_step", "params", "parent", "parent_step"}``: the params it trains with from
 #: ``from_step`` on, and the trial number and checkpoint step it copied (null for the first).
 PBT_ATTR = "sweeper:pbt"
+#: Trial user attr: the segment of the attempt that runs now (its claim), written when it
+#: starts: ``{"claim", "gpus", "cpus", "from_step", "started"}`` (``started`` on the runner's
+#: clock, ISO 8601 UTC). Whoever finds the attempt stale closes it from this
+#: (:mod:`sweeper.accounting`).
+SEGMENT_ATTR = "sweeper:segment"
+#: Trial user attr prefix: one closed segment of an attempt, ``sweeper:usage:<claim>``:
+#: ``{"wall_s", "gpus", "cpus", "steps", "ending", "by"}`` (:class:`sweeper.accounting.Usage`).
+#: One key per segment, so a retried write (or the runner and a stale closer both writing)
+#: counts once.
+USAGE_ATTR_PREFIX = "sweeper:usage:"
 #: Study user attr: how many Kubernetes Jobs this sweep has launched (the next resume's N).
 LAUNCHES_ATTR = "sweeper:k8s_launches"
 #: Study user attr: the backend of the latest launch (``local`` or ``kubernetes``), so that
@@ -103,6 +113,11 @@ METRIC_NAMES_ATTR = "study:metric_names"
 FIXED_PARAMS_ATTR = "fixed_params"
 #: Every key sweeper owns starts with this (reports hide them from "other metrics").
 ATTR_PREFIX = "sweeper:"
+
+
+def usage_key(claim: str) -> str:
+    """The trial user attr of the segment claimed as ``claim`` once it is closed."""
+    return f"{USAGE_ATTR_PREFIX}{claim}"
 
 
 def code_part_key(digest_hex: str, part: int) -> str:

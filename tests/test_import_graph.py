@@ -43,8 +43,8 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     # what everything may import: errors, the protocol's names, Optuna's private API
     ("sweeper.errors", "sweeper.protocol", "sweeper.messages", "sweeper._optuna_compat",
      "sweeper.gang", "sweeper"),
-    # the spec and the search space it defines
-    ("sweeper.spec", "sweeper.qmc", "sweeper.space"),
+    # the spec and the search space it defines; the ledger's arithmetic on its budget
+    ("sweeper.spec", "sweeper.qmc", "sweeper.space", "sweeper.accounting"),
     # the study: the index store's interface and values, its SQL implementation, its gRPC
     # client and the wire that client shares with the proxy's server, policies
     ("sweeper.study.store", "sweeper.study.values", "sweeper.study.sql", "sweeper.study.urls",
@@ -54,10 +54,11 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("sweeper.proxy",),
     # the one factory that picks an implementation, the sweep a process holds, and the
     # study package's front
-    ("sweeper.study.open", "sweeper.study.record", "sweeper.study"),
+    ("sweeper.study.open", "sweeper.study.record", "sweeper.study.ledger", "sweeper.study"),
     # everything that uses a sweep: reports, artifacts, code snapshots, importers, backends,
     # the CLI
     ("sweeper.artifacts", "sweeper.code", "sweeper.report", "sweeper.export", "sweeper.purge",
+     "sweeper.spending",
      "sweeper.runlogs", "sweeper.entrypoint", "sweeper.importers", "sweeper.backends",
      "sweeper.cli"),
     ("trial_runner",),

@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from sweeper.spec._artifacts import ARTIFACT_KEYS
+from sweeper.spec._budget import BUDGET_KEYS, COST_KEYS
 from sweeper.spec._data import DATA_KEYS
 from sweeper.spec._metrics import METRICS_KEYS
 from sweeper.spec._parameters import PARAM_KEYS
@@ -36,12 +37,15 @@ from sweeper.spec.k8s_model import KubernetesSpec, Volume
 from sweeper.spec.k8s_section import K8S_KEYS, TOLERATION_KEYS, VOLUME_KEYS
 from sweeper.spec.model import (
     ARTIFACT_STORES,
+    BUDGET_UNITS,
     DIRECTIONS,
     MAX_INDEXES,
     MAX_NAME_LENGTH,
     METHODS,
     STORAGE_SCHEMES,
     ArtifactsSpec,
+    BudgetSpec,
+    CostSpec,
     DataSpec,
     MetricsSpec,
     Objective,
@@ -69,6 +73,8 @@ SPEC_KEYS: Mapping[str, tuple[str, ...]] = {
     "parameters.NAME": PARAM_KEYS,
     "stop": STOP_KEYS,
     "scheduler": SCHEDULER_KEYS,
+    "budget": BUDGET_KEYS,
+    "cost": COST_KEYS,
     "artifacts": ARTIFACT_KEYS,
     "data": DATA_KEYS,
     "kubernetes": K8S_KEYS,
@@ -78,6 +84,7 @@ SPEC_KEYS: Mapping[str, tuple[str, ...]] = {
 
 __all__ = [
     "ARTIFACT_STORES",
+    "BUDGET_UNITS",
     "DIRECTIONS",
     "MAX_INDEXES",
     "MAX_NAME_LENGTH",
@@ -86,6 +93,8 @@ __all__ = [
     "SPEC_KEYS",
     "STORAGE_SCHEMES",
     "ArtifactsSpec",
+    "BudgetSpec",
+    "CostSpec",
     "DataSpec",
     "KubernetesSpec",
     "MetricsSpec",

@@ -18,6 +18,7 @@ from typing import Any
 
 from sweeper.spec import registry
 from sweeper.spec._artifacts import artifacts_section
+from sweeper.spec._budget import budget_spec, budget_with_trials, cost_spec
 from sweeper.spec._data import data_section
 from sweeper.spec._launcher import launcher_fields
 from sweeper.spec._metrics import metric_name, metrics_spec
@@ -63,7 +64,7 @@ from sweeper.spec.yamldoc import Doc, Path_, load_yaml, read_text
 
 TOP_KEYS = ("name", "description", "method", "objective", "trials", "parallelism", "seed",
              "sampler", "pruner", "storage", "trial", "parameters", "kubernetes", "artifacts",
-             "data", "stop", "scheduler")
+             "data", "stop", "scheduler", "budget", "cost")
 TRIAL_KEYS = ("entrypoint", "command", "fixed", "retries", "timeout", "resources", "launcher",
                "nproc", "nodes", "metrics", "code")
 RESOURCE_KEYS = ("gpu", "cpu", "memory")
@@ -161,12 +162,15 @@ class _Validator(Checks):
         stop = stop_spec(self, m.get("stop"), ("stop",), objectives)
         scheduler = scheduler_spec(self, m.get("scheduler"), ("scheduler",), pruner, objectives,
                                    trial.nodes, population=(trials, parallelism))
+        cost = cost_spec(self, m.get("cost"), ("cost",))
+        budget = budget_spec(self, m.get("budget"), ("budget",), cost=cost, trial=trial)
+        budget_with_trials(self, budget, trials, parallelism)
         return SweepSpec(
             name=name, method=method, objectives=objectives,  # type: ignore[arg-type]
             trials=trials, parameters=params, trial=trial, parallelism=parallelism, seed=seed,
             sampler=sampler, pruner=pruner, storage=storage, description=description,
             kubernetes=kube, artifacts=artifacts, data=dataset, source=self.doc.source,
-            warnings=warned, stop=stop, scheduler=scheduler)
+            warnings=warned, stop=stop, scheduler=scheduler, budget=budget, cost=cost)
 
     def name(self, value: Any, path: Path_) -> str:
         name = self.string(value, path)

@@ -97,6 +97,59 @@ class StopSpec:
         return replace(self, max_failed_trials=self.max_failed_trials or None) != StopSpec()
 
 
+BUDGET_UNITS = ("gpu_hours", "cpu_hours", "steps", "cost")
+ON_EXHAUSTED = ("finish", "stop")
+
+
+@dataclass(frozen=True)
+class CostSpec:
+    """``cost:``: the price of a GPU-hour and of a CPU-hour (of a CPU trial), which turns the
+    sweep's accounting into money wherever it is shown, and lets ``budget.cost`` be spent."""
+
+    per_gpu_hour: float = 0.0
+    per_cpu_hour: float = 0.0
+    currency: str = "USD"
+
+
+@dataclass(frozen=True)
+class BudgetSpec:
+    """``budget:``: what the sweep may spend, in one unit (``gpu_hours``, ``cpu_hours``,
+    ``steps``, or ``cost`` with ``cost:`` set). New work starts only while what was spent plus
+    what the running trials have committed stays within it; once it is spent the running
+    trials finish (``on_exhausted: finish``) or stop at their next report, resumable
+    (``stop``). Not part of the spec hash: a sweep run again with a larger budget goes on."""
+
+    gpu_hours: float | None = None
+    cpu_hours: float | None = None
+    steps: int | None = None
+    cost: float | None = None
+    on_exhausted: Literal["finish", "stop"] = "finish"
+
+    @property
+    def unit(self) -> str | None:
+        """The unit the budget is given in (None: no budget)."""
+        for unit in BUDGET_UNITS:
+            if getattr(self, unit) is not None:
+                return unit
+        return None
+
+    @property
+    def limit(self) -> float | None:
+        """How much may be spent, in :attr:`unit` (None: no budget)."""
+        unit = self.unit
+        return None if unit is None else float(getattr(self, unit))
+
+    @property
+    def enabled(self) -> bool:
+        return self.unit is not None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The normalised form: the unit, its amount and what happens once it is spent."""
+        unit = self.unit
+        return {} if unit is None else {unit: getattr(self, unit),
+                                        "on_exhausted": self.on_exhausted}
+
+
 @dataclass(frozen=True)
 class Pruner:
     type: str = "none"
@@ -274,6 +327,9 @@ class SweepSpec:
     data: DataSpec = field(default_factory=DataSpec)
     stop: StopSpec = field(default_factory=StopSpec)
     scheduler: SchedulerSpec = field(default_factory=SchedulerSpec)
+    budget: BudgetSpec = field(default_factory=BudgetSpec)
+    #: ``cost:`` (None: figures are shown in hours and steps only).
+    cost: CostSpec | None = None
     #: Where the spec came from (a path or "<study NAME>"), for messages; not part of the sweep.
     source: str = field(default="<spec>", compare=False)
     #: The spec file's directory (absolute), against which relative paths in the spec resolve
@@ -372,6 +428,10 @@ def _spec_to_dict(s: SweepSpec) -> dict[str, Any]:
     objective: Any = [{"metric": o.metric, "direction": o.direction} for o in s.objectives]
     # Only when set: the records (and hashes) of sweeps without one stay as they were.
     scheduler = {"scheduler": s.scheduler.to_dict()} if s.scheduler.enabled else {}
+    # Budget and price only when set: earlier records stay as they were (neither is hashed).
+    budget = {"budget": s.budget.to_dict()} if s.budget.enabled else {}
+    cost = {"cost": {"per_gpu_hour": s.cost.per_gpu_hour, "per_cpu_hour": s.cost.per_cpu_hour,
+                     "currency": s.cost.currency}} if s.cost is not None else {}
     return {
         # Outside spec_hash's keys: stamping the version changed no sweep's hash.
         SCHEMA_KEY: STORED_SCHEMA,
@@ -389,7 +449,7 @@ def _spec_to_dict(s: SweepSpec) -> dict[str, Any]:
         "stop": _drop_none({"value": s.stop.value, "patience": s.stop.patience,
                             "max_failed_trials": s.stop.max_failed_trials,
                             "max_duration": s.stop.max_duration}),
-        **scheduler,
+        **scheduler, **budget, **cost,
     }
 
 

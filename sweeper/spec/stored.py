@@ -19,14 +19,18 @@ from sweeper.spec.checks import kind_of
 from sweeper.spec.k8s_model import VOLUME_KINDS, KubernetesSpec, Volume
 from sweeper.spec.model import (
     ARTIFACT_STORES,
+    BUDGET_UNITS,
     DIRECTIONS,
     LAUNCHERS,
     METHODS,
+    ON_EXHAUSTED,
     SCHEDULER_MODES,
     SCHEDULER_TYPES,
     SCHEMA_KEY,
     STORED_SCHEMA,
     ArtifactsSpec,
+    BudgetSpec,
+    CostSpec,
     DataSpec,
     MetricsSpec,
     Objective,
@@ -141,7 +145,7 @@ class _Reader:
         self.mapping(m, (), ("name", "description", "method", "objective", "trials",
                              "parallelism", "seed", "sampler", "pruner", "storage", "trial",
                              "parameters", "kubernetes", "artifacts", "data", "stop",
-                             "scheduler"))
+                             "scheduler", "budget", "cost"))
         pruner = dict(self.get(m, "pruner", (), "dict", {}))
         return SweepSpec(
             name=self.get(m, "name", (), "str"), method=self.choice(m, "method", (), METHODS),
@@ -160,6 +164,8 @@ class _Reader:
             data=self.data(self.get(m, "data", (), "dict", {})),
             stop=self.stop(self.get(m, "stop", (), "dict", {})),
             scheduler=self.scheduler(self.get(m, "scheduler", (), "dict", {})),
+            budget=self.budget(self.get(m, "budget", (), "dict", {})),
+            cost=self.cost(self.get(m, "cost", (), "dict", None)),
             source=self.doc.source)
 
     def objectives(self, m: Mapping[str, Any]) -> tuple[Objective, ...]:
@@ -302,6 +308,27 @@ class _Reader:
                         patience=self.get(m, "patience", path, "int", None),
                         max_failed_trials=self.get(m, "max_failed_trials", path, "int", None),
                         max_duration=_float(self.get(m, "max_duration", path, "number", None)))
+
+    def budget(self, m: dict[str, Any]) -> BudgetSpec:
+        path: Path_ = ("budget",)
+        self.mapping(m, path, (*BUDGET_UNITS, "on_exhausted"))
+        if not m:
+            return BudgetSpec()
+        steps = self.get(m, "steps", path, "int", None)
+        return BudgetSpec(gpu_hours=_float(self.get(m, "gpu_hours", path, "number", None)),
+                          cpu_hours=_float(self.get(m, "cpu_hours", path, "number", None)),
+                          steps=steps, cost=_float(self.get(m, "cost", path, "number", None)),
+                          on_exhausted=self.choice(m, "on_exhausted", path, ON_EXHAUSTED,
+                                                   "finish"))
+
+    def cost(self, m: dict[str, Any] | None) -> CostSpec | None:
+        if m is None:
+            return None
+        path: Path_ = ("cost",)
+        self.mapping(m, path, ("per_gpu_hour", "per_cpu_hour", "currency"))
+        return CostSpec(per_gpu_hour=float(self.get(m, "per_gpu_hour", path, "number", 0)),
+                        per_cpu_hour=float(self.get(m, "per_cpu_hour", path, "number", 0)),
+                        currency=self.get(m, "currency", path, "str", "USD"))
 
     def scheduler(self, m: dict[str, Any]) -> SchedulerSpec:
         if not m:

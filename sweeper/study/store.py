@@ -28,6 +28,7 @@ from sweeper.study.values import (
     CodePart,
     Created,
     IndexStatus,
+    LedgerRow,
     RungTrial,
     StopState,
     StudyStats,
@@ -120,6 +121,16 @@ class IndexStore(Protocol):
 
     def brake(self, study_id: int, limit: int) -> StopState | None:
         """Record the default brake's stop when the first ``limit`` attempts all failed."""
+
+    def record_stop(self, study_id: int, rule: str, reason: str) -> StopState:
+        """Record that ``rule`` stopped the sweep (the budget's, :mod:`sweeper.study.ledger`);
+        a stop recorded first stands. What is stored."""
+
+    # ---- the ledger (sweeper.accounting)
+
+    def ledger(self, study_id: int) -> list[LedgerRow]:
+        """Every closed segment of the study's trials and the open segment of each RUNNING
+        one (with the highest step it reported): one query."""
 
     # ---- a running trial's writes
 

@@ -167,3 +167,18 @@ class StudyStats:
     duration_sum_s: float
     #: Objective metric name -> best finite value among COMPLETE trials.
     best: dict[str, float]
+
+
+@dataclass(frozen=True)
+class LedgerRow:
+    """One row of a sweep's ledger (``IndexStore.ledger``): a closed segment of a trial
+    (``key`` a ``protocol.usage_key``), or the open segment (``protocol.SEGMENT_ATTR``) of a
+    RUNNING trial, with the highest step the trial reported. ``value`` is the attribute's
+    JSON text (:mod:`sweeper.accounting` reads it)."""
+
+    number: int
+    index: int | None
+    state: TrialState
+    key: str
+    value: str
+    last_step: int | None = None

@@ -284,3 +284,23 @@ def test_a_write_the_client_retries_through_the_proxy_is_recognised(proxy_url: s
     assert storage.new_attempt(sweep.study_id, 0, after=failed, params=None,
                        token="new-2") is None
     assert [x.trial_id for x in storage.attempts(sweep.study_id, 0)] == [a.trial_id, tid]
+
+
+def test_the_ledger_and_the_budget_stop_through_the_proxy(proxy_url: str,
+                                                          storage_url: str) -> None:
+    from sweeper.accounting import BUDGET_RULE
+    from sweeper.protocol import usage_key
+    from sweeper.study.ledger import may_start, sweep_ledger
+
+    storage = open_storage(proxy_url)
+    sweep = create_or_resume(storage, make_spec(method="random", budget={"steps": 10}))[0]
+    [a] = storage.attempts(sweep.study_id, 0)
+    assert storage.claim(a.trial_id)
+    storage.set_trial_user_attrs(a.trial_id, {usage_key("x"): {
+        "wall_s": 3.0, "gpus": 0.0, "cpus": 1.0, "steps": 12, "ending": "complete"}})
+    book = sweep_ledger(sweep)
+    assert book.totals.finished.steps == 12
+    assert book == sweep_ledger(load_sweep(open_storage(storage_url), sweep.name))
+    assert not may_start(sweep).may_start
+    state = open_storage(storage_url).stop_state(sweep.study_id)
+    assert state is not None and state.rule == BUDGET_RULE

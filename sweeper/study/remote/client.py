@@ -253,6 +253,8 @@ class ProxyStorage(GrpcStorageProxyOnChannel):
     stop_check = _remote(IndexStore.stop_check)
     ignore_stop = _remote(IndexStore.ignore_stop)
     brake = _remote(IndexStore.brake)
+    record_stop = _remote(IndexStore.record_stop)
+    ledger = _remote(IndexStore.ledger)
     set_trial_user_attrs = _remote(IndexStore.set_trial_user_attrs)
     write_trial = _remote(IndexStore.write_trial)
     state_counts = _remote(IndexStore.state_counts)

@@ -17,10 +17,12 @@ import sqlalchemy as sa
 from optuna.storages import RDBStorage
 from optuna.trial import TrialState
 
+from sweeper.accounting import Ending
 from sweeper.protocol import INDEX_ATTR, PAUSED_ATTR, RUNG_ATTR
 from sweeper.study.retry import with_retry
 from sweeper.study.sql import writes
 from sweeper.study.sql._bulk import utcnow
+from sweeper.study.sql.ledger import close_open
 from sweeper.study.values import RungTrial
 
 _TRUE = json.dumps(True)
@@ -89,10 +91,12 @@ def _set_attrs(conn: sa.Connection, trial_id: int, attrs: dict[str, Any]) -> Non
 
 
 def _to_waiting(conn: sa.Connection, trial_id: int, rung: int | None) -> bool:
-    """RUNNING -> WAITING, paused (at ``rung``, or the rung it has), without a heartbeat."""
+    """RUNNING -> WAITING, paused (at ``rung``, or the rung it has), without a heartbeat; an
+    open segment its runner did not close (a stale promotion) is closed as failed."""
     done = conn.execute(sa.text("UPDATE trials SET state = 'WAITING' WHERE trial_id = :t "
                                 "AND state = 'RUNNING'"), {"t": trial_id}).rowcount == 1
     if done:
+        close_open(conn, trial_id, Ending.FAILED)
         conn.execute(sa.text("DELETE FROM trial_heartbeats WHERE trial_id = :t"), {"t": trial_id})
         attrs: dict[str, Any] = {PAUSED_ATTR: True}
         if rung is not None:

@@ -19,6 +19,7 @@ from sweeper.protocol import (
     SPEC_ATTR,
     SPEC_DIR_ATTR,
     STARTED_ATTR,
+    STOP_ATTR,
     UID_ATTR,
 )
 from sweeper.spec import SweepSpec
@@ -82,6 +83,7 @@ def _record_and_enqueue(conn: sa.Connection, study_id: int, spec: SweepSpec,
             raise SpecError(f"study {spec.name!r} already exists in this storage and was "
                             "not created by sweeper; pick another name", source=spec.source,
                             field="name")
+    _lift_budget_stop(conn, study_id, attrs, record)
     _set_study_attr(conn, study_id, SPEC_ATTR, record)
     _set_study_attr(conn, study_id, HASH_ATTR, spec.spec_hash)
     if created and UID_ATTR not in attrs:  # a new sweep: state of its own, under no old name
@@ -102,6 +104,20 @@ def _record_and_enqueue(conn: sa.Connection, study_id: int, spec: SweepSpec,
             for i, params in planned_sets(spec, start=start)])
         _set_study_attr(conn, study_id, ENQUEUED_ATTR, True)
     return grown_from
+
+
+def _lift_budget_stop(conn: sa.Connection, study_id: int, attrs: dict[str, Any],
+                      record: dict[str, Any]) -> None:
+    """A sweep launched with another budget than its record's is no longer stopped on the old
+    one: its budget stop goes (the gate records it again if the new budget is spent too)."""
+    from sweeper.accounting import BUDGET_RULE
+
+    stop = attrs.get(STOP_ATTR)
+    old = attrs.get(SPEC_ATTR)
+    if isinstance(stop, dict) and stop.get("rule") == BUDGET_RULE and isinstance(old, dict) \
+            and old.get("budget") != record.get("budget"):
+        conn.execute(sa.text("DELETE FROM study_user_attributes WHERE study_id = :s AND "
+                             "key = :k"), {"s": study_id, "k": STOP_ATTR})
 
 
 def _study_user_attrs(conn: sa.Connection, study_id: int) -> dict[str, Any]:

@@ -11,7 +11,17 @@ from typing import Any
 from optuna.distributions import BaseDistribution
 
 from sweeper.spec import SweepSpec
-from sweeper.study.sql import artifacts, code, oneshot, paused, record, stats, stop, summaries
+from sweeper.study.sql import (
+    artifacts,
+    code,
+    ledger,
+    oneshot,
+    paused,
+    record,
+    stats,
+    stop,
+    summaries,
+)
 from sweeper.study.sql import index as steps
 from sweeper.study.sql import trials as rows
 from sweeper.study.sql.storage import RetryingRDBStorage
@@ -20,6 +30,7 @@ from sweeper.study.values import (
     CodePart,
     Created,
     IndexStatus,
+    LedgerRow,
     RungTrial,
     StopState,
     StudyStats,
@@ -89,6 +100,14 @@ class SqlStore(RetryingRDBStorage):
 
     def brake(self, study_id: int, limit: int) -> StopState | None:
         return stop.brake(self, study_id, limit)
+
+    def record_stop(self, study_id: int, rule: str, reason: str) -> StopState:
+        return stop.record_stop(self, study_id, rule, reason)
+
+    # ---- the ledger
+
+    def ledger(self, study_id: int) -> list[LedgerRow]:
+        return ledger.ledger(self, study_id)
 
     # ---- a running trial's writes
 

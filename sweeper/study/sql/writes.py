@@ -23,7 +23,9 @@ from typing import Final
 
 import sqlalchemy as sa
 
+from sweeper.accounting import Ending
 from sweeper.protocol import FAIL_REASON_ATTR
+from sweeper.study.sql.ledger import close_open
 
 logger = logging.getLogger(__name__)
 
@@ -102,12 +104,14 @@ def claim_waiting(conn: sa.Connection, trial_id: int, token: str, *, start: date
 def fail_unfinished(conn: sa.Connection, trial_id: int, token: str, reason: str) -> bool:
     """RUNNING (or WAITING) -> FAIL with the reason stored on the trial, and the token. True
     when this call failed it, now or in an attempt whose acknowledgement was lost; False when
-    the trial had finished otherwise (completed, or failed by someone else)."""
+    the trial had finished otherwise (completed, or failed by someone else). An open segment
+    its runner did not close is closed as failed (:func:`close_open`)."""
     failed = conn.execute(sa.text(
         "UPDATE trials SET state = 'FAIL', datetime_complete = :now "
         "WHERE trial_id = :t AND state IN ('RUNNING', 'WAITING')"),
         {"t": trial_id, "now": datetime.now()}).rowcount
     if failed == 1:
+        close_open(conn, trial_id, Ending.FAILED)
         params = {"t": trial_id, "k": FAIL_REASON_ATTR}
         conn.execute(sa.text("DELETE FROM trial_user_attributes WHERE trial_id = :t "
                              "AND key = :k"), params)
