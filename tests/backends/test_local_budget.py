@@ -36,6 +36,18 @@ def evicted(ctx):
     return ctx.params["x"]
 
 
+def long_steps(ctx):
+    start = 0
+    resumed = ctx.load_checkpoint()
+    if resumed is not None:
+        start = resumed[1]
+    for step in range(start + 1, 401):
+        ctx.report(step, loss=1.0 / step)
+        ctx.save_checkpoint({"step": step}, step=step)
+        time.sleep(0.05)
+    return ctx.params["x"]
+
+
 def steps(ctx):
     for step in range(1, 11):
         ctx.report(step, loss=1.0 / step)
@@ -152,3 +164,23 @@ def test_two_launches_at_once_count_each_segment_once(workdir: Path, storage_url
     attempts = [t for t in trials if t.state != TrialState.WAITING]
     assert book.totals.closed.segments == len(attempts) and not book.running
     assert book.totals.finished.steps == 8 * STEPS
+
+
+def test_on_exhausted_stop_stops_the_running_trials_resumably(workdir: Path,
+                                                               sqlite_url: str) -> None:
+    """Two trials of 400 steps (20 s) and a budget of 30 steps: the budget's watch (every
+    10 s) stops both at their next report, resumable with their checkpoints; nothing else
+    starts; a larger budget, run again, resumes them from their checkpoints."""
+    sweep = _sweep(sqlite_url, "objectives:long_steps", n=4,
+                   budget={"steps": 30, "on_exhausted": "stop"})
+    result = LocalBackend(workdir / "logs").run(sweep, range(4), storage_url=sqlite_url,
+                                                tick=lambda: None)
+    assert result.finished == ()
+    stopped = [t for t in sweep.study().trials if t.state == TrialState.FAIL]
+    assert len(stopped) == 2
+    for t in stopped:
+        assert t.user_attrs[protocol.FAIL_REASON_ATTR].startswith("interrupted by the budget")
+        (seg,) = [u for k, u in t.user_attrs.items() if k.startswith(protocol.USAGE_ATTR_PREFIX)]
+        assert seg["ending"] == "paused" and 30 <= seg["steps"] < 400
+    assert sweep_ledger(sweep).totals.spent.steps < 2 * 400
+    assert [t.state for t in sweep.study().trials].count(TrialState.WAITING) == 2
