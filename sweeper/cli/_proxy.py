@@ -9,13 +9,13 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from sweeper.cli._common import _errors
+from sweeper.cli._common import errors
 from sweeper.cli._group import cli, storage_wait_s
 from sweeper.cli._proxy_security import announce, build_security, security_options
 from sweeper.errors import SweeperError
 
 if TYPE_CHECKING:
-    from sweeper.study import StudyStorage
+    pass
 
 logger = logging.getLogger("sweeper.proxy.metrics")
 #: How long ``sweeper proxy`` waits for its database by default (in a pod it may start first).
@@ -36,7 +36,7 @@ PROXY_STORAGE_WAIT_S = 60.0
 @click.option("--pool-size", type=click.IntRange(min=1), default=4, show_default=True,
               help="Database connections kept open (as many again may open under load).")
 @security_options
-@_errors
+@errors
 def proxy(storage: str | None, host: str, port: int, metrics_port: int,
           pool_size: int, **security: Any) -> None:
     """Serve the study storage to many runners through a few database connections: runners
@@ -99,66 +99,3 @@ def proxy_options(fn: Any) -> Any:
                         help="Local backend: workers reach the study through an in-process "
                              "storage proxy (a few database connections for any number of "
                              "workers). Default: on for PostgreSQL from 64 workers.")(fn)
-
-
-def run_extras(backend: str, proxy: bool | None, metrics_port: int | None, url: str,
-               name: str) -> dict[str, Any]:
-    """Check --proxy against the backend and start the metrics endpoint; returns what the
-    local backend takes (``proxy``, ``metrics``)."""
-    if proxy and backend != "local":
-        raise click.UsageError("--proxy is for the local backend; on Kubernetes point the "
-                               "pods at a `sweeper proxy` with --storage-proxy")
-    registry = None
-    if metrics_port:
-        try:
-            registry = serve_run_metrics(metrics_port, url, name)
-        except OSError as e:
-            raise SweeperError(f"cannot serve metrics on port {metrics_port}: "
-                               f"{e.strerror}") from None
-        click.echo(f"metrics on http://0.0.0.0:{metrics_port}/metrics", err=True)
-    return {"proxy": proxy, "metrics": registry}
-
-
-class _LazyStudy:
-    """The storage and study id a ``sweeper run`` scrape reads: opened on the first scrape
-    (a connection or two, none while nobody scrapes), the study found once it exists."""
-
-    def __init__(self, url: str, name: str) -> None:
-        self.url = url
-        self.name = name
-        self.storage: StudyStorage | None = None
-        self.study_id: int | None = None
-
-    def get_storage(self) -> StudyStorage | None:
-        if self.storage is None:
-            from sweeper.study import open_storage
-
-            try:
-                # prepared: the run creates the schema; Optuna's own check would hold a
-                # second connection at once
-                self.storage = open_storage(self.url, prepared=True)
-            except Exception as e:  # noqa: BLE001 - a scrape must answer; the next one retries
-                logger.warning("metrics: cannot open the storage (%s)", type(e).__name__)
-        return self.storage
-
-    def get_study_id(self) -> int | None:
-        if self.study_id is None and self.storage is not None:
-            try:
-                self.study_id = self.storage.get_study_id_from_name(self.name)
-            except KeyError:
-                return None
-        return self.study_id
-
-
-def serve_run_metrics(port: int, url: str, name: str, host: str = "0.0.0.0") -> Any:
-    """``sweeper run --metrics-port``: the sweep's study metrics on http://host:port/metrics.
-    Returns the registry, for the local backend's in-process proxy to add its own to."""
-    from prometheus_client import CollectorRegistry
-
-    from sweeper.proxy.metrics import StudyCollector, serve_metrics
-
-    registry = CollectorRegistry()
-    study = _LazyStudy(url, name)
-    registry.register(StudyCollector(study.get_storage, study.get_study_id))
-    serve_metrics(registry, port, host)
-    return registry

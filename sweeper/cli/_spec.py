@@ -9,7 +9,9 @@ from typing import Any
 import click
 
 from sweeper import protocol
-from sweeper.cli._common import _errors, _job_options, _load, set_option
+from sweeper.app.options import JobOverrides
+from sweeper.app.sweeps import load_spec_file
+from sweeper.cli._common import errors, job_options, set_option
 from sweeper.cli._group import cli
 
 
@@ -21,14 +23,14 @@ from sweeper.cli._group import cli
 @set_option
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text",
               show_default=True, help="json: the normalised spec's summary on stdout.")
-@_errors
+@errors
 def validate(spec_file: str, no_import: bool, overrides: tuple[str, ...], fmt: str) -> None:
     """Check a spec file: schema, ranges, grid size, entrypoint importable, the command's
     script found (unless the spec names the image it runs in: its paths are the image's)."""
     from sweeper.spec.paths import image_paths_note
     from sweeper.spec.pod_security import pod_security_warnings
 
-    spec = _load(spec_file, check_entrypoint=not no_import, overrides=overrides,
+    spec = load_spec_file(spec_file, check_entrypoint=not no_import, overrides=overrides,
                  image_paths=True)
     note = image_paths_note(spec) if not no_import else None
     if note:
@@ -46,7 +48,7 @@ def validate(spec_file: str, no_import: bool, overrides: tuple[str, ...], fmt: s
             "parameters": normalised["parameters"], "trial": normalised["trial"],
             "spec_hash": spec.spec_hash, "warnings": warnings}, indent=2))
         return
-    what = spec.trial.entrypoint or "command " + " ".join(spec.trial.command)
+    what = spec.trial.entrypoint or "command " + " ".join(spec.trial.command or ())
     what = what.splitlines()[0][:60] + ("..." if len(what) > 60 or "\n" in what else "")
     n = len(spec.parameters)
     click.echo(f"ok: {spec.name}: {spec.method}, {spec.trials} "
@@ -62,13 +64,13 @@ def validate(spec_file: str, no_import: bool, overrides: tuple[str, ...], fmt: s
               show_default=True)
 @click.option("--limit", type=int, default=None, help="Show only the first N indexes.")
 @set_option
-@_errors
+@errors
 def plan(spec_file: str, fmt: str, limit: int | None, overrides: tuple[str, ...]) -> None:
     """Show JOB_ID -> hyperparameter set (grid, random, qmc); the adaptive methods (tpe, gp,
     cmaes, nsga2, nsga3) ask their sampler when a trial starts."""
     from sweeper.space import planned_sets
 
-    spec = _load(spec_file, check_entrypoint=False, overrides=overrides)
+    spec = load_spec_file(spec_file, check_entrypoint=False, overrides=overrides)
     names = [p.name for p in spec.parameters]
     if spec.is_adaptive:
         if fmt == "json":
@@ -167,7 +169,7 @@ def _publish_code(spec: Any, storage: str | None, new_code: bool) -> str | None:
 @click.argument("spec_file", type=click.Path(dir_okay=False))
 @click.option("--parallelism", "-p", type=click.IntRange(min=1),
               help="Pods at once (default: the spec's parallelism).")
-@_job_options
+@job_options
 @set_option
 @click.option("--storage", metavar="URL",
               help="Without an artifact store: keep the code snapshot in this study storage "
@@ -175,9 +177,8 @@ def _publish_code(spec: Any, storage: str | None, new_code: bool) -> str | None:
 @click.option("--code", "code_choice", type=click.Choice(["new"]), default=None,
               help="new: with --storage, the code changed since the sweep last ran; its "
                    "remaining trials run the new snapshot (default: exit code 2).")
-@_errors
-def render(spec_file: str, parallelism: int | None, image: str | None, namespace: str | None,
-           storage_secret: str | None, storage_proxy: str | None,
+@errors
+def render(spec_file: str, parallelism: int | None, job: JobOverrides,
            overrides: tuple[str, ...], storage: str | None, code_choice: str | None) -> None:
     """Print the Kubernetes objects `run --backend kubernetes` submits, as YAML (no storage,
     no cluster): the ConfigMap NAME-spec and the Job (a JobSet when trial.nodes > 1). With an
@@ -192,10 +193,10 @@ def render(spec_file: str, parallelism: int | None, image: str | None, namespace
     from sweeper.spec import KubernetesSpec, durable_checkpoints_error
     from sweeper.spec.pod_security import pod_security_warnings
 
-    spec = _load(spec_file, check_entrypoint=False, overrides=overrides)
+    spec = load_spec_file(spec_file, check_entrypoint=False, overrides=overrides)
     spec = spec.with_overrides(parallelism=parallelism)
-    spec = with_kubernetes(spec, image=image, namespace=namespace, storage_secret=storage_secret,
-                           storage_proxy=storage_proxy)
+    spec = with_kubernetes(spec, image=job.image, namespace=job.namespace,
+                           storage_secret=job.storage_secret, storage_proxy=job.storage_proxy)
     if (e := durable_checkpoints_error(spec)) is not None:
         raise e
     code = _publish_code(spec, storage, code_choice == "new")
