@@ -36,7 +36,7 @@ def test_logs_of_a_local_sweep_come_from_its_recorded_log_directory(
     assert view.text  # the runner's output
     tail = logs("app-logs", LogRequest(index=1, tail=1), storage)
     assert tail.text.count("\n") <= 1
-    with pytest.raises(OptionError, match="sweep app-logs has indexes 0..1"):
+    with pytest.raises(OptionError, match=r"sweep app-logs has indexes 0\.\.1"):
         logs("app-logs", LogRequest(index=2), storage)
     with pytest.raises(OptionError, match="--follow follows the latest attempt"):
         logs("app-logs", LogRequest(index=0, attempt=0, follow=True), storage)
@@ -80,7 +80,7 @@ def test_delete_options_that_do_not_go_together(sqlite_url: str) -> None:
     storage = StorageOptions(sqlite_url)
     with pytest.raises(OptionError, match="--volume-dir goes with --purge-artifacts"):
         plan_deletion("app-opts", storage, DeleteOptions(volume_dir=Path(".")))
-    with pytest.raises(OptionError, match="has no kubernetes.checkpoint_volume"):
+    with pytest.raises(OptionError, match=r"has no kubernetes\.checkpoint_volume"):
         plan_deletion("app-opts", storage, DeleteOptions(purge_artifacts=True,
                                                          volume_dir=Path(".")))
 
