@@ -15,7 +15,12 @@ from typing import Any, TypeVar
 import click
 
 from sweeper.app.backends import clients as cluster_clients
-from sweeper.app.options import DEFAULT_LOG_DIR, ClusterOptions, JobOverrides
+from sweeper.app.options import (
+    DEFAULT_LOG_DIR,
+    DEFAULT_STORAGE_WAIT_S,
+    ClusterOptions,
+    JobOverrides,
+)
 from sweeper.app.sweeps import open_existing, open_sweep
 from sweeper.cli._group import group_options, storage_wait_s
 from sweeper.errors import SweeperError
@@ -74,11 +79,13 @@ storage_option = click.option("--storage", metavar="URL", help=RUN_STORAGE_HELP)
 name_storage_option = click.option("--storage", metavar="URL", help=NAME_STORAGE_HELP)
 
 
-def storage_options(help_text: str = NAME_STORAGE_HELP) -> Callable[[F], F]:
-    """``--storage URL`` and the group's ``--storage-wait`` as one ``storage`` parameter."""
+def storage_options(help_text: str = NAME_STORAGE_HELP,
+                    default_wait_s: float = DEFAULT_STORAGE_WAIT_S) -> Callable[[F], F]:
+    """``--storage URL`` and the group's ``--storage-wait`` (``default_wait_s`` when not
+    given) as one ``storage`` parameter."""
     def decorate(fn: F) -> F:
-        fn = collect("storage", lambda storage_url: group_options().storage(storage_url),
-                      ("storage_url",))(fn)
+        fn = collect("storage", lambda storage_url: group_options().storage(
+            storage_url, default_wait_s), ("storage_url",))(fn)
         return click.option("--storage", "storage_url", metavar="URL", help=help_text)(fn)
 
     return decorate
