@@ -172,7 +172,6 @@ def plan_deletion(name_or_spec: str, storage: StorageOptions,
     artifacts in a filesystem store, what its backends keep, and with ``purge_artifacts``
     its files off this machine. Raises SweeperError; reads only."""
     from sweeper.artifacts import describe as describe_store
-    from sweeper.proxy.client import is_proxy_url
     from sweeper.purge import kept, purge_summary
 
     if options.volume_dir is not None and not options.purge_artifacts:
@@ -184,19 +183,26 @@ def plan_deletion(name_or_spec: str, storage: StorageOptions,
     remote = _remote_state(sweep, artifact_ids, options.volume_dir)
     held = tuple((b, b.holding(sweep, required=options.on_cluster is True))
                  for b in holders(sweep, options.on_cluster, options.cluster))
-    # A filesystem store's default place follows the database's URL (through a proxy: the one
-    # it serves, as its runners derived it); a store of this machine only when it is direct.
-    local_artifacts = bool(artifact_ids) and sweep.spec.artifacts.store == "filesystem" \
-        and not is_proxy_url(found.url)
+    local_artifacts = _local_artifacts(sweep, found.url, artifact_ids)
     what = [f"{trials} trial(s) in {redact(found.url)}"]
     if local_artifacts:
         what.append(f"{len(artifact_ids)} artifact(s) in "
                     f"{describe_store(sweep.spec.artifacts, found.url)}")
     what += [s for s in [purge_summary(remote) if options.purge_artifacts else None] if s]
-    what += [w for _, h in held for w in h.what]
     return DeletionPlan(sweep, found.url, options, trials, artifact_ids, local_artifacts,
                         remote, held, () if options.purge_artifacts else tuple(kept(remote)),
-                        tuple(w for _, h in held for w in h.warnings), tuple(what))
+                        tuple(w for _, h in held for w in h.warnings),
+                        (*what, *(w for _, h in held for w in h.what)))
+
+
+def _local_artifacts(sweep: Sweep, url: str, artifact_ids: tuple[str, ...]) -> bool:
+    """Whether the sweep's artifacts are files of a store on this machine. A filesystem
+    store's default place follows the database's URL (through a proxy: the one it serves, as
+    its runners derived it); a store of this machine only when it is direct."""
+    from sweeper.proxy.client import is_proxy_url
+
+    return bool(artifact_ids) and sweep.spec.artifacts.store == "filesystem" \
+        and not is_proxy_url(url)
 
 
 def _remote_state(sweep: Sweep, artifact_ids: tuple[str, ...],
