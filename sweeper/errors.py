@@ -76,6 +76,13 @@ class NotConfirmedError(SweeperError):
     exit_code = 2
 
 
+class OptionError(SweeperError):
+    """Options that do not go together, or a value outside what the sweep allows (an index
+    past its last one): a usage problem, found before anything is written."""
+
+    exit_code = 2
+
+
 class ArtifactError(SweeperError):
     """The artifact store (filesystem or S3) cannot be used. Messages never contain secrets.
     Not a StorageError: inside a trial it fails that trial, it does not stop the runner."""

@@ -7,7 +7,7 @@ import json
 import math
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import IO, Any
 
@@ -29,6 +29,18 @@ def format_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     for r in cells:
         lines.append("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
     return "\n".join(lines)
+
+
+def ranges_of(indexes: Iterable[int]) -> str:
+    """Indexes as short text: sorted, runs of consecutive ones as ``first-last``,
+    comma-separated (``0-3,7,9-10``)."""
+    out: list[str] = []
+    for i in sorted(indexes):
+        if out and out[-1].split("-")[-1] == str(i - 1):
+            out[-1] = out[-1].split("-")[0] + f"-{i}"
+        else:
+            out.append(str(i))
+    return ",".join(out)
 
 
 def _cell(v: Any) -> str:

@@ -14,6 +14,8 @@ Rules about the graph (issue 26, "no cycles, no upward imports"):
   module to run (``python -m trial_runner``, the forked worker's ``trial_runner.main:main``);
 - the study never reaches the proxy's server (``sweeper.proxy``): opening a storage, even a
   ``grpc://`` one, loads only the client (``sweeper.study.remote``);
+- ``sweeper.cli`` parses, calls the application layer (``sweeper.app``) and renders: it never
+  imports the study, a backend or the proxy itself;
 
 and about what crosses a module's edge (issue 39, "one module, one concept"): no module imports
 a private (``_name``) name another module defines, by ``from m import _name`` or as
@@ -55,12 +57,14 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     # the one factory that picks an implementation, the sweep a process holds, and the
     # study package's front
     ("sweeper.study.open", "sweeper.study.record", "sweeper.study.ledger", "sweeper.study"),
-    # everything that uses a sweep: reports, artifacts, code snapshots, importers, backends,
-    # the CLI
+    # everything that uses a sweep: reports, artifacts, code snapshots, importers, backends
     ("sweeper.artifacts", "sweeper.code", "sweeper.report", "sweeper.export", "sweeper.purge",
      "sweeper.spending",
-     "sweeper.runlogs", "sweeper.entrypoint", "sweeper.importers", "sweeper.backends",
-     "sweeper.cli"),
+     "sweeper.runlogs", "sweeper.entrypoint", "sweeper.importers", "sweeper.backends"),
+    # the application layer: one function per user action
+    ("sweeper.app",),
+    # the CLI: parse, call the application layer, render
+    ("sweeper.cli",),
     ("trial_runner",),
 )
 
@@ -336,6 +340,37 @@ def test_no_upward_import(graph: Graph) -> None:
                     for m, targets in graph.items() for t in targets
                     if layer_of(t) > layer_of(m))
     assert upward == []
+
+
+#: What the CLI never imports directly: it calls sweeper.app for them.
+CLI_NEVER_IMPORTS = ("sweeper.study", "sweeper.backends", "sweeper.proxy")
+#: CLI modules that still import them (the read-only commands, until they move to sweeper.app).
+CLI_NOT_YET_ON_THE_APP_LAYER = ("sweeper.cli._inspect", "sweeper.cli._import",
+                                "sweeper.cli._manage")
+
+
+def test_the_cli_imports_no_study_backend_or_proxy(graph: Graph) -> None:
+    bad = {m: sorted(t for t in targets if _in(t, CLI_NEVER_IMPORTS))
+           for m, targets in graph.items()
+           if _in(m, ["sweeper.cli"]) and m not in CLI_NOT_YET_ON_THE_APP_LAYER}
+    assert not {m: t for m, t in bad.items() if t}
+
+
+def test_no_module_imports_another_modules_private_name() -> None:
+    """``from a.b import _name`` only inside ``a.b``'s own package, never across modules of
+    sweeper.cli (a private name is its module's own)."""
+    found = []
+    modules = _modules(ROOT)
+    for module, path in modules.items():
+        if not _in(module, ["sweeper.cli", "sweeper.app"]) or module in (
+                "sweeper.cli._inspect", "sweeper.cli._import"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("sweeper"):
+                found += [f"{module}: {node.module}.{a.name}" for a in node.names
+                          if a.name.startswith("_") and a.name != "__version__"
+                          and f"{node.module}.{a.name}" not in modules]  # a module
+    assert found == []
 
 
 def test_every_module_has_a_layer_and_the_layers_order_the_packages() -> None:

@@ -1,4 +1,5 @@
-"""The ``sweeper`` command. Click only: parse arguments, call the library, print.
+"""The ``sweeper`` command. Click only: parse arguments into one options object each, call
+the application layer (:mod:`sweeper.app`), render its view models.
 
 Results go to stdout, diagnostics and progress to stderr. Every SweeperError becomes one line
 and its exit code (``sweeper.errors.EXIT_CODES``: 1 some index failed, 2 bad input, 3 backend,
@@ -6,8 +7,10 @@ and its exit code (``sweeper.errors.EXIT_CODES``: 1 some index failed, 2 bad inp
 shows them).
 
 The commands live in private modules by job (_spec, _run, _inspect, _manage, _cluster, _import,
-_proxy) and attach themselves to the group in _group when imported here; _common holds what
-they share. Nothing heavy (optuna, kubernetes, sqlalchemy, torch) is imported before a command runs.
+_proxy) and attach themselves to the group in _group when imported here (its GroupOptions is
+the context's object); _common holds what they share, the one place that turns a
+SweeperError into its exit code among it. The kubernetes client and torch are not imported
+before a command needs them.
 """
 
 from __future__ import annotations

@@ -1,6 +1,8 @@
-"""What the command modules share: SweeperError -> one line and an exit code, the common
-options, loading a spec file, a NAME argument (a sweep name or its spec file) and opening the
-sweep it names without creating anything, the Kubernetes client factory."""
+"""What the command modules share: the one place that turns a SweeperError into one line and
+an exit code (:func:`errors`), and the option decorators that build one options object each
+(:func:`storage_options`: a :class:`~sweeper.app.options.StorageOptions`,
+:func:`cluster_options`: a :class:`~sweeper.app.options.ClusterOptions`,
+:func:`job_options`: a :class:`~sweeper.app.options.JobOverrides`)."""
 
 from __future__ import annotations
 
@@ -8,21 +10,32 @@ import functools
 import logging
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
 import click
 
-from sweeper.cli._group import storage_wait_s
+from sweeper.app.backends import clients as cluster_clients
+from sweeper.app.options import (
+    DEFAULT_LOG_DIR,
+    DEFAULT_STORAGE_WAIT_S,
+    ClusterOptions,
+    JobOverrides,
+)
+from sweeper.app.sweeps import open_existing, open_sweep
+from sweeper.cli._group import group_options, storage_wait_s
 from sweeper.errors import SweeperError
+from sweeper.report import ranges_of
 
 logger = logging.getLogger("sweeper")
-#: The local backend's log directory (`run --log-dir`); each sweep logs under NAME-UID8/.
-DEFAULT_LOG_DIR = ".sweeper/logs"
 F = TypeVar("F", bound=Callable[..., Any])
 
+__all__ = ["DEFAULT_LOG_DIR", "cluster_options", "errors", "job_options", "name_storage_option",
+           "say", "set_option", "storage_option", "storage_options"]
 
-def _errors(fn: F) -> F:
+
+def errors(fn: F) -> F:
+    """The command's SweeperError as ``error: MESSAGE`` on stderr and its exit code (the
+    traceback too with -vv)."""
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
@@ -36,136 +49,59 @@ def _errors(fn: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
-storage_option = click.option(
-    "--storage", metavar="URL",
-    help="Study storage: sqlite:///file.db or postgresql://user:pw@host/db "
-         "(default: $SWEEPER_STORAGE, then the spec's storage:, then sqlite:///sweeps.db).")
+def say(line: str) -> None:
+    """A line about what a command does, on stderr."""
+    click.echo(line, err=True)
+
+
+def collect(name: str, build: Callable[..., Any], keys: tuple[str, ...]) -> Callable[[F], F]:
+    """A decorator that replaces the parameters ``keys`` by one, ``name``, built from them."""
+    def decorate(fn: F) -> F:
+        @functools.wraps(fn)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            kwargs[name] = build(**{k: kwargs.pop(k) for k in keys})
+            return fn(*args, **kwargs)
+
+        return wrapper  # type: ignore[return-value]
+
+    return decorate
+
+
+RUN_STORAGE_HELP = (
+    "Study storage: sqlite:///file.db or postgresql://user:pw@host/db "
+    "(default: $SWEEPER_STORAGE, then the spec's storage:, then sqlite:///sweeps.db).")
+NAME_STORAGE_HELP = (
+    "Study storage: sqlite:///file.db or postgresql://user:pw@host/db (default: "
+    "$SWEEPER_STORAGE, then the storage: of a spec file given as NAME, then "
+    "sqlite:///sweeps.db). Never created: a storage that does not exist is an error.")
+
+storage_option = click.option("--storage", metavar="URL", help=RUN_STORAGE_HELP)
+name_storage_option = click.option("--storage", metavar="URL", help=NAME_STORAGE_HELP)
+
+
+def storage_options(help_text: str = NAME_STORAGE_HELP,
+                    default_wait_s: float = DEFAULT_STORAGE_WAIT_S) -> Callable[[F], F]:
+    """``--storage URL`` and the group's ``--storage-wait`` (``default_wait_s`` when not
+    given) as one ``storage`` parameter."""
+    def decorate(fn: F) -> F:
+        fn = collect("storage", lambda storage_url: group_options().storage(
+            storage_url, default_wait_s), ("storage_url",))(fn)
+        return click.option("--storage", "storage_url", metavar="URL", help=help_text)(fn)
+
+    return decorate
+
+
 set_option = click.option(
     "--set", "overrides", multiple=True, metavar="KEY=VALUE",
     help="Change the spec before it is validated: a dotted key and a YAML value, e.g. "
          "--set trial.fixed.epochs=1 --set parallelism=4 (repeatable).")
 
 
-def _load(path: str, *, check_entrypoint: bool, overrides: tuple[str, ...] = (),
-          image_paths: bool = False) -> Any:
-    """The spec at ``path``; ``check_entrypoint``: its entrypoint imports and its command's
-    program and script exist here, unless ``image_paths`` and the spec names the image its
-    trials run in (the command's paths are then the image's)."""
-    from sweeper.spec import load_spec
-    from sweeper.spec.paths import named_image
-
-    spec = load_spec(path, overrides)
-    if check_entrypoint and spec.trial.entrypoint:
-        from sweeper.entrypoint import load_entrypoint
-
-        load_entrypoint(spec.trial.entrypoint, source=spec.source, base_dir=spec.base_dir)
-    if check_entrypoint and spec.trial.command and \
-            not (image_paths and named_image(spec) is not None):
-        from sweeper.spec.paths import check_command
-
-        check_command(spec)
-    return spec
-
-
-name_storage_option = click.option(
-    "--storage", metavar="URL",
-    help="Study storage: sqlite:///file.db or postgresql://user:pw@host/db (default: "
-         "$SWEEPER_STORAGE, then the storage: of a spec file given as NAME, then "
-         "sqlite:///sweeps.db). Never created: a storage that does not exist is an error.")
-
-
-@dataclass(frozen=True)
-class _Target:
-    """What a NAME argument names: a sweep name, or a spec file (its name and storage:)."""
-
-    name: str
-    url: str
-    spec: Any | None = None
-
-
-def _target(name_or_spec: str, storage: str | None) -> _Target:
-    """NAME or a spec file in its place: an argument ending in .yaml/.yml is a spec file (a
-    sweep name, a DNS label, never has a dot), read for its name and storage:."""
-    from sweeper.study.urls import resolve_storage_url
-
-    if name_or_spec.endswith((".yaml", ".yml")):
-        spec = _load(name_or_spec, check_entrypoint=False)
-        return _Target(spec.name, resolve_storage_url(storage, spec), spec)
-    return _Target(name_or_spec, resolve_storage_url(storage))
-
-
-def _open(url: str, *, create: bool = True) -> Any:
-    """The storage at ``url``, waiting ``--storage-wait`` for one that is unavailable (a line
-    on stderr while it waits; exit code 75 after that); permanent errors fail at once."""
-    from sweeper.study import open_storage
-
-    return open_storage(url, create=create, connect_deadline_s=storage_wait_s())
-
-
-def _open_existing(url: str, name: str | None = None) -> Any:
-    """The storage at ``url`` opened without creating anything (commands that only read, and
-    delete); a storage that does not exist is "no sweep named NAME" with the reason."""
-    from sweeper.errors import StorageMissingError, StudyNotFoundError
-
-    try:
-        return _open(url, create=False)
-    except StorageMissingError as e:
-        if name is None:
-            raise
-        raise StudyNotFoundError(f"no sweep named {name!r}: {e}") from None
-
-
-def _load_target(target: _Target) -> Any:
-    """The stored sweep ``target`` names; not found names the storage and what it holds."""
-    from sweeper.errors import StudyNotFoundError
-    from sweeper.study import load_sweep
-
-    store = _open_existing(target.url, target.name)
-    try:
-        sweep = load_sweep(store, target.name)
-    except StudyNotFoundError as e:
-        raise StudyNotFoundError(_not_found(store, target) or str(e)) from None
-    if target.spec is not None and target.spec.base_dir is not None:
-        # The file at hand says where its relative paths start (resume from another place).
-        sweep = replace(sweep, spec=replace(sweep.spec, base_dir=target.spec.base_dir))
-    return sweep
-
-
-#: Sweep names a "not found" message lists before it says how many more there are.
-_NAMES_SHOWN = 10
-
-
-def _not_found(store: Any, target: _Target) -> str | None:
-    """"no sweep named X in STORAGE" and what is there; None if a study of that name exists
-    (the caller's own message then says what is wrong with it)."""
-    import difflib
-
-    from sweeper.study.urls import redact
-
-    sweeps, others = store.study_names()
-    if target.name in sweeps or target.name in others:
-        return None
-    where = f"no sweep named {target.name!r} in {redact(target.url)}"
-    close = difflib.get_close_matches(target.name, sweeps, n=1, cutoff=0.6)
-    hint = f"did you mean {close[0]!r}? " if close else ""
-    if not sweeps:
-        other = f" ({len(others)} other Optuna stud{'y' if len(others) == 1 else 'ies'})" \
-            if others else ""
-        return f"{where}: it has no sweeps{other}"
-    shown = ", ".join(sweeps[:_NAMES_SHOWN])
-    more = f", ... ({len(sweeps) - _NAMES_SHOWN} more: sweeper list)" \
-        if len(sweeps) > _NAMES_SHOWN else ""
-    return f"{where}; {hint}sweeps there: {shown}{more}"
-
-
-def _open_sweep(name_or_spec: str, storage: str | None) -> tuple[Any, str]:
-    """The stored sweep NAME (or the sweep of a spec file) and its storage URL."""
-    target = _target(name_or_spec, storage)
-    return _load_target(target), target.url
-
-
-def _job_options(fn: F) -> F:
-    """Overrides of the spec's kubernetes: section (render, run, resume)."""
+def job_options(fn: F) -> F:
+    """Overrides of the spec's kubernetes: section (render, run, resume), as one ``job``
+    parameter."""
+    fn = collect("job", JobOverrides,
+                  ("image", "namespace", "storage_secret", "storage_proxy"))(fn)
     for option in reversed([
         click.option("--image", metavar="IMAGE", help="Kubernetes: trial-runner image "
                      "(default: the spec's kubernetes.image)."),
@@ -182,24 +118,41 @@ def _job_options(fn: F) -> F:
     return fn
 
 
-def _cluster_options(fn: F) -> F:
-    """How to reach the cluster (default: $KUBECONFIG or ~/.kube/config, else in-cluster)."""
+def _kube_flags(fn: F) -> F:
     fn = click.option("--context", metavar="NAME", help="Kubernetes: kubeconfig context.")(fn)
     return click.option("--kubeconfig", type=click.Path(dir_okay=False), metavar="PATH",
                         help="Kubernetes: kubeconfig file.")(fn)
 
 
+def cluster_options(namespace_help: str | None = None) -> Callable[[F], F]:
+    """How to reach the cluster (default: $KUBECONFIG or ~/.kube/config, else in-cluster),
+    and with ``namespace_help`` a ``--namespace``, as one ``cluster`` parameter."""
+    def decorate(fn: F) -> F:
+        if namespace_help is None:
+            fn = collect("cluster", lambda kubeconfig, context: ClusterOptions(
+                kubeconfig, context), ("kubeconfig", "context"))(fn)
+            return _kube_flags(fn)
+        fn = collect("cluster", ClusterOptions, ("kubeconfig", "context", "namespace"))(fn)
+        fn = _kube_flags(fn)
+        return click.option("--namespace", "-n", metavar="NS", help=namespace_help)(fn)
+
+    return decorate
+
+
+# The read-only commands' names for what they share (status, best, export, dashboard).
+_errors = errors
+_cluster_options = _kube_flags
+_ranges_of = ranges_of
+
+
+def _open_existing(url: str, name: str | None = None) -> Any:
+    return open_existing(url, storage_wait_s(), name)
+
+
+def _open_sweep(name_or_spec: str, storage: str | None) -> tuple[Any, str]:
+    return open_sweep(name_or_spec, group_options().storage(storage))
+
+
 def _clients(kubeconfig: str | None, context: str | None, timeout_s: float = 30.0) -> Any:
-    from sweeper.backends.kubernetes import ClientFactory
+    return cluster_clients(ClusterOptions(kubeconfig, context), timeout_s)
 
-    return ClientFactory(kubeconfig, context, request_timeout_s=timeout_s)
-
-
-def _ranges_of(indexes: list[int]) -> str:
-    out: list[str] = []
-    for i in sorted(indexes):
-        if out and out[-1].split("-")[-1] == str(i - 1):
-            out[-1] = out[-1].split("-")[0] + f"-{i}"
-        else:
-            out.append(str(i))
-    return ",".join(out)

@@ -1,6 +1,7 @@
 """The ``sweeper`` click group, alone in its module so that every command module can attach
 its commands to it without importing the package (no import cycles), and the options it
-shares with every command (:class:`GroupOptions`, the context's object)."""
+shares with every command (:class:`GroupOptions`, the context's object, which builds each
+command's :class:`~sweeper.app.options.StorageOptions`)."""
 
 from __future__ import annotations
 
@@ -12,10 +13,9 @@ from typing import Final
 import click
 
 from sweeper import __version__
+from sweeper.app.options import DEFAULT_STORAGE_WAIT_S, StorageOptions
 from sweeper.errors import EXIT_CODES
 
-#: How long a command waits for a storage that is unavailable, unless told otherwise.
-DEFAULT_STORAGE_WAIT_S: Final = 30.0
 ENV_STORAGE_WAIT: Final = "SWEEPER_STORAGE_WAIT"
 
 
@@ -25,6 +25,20 @@ class GroupOptions:
     None where not given: each command has its default."""
 
     storage_wait_s: float | None = None
+
+    def storage(self, url: str | None,
+                default_wait_s: float = DEFAULT_STORAGE_WAIT_S) -> StorageOptions:
+        """A command's ``--storage URL`` with the group's ``--storage-wait`` (the command's
+        ``default_wait_s`` when that is not given)."""
+        wait = default_wait_s if self.storage_wait_s is None else self.storage_wait_s
+        return StorageOptions(url=url, wait_s=wait)
+
+
+def group_options() -> GroupOptions:
+    """The running command's group options (the defaults outside a command)."""
+    ctx = click.get_current_context(silent=True)
+    found = ctx.find_object(GroupOptions) if ctx is not None else None
+    return found if found is not None else GroupOptions()
 
 
 def _exit_codes_epilog() -> str:
@@ -62,8 +76,4 @@ def cli(ctx: click.Context, verbose: int, storage_wait: float | None) -> None:
 def storage_wait_s(default: float = DEFAULT_STORAGE_WAIT_S) -> float:
     """The running command's ``--storage-wait`` (``default`` when not given, or outside a
     command)."""
-    ctx = click.get_current_context(silent=True)
-    options = ctx.find_object(GroupOptions) if ctx is not None else None
-    if options is None or options.storage_wait_s is None:
-        return default
-    return options.storage_wait_s
+    return group_options().storage(None, default).wait_s

@@ -1,32 +1,23 @@
-"""``sweeper proxy``: the long-lived storage proxy (Optuna's gRPC proxy + sweeper's index
-protocol service on one port, Prometheus metrics on another)."""
+"""``sweeper proxy``: the long-lived storage proxy (:func:`sweeper.app.proxy.serve_proxy`),
+and ``run``'s options about the storage proxy of its local workers."""
 
 from __future__ import annotations
 
-import logging
-import signal
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import click
 
-from sweeper.cli._common import _errors
-from sweeper.cli._group import cli, storage_wait_s
-from sweeper.cli._proxy_security import announce, build_security, security_options
-from sweeper.errors import SweeperError
-
-if TYPE_CHECKING:
-    from sweeper.study import StudyStorage
-
-logger = logging.getLogger("sweeper.proxy.metrics")
-#: How long ``sweeper proxy`` waits for its database by default (in a pod it may start first).
-PROXY_STORAGE_WAIT_S = 60.0
+from sweeper.app.options import StorageOptions
+from sweeper.app.proxy import PROXY_STORAGE_WAIT_S, ProxyOptions, SecurityOptions, serve_proxy
+from sweeper.cli._common import errors, say, storage_options
+from sweeper.cli._group import cli
+from sweeper.cli._proxy_security import security_options
 
 
 @cli.command()
-@click.option("--storage", metavar="URL",
-              help="The database the proxy fronts: postgresql://user:pw@host/db or "
-                   "sqlite:///file.db (default: $SWEEPER_STORAGE, then sqlite:///sweeps.db). "
-                   "Prefer $SWEEPER_STORAGE for a URL with a password.")
+@storage_options("The database the proxy fronts: postgresql://user:pw@host/db or "
+                 "sqlite:///file.db (default: $SWEEPER_STORAGE, then sqlite:///sweeps.db). "
+                 "Prefer $SWEEPER_STORAGE for a URL with a password.", PROXY_STORAGE_WAIT_S)
 @click.option("--host", default="127.0.0.1", show_default=True,
               help="Address to listen on (0.0.0.0: every interface, as in a pod).")
 @click.option("--port", type=click.IntRange(0, 65535), default=13000, show_default=True,
@@ -36,57 +27,13 @@ PROXY_STORAGE_WAIT_S = 60.0
 @click.option("--pool-size", type=click.IntRange(min=1), default=4, show_default=True,
               help="Database connections kept open (as many again may open under load).")
 @security_options
-@_errors
-def proxy(storage: str | None, host: str, port: int, metrics_port: int,
-          pool_size: int, **security: Any) -> None:
+@errors
+def proxy(storage: StorageOptions, host: str, port: int, metrics_port: int, pool_size: int,
+          security: SecurityOptions) -> None:
     """Serve the study storage to many runners through a few database connections: runners
     (and every sweeper command) use grpc://HOST:PORT as their storage URL and never see the
     database password."""
-    from prometheus_client import CollectorRegistry
-
-    from sweeper.proxy.metrics import ProxyMetrics, StudyCollector, serve_metrics
-    from sweeper.proxy.server import ProxyServer
-    from sweeper.study.urls import redact, resolve_storage_url
-
-    url = resolve_storage_url(storage)
-    registry = CollectorRegistry()
-    guard = build_security(host, port, security)
-    server = ProxyServer(url, host=host, port=port, metrics=ProxyMetrics(registry),
-                         pool_size=pool_size, max_overflow=pool_size,
-                         connect_deadline_s=storage_wait_s(PROXY_STORAGE_WAIT_S),
-                         **guard.server_kwargs())
-    registry.register(StudyCollector(lambda: server.storage))
-    metrics = None
-    if metrics_port:
-        try:
-            metrics = serve_metrics(registry, metrics_port, host)
-        except OSError as e:
-            server.stop(0)
-            raise SweeperError(f"cannot serve metrics on {host}:{metrics_port}: "
-                               f"{e.strerror}") from None
-    try:
-        announce(guard, host, server.port)
-    except SweeperError:
-        server.stop(0)
-        raise
-    server.start()
-    shown = f", metrics on http://{host}:{metrics_port}/metrics" if metrics_port else ""
-    click.echo(f"storage proxy for {redact(url)} on grpc://{host}:{server.port}{shown} "
-               "(Ctrl-C to stop)", err=True)
-
-    def stop(signum: int, frame: Any) -> None:
-        raise KeyboardInterrupt
-
-    signal.signal(signal.SIGTERM, stop)  # a pod's shutdown: finish the calls in flight
-    try:
-        server.wait()
-    except KeyboardInterrupt:
-        pass
-    finally:
-        server.stop(grace_s=5.0)
-        if metrics is not None:
-            metrics.shutdown()
-    click.echo("storage proxy stopped", err=True)
+    serve_proxy(ProxyOptions(storage, host, port, metrics_port, pool_size, security), say)
 
 
 def proxy_options(fn: Any) -> Any:
@@ -99,66 +46,3 @@ def proxy_options(fn: Any) -> Any:
                         help="Local backend: workers reach the study through an in-process "
                              "storage proxy (a few database connections for any number of "
                              "workers). Default: on for PostgreSQL from 64 workers.")(fn)
-
-
-def run_extras(backend: str, proxy: bool | None, metrics_port: int | None, url: str,
-               name: str) -> dict[str, Any]:
-    """Check --proxy against the backend and start the metrics endpoint; returns what the
-    local backend takes (``proxy``, ``metrics``)."""
-    if proxy and backend != "local":
-        raise click.UsageError("--proxy is for the local backend; on Kubernetes point the "
-                               "pods at a `sweeper proxy` with --storage-proxy")
-    registry = None
-    if metrics_port:
-        try:
-            registry = serve_run_metrics(metrics_port, url, name)
-        except OSError as e:
-            raise SweeperError(f"cannot serve metrics on port {metrics_port}: "
-                               f"{e.strerror}") from None
-        click.echo(f"metrics on http://0.0.0.0:{metrics_port}/metrics", err=True)
-    return {"proxy": proxy, "metrics": registry}
-
-
-class _LazyStudy:
-    """The storage and study id a ``sweeper run`` scrape reads: opened on the first scrape
-    (a connection or two, none while nobody scrapes), the study found once it exists."""
-
-    def __init__(self, url: str, name: str) -> None:
-        self.url = url
-        self.name = name
-        self.storage: StudyStorage | None = None
-        self.study_id: int | None = None
-
-    def get_storage(self) -> StudyStorage | None:
-        if self.storage is None:
-            from sweeper.study import open_storage
-
-            try:
-                # prepared: the run creates the schema; Optuna's own check would hold a
-                # second connection at once
-                self.storage = open_storage(self.url, prepared=True)
-            except Exception as e:  # noqa: BLE001 - a scrape must answer; the next one retries
-                logger.warning("metrics: cannot open the storage (%s)", type(e).__name__)
-        return self.storage
-
-    def get_study_id(self) -> int | None:
-        if self.study_id is None and self.storage is not None:
-            try:
-                self.study_id = self.storage.get_study_id_from_name(self.name)
-            except KeyError:
-                return None
-        return self.study_id
-
-
-def serve_run_metrics(port: int, url: str, name: str, host: str = "0.0.0.0") -> Any:
-    """``sweeper run --metrics-port``: the sweep's study metrics on http://host:port/metrics.
-    Returns the registry, for the local backend's in-process proxy to add its own to."""
-    from prometheus_client import CollectorRegistry
-
-    from sweeper.proxy.metrics import StudyCollector, serve_metrics
-
-    registry = CollectorRegistry()
-    study = _LazyStudy(url, name)
-    registry.register(StudyCollector(study.get_storage, study.get_study_id))
-    serve_metrics(registry, port, host)
-    return registry

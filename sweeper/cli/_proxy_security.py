@@ -1,24 +1,24 @@
-"""``sweeper proxy``'s security options: who may call it (``--auth``), TLS, limits; and the
-loopback default, a secret in a file only this user can read
-(:mod:`sweeper.study.remote.localsecret`)."""
+"""``sweeper proxy``'s security options (:class:`~sweeper.app.proxy.SecurityOptions`): who
+may call it (``--auth``), TLS, limits."""
 
 from __future__ import annotations
 
-import os
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import click
 
-from sweeper.errors import SweeperError
+from sweeper.app.proxy import SecurityOptions
+from sweeper.cli._common import collect
 
-if TYPE_CHECKING:
-    from sweeper.proxy.auth import Authenticator
-    from sweeper.proxy.limits import Limits
-    from sweeper.proxy.tls import ServerTLS
+F = TypeVar("F", bound=Callable[..., Any])
+KEYS = ("auth", "audience", "namespace", "kubeconfig", "auth_cache_ttl", "tls_cert", "tls_key",
+        "insecure_plaintext", "max_message_mb", "rate", "burst")
 
 
-def security_options(fn: Any) -> Any:
+def security_options(fn: F) -> F:
+    """The security options as one ``security`` parameter."""
+    fn = collect("security", SecurityOptions, KEYS)(fn)
     options = [
         click.option("--auth", type=click.Choice(["kubernetes", "secret", "none"]),
                      help="Who may call: kubernetes (every call carries a ServiceAccount "
@@ -56,81 +56,3 @@ def security_options(fn: Any) -> Any:
     for option in reversed(options):
         fn = option(fn)
     return fn
-
-
-@dataclass(frozen=True)
-class Security:
-    """What the options ask of the proxy: ProxyServer's ``auth``, ``limits`` and ``tls``, and
-    on a loopback address without --auth the secret to publish once the port is bound."""
-
-    auth: Authenticator | None
-    limits: Limits
-    tls: ServerTLS | None
-    local_secret: str | None = None
-
-    def server_kwargs(self) -> dict[str, Any]:
-        return {"auth": self.auth, "limits": self.limits, "tls": self.tls}
-
-
-def build_security(host: str, port: int, opts: dict[str, Any]) -> Security:
-    """The proxy's security from the options (a usage error for a combination that would
-    serve plaintext off loopback)."""
-    from sweeper.proxy.limits import Limits
-    from sweeper.proxy.tls import ServerTLS
-    from sweeper.study.remote.localsecret import is_loopback
-
-    loopback = is_loopback(host)
-    tls = None
-    if opts["tls_cert"] or opts["tls_key"]:
-        if not (opts["tls_cert"] and opts["tls_key"]):
-            raise click.UsageError("--tls-cert and --tls-key go together")
-        tls = ServerTLS.from_files(opts["tls_cert"], opts["tls_key"])
-    elif not loopback and not opts["insecure_plaintext"]:
-        raise click.UsageError(f"--host {host} is not loopback: serve TLS (--tls-cert, "
-                               "--tls-key) or pass --insecure-plaintext")
-    limits = Limits(max_message_bytes=int(opts["max_message_mb"] * 1024 * 1024),
-                    rate=opts["rate"], burst=opts["burst"])
-    mode = opts["auth"] or ("local" if loopback else "kubernetes")
-    if mode == "local":
-        from sweeper.proxy.auth import SharedSecret
-        from sweeper.study.remote.credentials import new_local_secret
-        from sweeper.study.remote.localsecret import existing_secret
-
-        secret = existing_secret(host, port) or new_local_secret()
-        return Security(SharedSecret(secret, name="holder of the local proxy secret"), limits,
-                        tls, local_secret=secret)
-    return Security(_authenticator(mode, opts), limits, tls)
-
-
-def _authenticator(mode: str, opts: dict[str, Any]) -> Authenticator | None:
-    if mode == "none":
-        return None
-    if mode == "secret":
-        from sweeper.proxy.auth import SharedSecret
-
-        secret = os.environ.get("SWEEPER_PROXY_SECRET", "")
-        if len(secret) < 16:
-            raise SweeperError("--auth secret needs $SWEEPER_PROXY_SECRET (16 characters "
-                               "or more)")
-        return SharedSecret(secret, name="holder of the proxy secret")
-    from sweeper.backends.kubernetes.client import ClientFactory
-    from sweeper.proxy.kubeauth import KubernetesAuthenticator, in_cluster_namespace
-
-    namespace = opts["namespace"] or in_cluster_namespace()
-    return KubernetesAuthenticator(ClientFactory(opts["kubeconfig"]), namespace,
-                                   audience=opts["audience"], ttl_s=opts["auth_cache_ttl"])
-
-
-def announce(security: Security, host: str, port: int) -> None:
-    """Before the proxy serves: the loopback secret written to its file (its path said, never
-    the secret), or the one-line warning of a proxy that lets anyone in."""
-    from sweeper.study.remote.localsecret import write_secret
-
-    if security.local_secret is not None:
-        path = write_secret(host, port, security.local_secret)
-        click.echo(f"callers need the secret in {path} (mode 0600: this user only); sweeper "
-                   "commands and runners of this user read it there", err=True)
-    elif security.auth is None:
-        click.echo(f"warning: --auth none: anyone who reaches {host}:{port} (on loopback: "
-                   "every user of this machine) can read, change and delete every study",
-                   err=True)

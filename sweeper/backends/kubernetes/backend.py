@@ -18,7 +18,18 @@ from dataclasses import dataclass, field
 
 from sweeper import protocol
 from sweeper.backends import manifests as m
-from sweeper.backends.base import LogTail, RunResult, Tick
+from sweeper.backends.base import (
+    Cancelled,
+    Deleted,
+    Description,
+    Holding,
+    IndexLog,
+    LogTail,
+    RunResult,
+    SweepRef,
+    Tick,
+    Write,
+)
 from sweeper.backends.kubernetes.client import ClientFactory, KubeClient, Obj
 from sweeper.backends.kubernetes.detach import watch_unless_detached
 from sweeper.backends.kubernetes.errors import first_line
@@ -37,7 +48,17 @@ from sweeper.backends.kubernetes.jobstatus import (
     stuck_reasons,
 )
 from sweeper.backends.kubernetes.oom import oom_reason, record_oom
-from sweeper.backends.kubernetes.ops import index_log, sweep_jobs
+from sweeper.backends.kubernetes.ops import (
+    cancel,
+    cancelled,
+    delete_jobs,
+    follow_shown,
+    index_log,
+    jobs_holding,
+    shown_log,
+    sweep_jobs,
+    workloads,
+)
 from sweeper.errors import BackendError, SpecError
 from sweeper.protocol import BACKEND_ATTR, CODE_ATTR, LAUNCHES_ATTR
 from sweeper.study import Sweep
@@ -73,8 +94,11 @@ class KubernetesBackend:
 
     def __init__(self, clients: ClientFactory, *, detach: bool = False,
                  poll_interval_s: float = 1.0, echo: Echo | None = None,
-                 grace_period_s: float | None = None) -> None:
+                 grace_period_s: float | None = None, namespace: str | None = None) -> None:
         self.clients = clients
+        #: Where logs, cancel, delete and describe look (None: the sweep's spec's namespace;
+        #: a launch always uses the spec's).
+        self.namespace = namespace
         self.detach = detach
         self.poll_interval_s = poll_interval_s
         #: How often to look for pods that cannot start (a Pending-pods list call).
@@ -147,6 +171,41 @@ class KubernetesBackend:
         log = index_log(self.clients, ns, sweep.name, sweep.spec.trials, index,
                         tail_lines=lines)
         return LogTail(f"pod {ns}/{log.pod}", log.text)
+
+    # ---------------------------------------------------------------- managing
+
+    def _ns(self, ref: SweepRef) -> str:
+        from sweeper.spec import KubernetesSpec
+
+        spec = ref.sweep.spec.kubernetes if ref.sweep is not None else KubernetesSpec()
+        return self.namespace or spec.namespace
+
+    def logs(self, ref: SweepRef, index: int, *, attempt: int | None,
+             tail: int | None) -> IndexLog:
+        return shown_log(self.clients, self._ns(ref), ref, index, attempt, tail)
+
+    def follow(self, ref: SweepRef, index: int, *, tail: int | None, write: Write,
+               say: Write) -> None:
+        follow_shown(self.clients, self._ns(ref), ref, index, tail, write, say)
+
+    def cancel(self, ref: SweepRef, *, wait_s: float) -> Cancelled:
+        """Delete the sweep's Jobs (JobSets) and their pods; see :func:`.ops.cancel`."""
+        ns = self._ns(ref)
+        return cancelled(cancel(self.clients, ref.name, ns, sweep=ref.sweep, wait_s=wait_s),
+                         ref.name, ns, wait_s)
+
+    def holding(self, sweep: Sweep, *, required: bool) -> Holding:
+        return jobs_holding(self.clients, self._ns(SweepRef(sweep.name, sweep)), sweep,
+                            required=required)
+
+    def delete(self, sweep: Sweep, holding: Holding, *, wait_s: float,
+               required: bool) -> Deleted:
+        return delete_jobs(self.clients, self._ns(SweepRef(sweep.name, sweep)), sweep.name,
+                           wait_s, required=required)
+
+    def describe(self, sweep: Sweep, *, required: bool) -> Description:
+        return workloads(self.clients, self._ns(SweepRef(sweep.name, sweep)), sweep,
+                         required=required)
 
     # ---------------------------------------------------------------- watching
 

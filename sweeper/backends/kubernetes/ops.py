@@ -1,4 +1,5 @@
-"""What ``sweeper status``, ``sweeper logs`` and ``sweeper cancel`` ask of the cluster.
+"""What ``sweeper status``, ``logs``, ``cancel`` and ``delete`` ask of the cluster, and what
+the Kubernetes backend answers them (:class:`~sweeper.backends.base.Backend`).
 
 Every function takes the :class:`ClientFactory` the CLI built (the client is created on the
 first request) and reads only the sweep's own objects, by label selector: a big sweep keeps
@@ -16,6 +17,16 @@ from optuna.trial import TrialState
 
 from sweeper._optuna_compat import trial_id_of
 from sweeper.backends import manifests as m
+from sweeper.backends.base import (
+    Cancelled,
+    Deleted,
+    Description,
+    Holding,
+    IndexLog,
+    SweepRef,
+    Workload,
+    Write,
+)
 from sweeper.backends.kubernetes.client import ClientFactory, KubeClient, Obj
 from sweeper.backends.kubernetes.jobstatus import (
     JOB_NAME_LABEL,
@@ -287,3 +298,110 @@ def stop_running(sweep: Sweep, indexes: set[int]) -> tuple[list[int], list[int]]
                 sweep.storage.mark_failed(trial_id_of(t), "cancelled (sweeper cancel)"):
             failed.append(t.number)
     return paused, failed
+
+
+# --------------------------------------------------------------------------- as shown
+
+
+def shown_log(clients: ClientFactory, namespace: str, ref: SweepRef, index: int,
+              attempt: int | None, tail: int | None) -> IndexLog:
+    """:func:`index_log` with the lines that say which pod, Job and attempt it comes from
+    (and, without the storage, what cannot be shown)."""
+    from sweeper.backends.kubernetes.promoted import promoted_attempt
+
+    sweep = ref.sweep
+    log = index_log(clients, namespace, ref.name, ref.trials, index, tail_lines=tail,
+                    attempt=attempt,
+                    promoted=promoted_attempt(sweep, index, attempt) if sweep else None)
+    h = log.header
+    what = f"attempt {h.attempt}, trial #{h.trial_number}" if h is not None else \
+        f"pod attempt {log.attempt}"
+    if log.segments > 1:  # promoted after a pause (scheduler:): each part has its header
+        what += f", {log.segments} segments"
+    notes = [f"pod {namespace}/{log.pod} (Job {log.job}, index {index}, {what}, {log.phase})"]
+    if log.promoted_in:
+        notes.append(f"promoted segments from pod(s) {', '.join(log.promoted_in)}")
+    if sweep is None:
+        notes.append("note: the storage is not at hand, so only the pods of this index were "
+                     "read: under a promotion scheduler a segment that another pod resumed is "
+                     "not shown (give --storage)")
+    text = log.text if log.text.endswith("\n") else log.text + "\n"
+    return IndexLog(tuple(notes), text)
+
+
+def follow_shown(clients: ClientFactory, namespace: str, ref: SweepRef, index: int,
+                 tail: int | None, write: Write, say: Write) -> None:
+    """:func:`follow_index_log`, the pod named first."""
+    pod, stream = follow_index_log(clients, namespace, ref.name, ref.trials, index,
+                                   tail_lines=tail)
+    say(f"pod {namespace}/{pod.pod} (Job {pod.job}, index {index}, {pod.phase}; following)")
+    for text in stream:
+        write(text)
+
+
+def cancelled(result: CancelResult, name: str, namespace: str, wait_s: float) -> Cancelled:
+    """A :class:`CancelResult` in words."""
+    lines = [] if result.jobs or result.jobsets else \
+        [f"no Job of sweep {name} in namespace {namespace}"]
+    for kind, names in (("JobSet", result.jobsets), ("Job", result.jobs)):
+        lines += [f"deleted {kind} {namespace}/{job}" for job in names]
+    if result.jobs or result.jobsets:
+        lines.append(f"deleted {result.pods} pod(s)" + (
+            f" (still terminating after {wait_s:.0f}s)" if result.unfinished else ""))
+    return Cancelled(tuple(lines), result.paused_trials, result.failed_trials)
+
+
+def jobs_holding(clients: ClientFactory, namespace: str, sweep: Sweep, *,
+                 required: bool) -> Holding:
+    """The sweep's Jobs, for the question before deleting; an unreachable cluster is a
+    warning unless ``required``."""
+    try:
+        jobs = [j.name for j in sweep_jobs(clients, namespace, sweep.name, sweep.spec.trials)]
+    except BackendError as e:
+        if required:
+            raise
+        return Holding(warnings=(f"the sweep's Kubernetes Jobs are not deleted: {e}",))
+    what = (f"{len(jobs)} Kubernetes Job(s) in namespace {namespace}: {', '.join(jobs)}",) \
+        if jobs else ()
+    return Holding(what, workloads=True, items=tuple(("Job", j) for j in jobs))
+
+
+def delete_jobs(clients: ClientFactory, namespace: str, name: str, wait_s: float, *,
+                required: bool) -> Deleted:
+    """Delete the sweep's Jobs; their pods, and the spec's ConfigMap that each Job owns, go
+    with them through the garbage collector. A ConfigMap nobody owns (applied on its own, by
+    GitOps or an older sweeper) is deleted here."""
+    api = KubeClient(clients, name)
+    configmap = m.spec_configmap_name(name)
+    try:
+        before = api.read_configmap(namespace, configmap)
+        result = cancel(clients, name, namespace, wait_s=wait_s)
+    except BackendError as e:
+        if required:
+            raise
+        return Deleted(warnings=(f"the sweep's Kubernetes Jobs are not deleted: {e}",))
+    lines = [f"deleted Job {namespace}/{job}" + (" (its pods still terminating)"
+                                                 if result.unfinished else "")
+             for job in result.jobs]
+    if before is None:
+        return Deleted(tuple(lines))
+    if before["metadata"].get("ownerReferences"):
+        lines.append(f"ConfigMap {namespace}/{configmap} goes with its Job (garbage collector)")
+    elif api.delete_configmap(namespace, configmap):
+        lines.append(f"deleted ConfigMap {namespace}/{configmap}")
+    return Deleted(tuple(lines))
+
+
+def workloads(clients: ClientFactory, namespace: str, sweep: Sweep, *,
+              required: bool) -> Description:
+    """The sweep's Jobs as :class:`Workload` values; unreadable is a note unless
+    ``required``."""
+    try:
+        jobs = sweep_jobs(clients, namespace, sweep.name, sweep.spec.trials)
+    except BackendError as e:
+        if required:
+            raise
+        return Description(note=f"Kubernetes Jobs not shown: {e}")
+    return Description(tuple(
+        Workload("Job", j.name, j.namespace, j.state, j.reason, j.active, j.ready, j.succeeded,
+                 j.failed, j.indexes, j.completed, j.failed_indexes) for j in jobs))

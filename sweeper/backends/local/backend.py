@@ -19,9 +19,21 @@ from pathlib import Path
 from typing import Any
 
 from sweeper import protocol
-from sweeper.backends.base import LogTail, RunResult, Tick
+from sweeper.backends.base import (
+    Cancelled,
+    Deleted,
+    Description,
+    Holding,
+    IndexLog,
+    LogTail,
+    RunResult,
+    SweepRef,
+    Tick,
+    Write,
+)
 from sweeper.backends.local.forked import fork_safe
 from sweeper.backends.local.gpus import detect_gpus, gpu_slots
+from sweeper.backends.local.ops import file_log, follow_log, own_directories
 from sweeper.backends.local.proxy import LocalProxy
 from sweeper.backends.local.run import LocalRun, RunSettings
 from sweeper.backends.local.worker import Launcher
@@ -101,6 +113,41 @@ class LocalBackend:
 
         log = read_local_log(self.log_dir, index)
         return LogTail(f"file {log.path}", last_lines(log.section.text, lines))
+
+    def logs(self, ref: SweepRef, index: int, *, attempt: int | None,
+             tail: int | None) -> IndexLog:
+        """From the index's log file in :attr:`log_dir` (the sweep's own directory)."""
+        return file_log(self.log_dir, index, attempt, tail)[0]
+
+    def follow(self, ref: SweepRef, index: int, *, tail: int | None, write: Write,
+               say: Write) -> None:
+        follow_log(ref, self.log_dir, index, tail, write, say)
+
+    def cancel(self, ref: SweepRef, *, wait_s: float) -> Cancelled:
+        """Nothing runs detached here: a local sweep runs inside the ``sweeper run`` that
+        started it, which Ctrl-C or SIGTERM stops (its running trials then end FAIL)."""
+        return Cancelled((f"sweep {ref.name} runs on this machine only inside the `sweeper "
+                          "run` that started it: stop that one (Ctrl-C, or SIGTERM)",))
+
+    def holding(self, sweep: Sweep, *, required: bool) -> Holding:
+        """The sweep's own directories here (logs, checkpoints); not named in the question
+        (what a local launch leaves is the sweep's, nobody else's)."""
+        return Holding(items=own_directories(sweep))
+
+    def delete(self, sweep: Sweep, holding: Holding, *, wait_s: float,
+               required: bool) -> Deleted:
+        import shutil
+
+        removed = []
+        for what, path in holding.items:
+            if Path(path).is_dir():
+                shutil.rmtree(path)
+                removed.append(f"removed the local {what} {path}")
+        return Deleted(tuple(removed))
+
+    def describe(self, sweep: Sweep, *, required: bool) -> Description:
+        """Nothing: a local sweep runs only inside the command that runs it."""
+        return Description()
 
     def _record_launch(self, sweep: Sweep) -> None:
         """Where this sweep ran and logged (``sweeper logs`` and ``resume`` read it)."""
