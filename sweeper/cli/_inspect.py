@@ -83,8 +83,6 @@ def status(name: str, storage: str | None, fmt: str, kube: bool | None, namespac
             **({"rungs": [asdict(r) for r in sched[1]]} if sched else {})}, indent=2))
         return
     _status_header(sweep, finished, counts, code, stopped, jobs)
-    for line in summary_lines(spent):
-        click.echo(line)
     headers = ["index", "state", "attempts", "trial", *metrics]
     rows = [[s.index, shown_state(spent, s), s.attempts, s.trial_number,
              *(s.values or [None] * len(metrics))] for s in table]
@@ -109,6 +107,8 @@ def status(name: str, storage: str | None, fmt: str, kube: bool | None, namespac
         for row, s in zip(rows, table, strict=True):
             row.append(_clip(s.fail_reason, width) if s.fail_reason else "")
     click.echo(format_table(headers, rows))
+    for line in summary_lines(spent):  # what was spent, under the table
+        click.echo(line)
 
 
 def _status_header(sweep: Any, finished: int, counts: dict[str, int], code: Any, stopped: Any,

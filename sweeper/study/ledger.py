@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 
 from optuna.trial import TrialState
@@ -74,6 +74,8 @@ def _usage_of(row: LedgerRow, now: datetime) -> tuple[Usage | None, bool]:
     segment = OpenSegment.parse(value) if row.key == SEGMENT_ATTR else None
     if segment is None:
         return None, False
+    if row.resumed_from is not None and row.resumed_from > segment.from_step:
+        segment = replace(segment, from_step=row.resumed_from)  # a retry's checkpoint
     # The ending of a running segment is a placeholder: only its figures count.
     return segment.close(Ending.COMPLETE, end=now, last_step=row.last_step), True
 

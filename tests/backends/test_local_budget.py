@@ -184,3 +184,12 @@ def test_on_exhausted_stop_stops_the_running_trials_resumably(workdir: Path,
         assert seg["ending"] == "paused" and 30 <= seg["steps"] < 400
     assert sweep_ledger(sweep).totals.spent.steps < 2 * 400
     assert [t.state for t in sweep.study().trials].count(TrialState.WAITING) == 2
+    # a larger budget: the two go on from their checkpoints (each trains what was left: the
+    # step it reported when it stopped, saved after the report, is trained again)
+    indexes = sorted(t.user_attrs[protocol.INDEX_ATTR] for t in stopped)
+    larger = _sweep(sqlite_url, "objectives:long_steps", n=4,
+                    budget={"steps": 1000, "on_exhausted": "stop"})
+    again = LocalBackend(workdir / "logs").run(larger, indexes, storage_url=sqlite_url,
+                                               tick=lambda: None)
+    assert sorted(again.finished) == indexes
+    assert 2 * 400 <= sweep_ledger(larger).totals.finished.steps <= 2 * 401
