@@ -14,17 +14,14 @@ from typing import Any, TypeVar
 
 import click
 
-from sweeper.app.backends import clients as cluster_clients
 from sweeper.app.options import (
     DEFAULT_LOG_DIR,
     DEFAULT_STORAGE_WAIT_S,
     ClusterOptions,
     JobOverrides,
 )
-from sweeper.app.sweeps import open_existing, open_sweep
-from sweeper.cli._group import group_options, storage_wait_s
+from sweeper.cli._group import group_options
 from sweeper.errors import SweeperError
-from sweeper.report import ranges_of
 
 logger = logging.getLogger("sweeper")
 F = TypeVar("F", bound=Callable[..., Any])
@@ -137,22 +134,3 @@ def cluster_options(namespace_help: str | None = None) -> Callable[[F], F]:
         return click.option("--namespace", "-n", metavar="NS", help=namespace_help)(fn)
 
     return decorate
-
-
-# The read-only commands' names for what they share (status, best, export, dashboard).
-_errors = errors
-_cluster_options = _kube_flags
-_ranges_of = ranges_of
-
-
-def _open_existing(url: str, name: str | None = None) -> Any:
-    return open_existing(url, storage_wait_s(), name)
-
-
-def _open_sweep(name_or_spec: str, storage: str | None) -> tuple[Any, str]:
-    return open_sweep(name_or_spec, group_options().storage(storage))
-
-
-def _clients(kubeconfig: str | None, context: str | None, timeout_s: float = 30.0) -> Any:
-    return cluster_clients(ClusterOptions(kubeconfig, context), timeout_s)
-

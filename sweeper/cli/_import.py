@@ -9,7 +9,7 @@ from pathlib import Path
 
 import click
 
-from sweeper.cli._common import _errors
+from sweeper.cli._common import errors
 from sweeper.cli._group import cli
 from sweeper.errors import SweeperError
 
@@ -45,7 +45,7 @@ _output = click.option("--output", "-o", type=click.Path(dir_okay=False, allow_d
 @import_.command("katib")
 @click.argument("experiment", type=click.Path(dir_okay=False))
 @_output
-@_errors
+@errors
 def katib(experiment: str, output: str | None) -> None:
     """A Katib Experiment (kubeflow.org/v1beta1) as a sweeper spec."""
     _import("katib", experiment, output)
@@ -54,7 +54,7 @@ def katib(experiment: str, output: str | None) -> None:
 @import_.command("wandb")
 @click.argument("sweep_config", type=click.Path(dir_okay=False))
 @_output
-@_errors
+@errors
 def wandb(sweep_config: str, output: str | None) -> None:
     """A W&B sweep configuration (sweep.yaml) as a sweeper spec."""
     _import("wandb", sweep_config, output)

@@ -1,0 +1,64 @@
+"""status, best and export through the application layer, without click: each returns its view
+model, and the renderings beside it are what the CLI prints."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from sweeper.app.options import StorageOptions
+from sweeper.app.results import best, export, write_export
+from sweeper.app.status import StatusOptions, status, status_lines, status_record
+from sweeper.errors import StudyNotFoundError, SweepFailedError
+from sweeper.spec import parse_spec_dict
+from sweeper.study import create_or_resume, open_storage
+from tests.support.compare import isolate, quadratic_spec, run_sweep
+
+
+def test_status_reads_every_index_and_renders_table_and_json(
+        sqlite_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    isolate(tmp_path, monkeypatch)
+    run_sweep(tmp_path, sqlite_url, quadratic_spec("app-status", trials=3))
+    view = status("app-status", StatusOptions(StorageOptions(sqlite_url), kubernetes=False))
+    assert (view.name, view.indexes, view.finished_indexes) == ("app-status", 3, 3)
+    assert view.trials_by_state == {"COMPLETE": 3} and view.cluster is None
+    assert [r.status.index for r in view.rows] == [0, 1, 2]
+    assert all(r.state == "COMPLETE" and r.status.values for r in view.rows)
+    record = json.loads(json.dumps(status_record(view)))
+    assert list(record)[:8] == ["name", "method", "indexes", "finished_indexes",
+                                "trials_by_state", "stop", "code", "spending"]
+    assert "kubernetes_jobs" not in record and "rungs" not in record
+    assert [r["index"] for r in record["per_index"]] == [0, 1, 2]
+    assert record["per_index"][0]["values"].keys() == {"loss"}
+    lines = status_lines(view)
+    assert lines[0].startswith("app-status: 3/3 indexes finished; trials: complete 3")
+    assert lines[1].splitlines()[0].split() == ["index", "state", "attempts", "trial", "loss"]
+
+
+def test_status_of_a_sweep_that_is_not_there_names_it(sqlite_url: str) -> None:
+    create_or_resume(open_storage(sqlite_url),
+                     parse_spec_dict(quadratic_spec("other", trials=1), source="<test>"))
+    with pytest.raises(StudyNotFoundError, match="missing"):
+        status("missing", StatusOptions(StorageOptions(sqlite_url), kubernetes=False))
+
+
+def test_best_and_export_return_the_trials_records(
+        sqlite_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    isolate(tmp_path, monkeypatch)
+    storage = StorageOptions(sqlite_url)
+    create_or_resume(open_storage(sqlite_url),
+                     parse_spec_dict(quadratic_spec("app-best", trials=2), source="<test>"))
+    with pytest.raises(SweepFailedError, match="no complete trial yet"):
+        best("app-best", storage)
+    run_sweep(tmp_path, sqlite_url, quadratic_spec("app-best", trials=2))
+    view = best("app-best", storage)
+    doc = export("app-best", storage)
+    losses = [t["values"]["loss"] for t in doc["trials"]]
+    assert view.records[0]["values"]["loss"] == min(losses)
+    assert view.document()["study"] == "app-best" and not view.multi_objective
+    out = tmp_path / "trials.json"
+    write_export(doc, "json", out)
+    assert [t["number"] for t in json.loads(out.read_text())["trials"]] == [0, 1]
+    assert not (tmp_path / ".trials.json.tmp").exists()
