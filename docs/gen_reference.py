@@ -8,6 +8,7 @@
   from ``docs/spec-keys.yml``. A key the validator accepts with no description there, or a
   description of a key it no longer accepts, is an error: the build (``mkdocs build --strict``)
   and ``tests/test_docs.py`` fail, so the page cannot drift from the code.
+- ``reference/app.md``: ``sweeper.app``, the application layer, from its docstrings;
 - ``reference/trial-context.md``: ``trial_runner.TrialContext``, what user code receives: its
   docstring, then every public method and property with its signature and docstring, in
   source order.
@@ -45,6 +46,7 @@ class Page:
 def pages() -> list[Page]:
     return [Page("reference/cli.md", cli_page()), Page("reference/spec.md", spec_page()),
             Page("reference/trial-context.md", trial_context_page()),
+            Page("reference/app.md", app_page()),
             Page("examples.md", examples_page()), *benchmark_pages()]
 
 
@@ -98,6 +100,56 @@ def signature_line(name: str, member: Any) -> str:
     sig = sig.replace(parameters=params, return_annotation=_Annotation(returns)
                       if isinstance(returns, str) else returns)
     return f"ctx.{name}{sig}"
+
+
+# --------------------------------------------------------------------------- sweeper.app
+
+
+def app_page() -> str:
+    """``sweeper.app``: every exported function (signature and docstring) and every view or
+    options dataclass (its fields), grouped by module, in ``__all__``'s order."""
+    import dataclasses
+
+    import sweeper.app as app
+
+    out = ["# Application layer (Python API)", "",
+           "`sweeper.app` holds one function per user action; the CLI only parses its options, "
+           "calls these and renders what they return. Notebooks and scripts call them the "
+           "same way (see [Run, grow, stop and delete sweeps](../running.md)). This page is "
+           "generated from the docstrings.", "", _markdown(app.__doc__), ""]
+    by_module: dict[str, list[str]] = {}
+    for name in app.__all__:
+        by_module.setdefault(getattr(app, name).__module__, []).append(name)
+    for module, names in by_module.items():
+        out += [f"## `{module}`", ""]
+        for name in names:
+            member = getattr(app, name)
+            if dataclasses.is_dataclass(member):
+                fields = ", ".join(f"`{f.name}`" for f in dataclasses.fields(member))
+                out += [f"### class `{name}`", "", _markdown(member.__doc__), "",
+                        f"Fields: {fields}.", ""]
+            elif inspect.isfunction(member):
+                out += [f"### `{name}`", "", "```python",
+                        f"{name}{_plain_signature(member)}", "```", "",
+                        _markdown(member.__doc__), ""]
+    return "\n".join(out)
+
+
+def _markdown(doc: str | None) -> str:
+    """A reST docstring as Markdown: roles (``:func:`x```) and double backquotes as code."""
+    import re
+
+    text = re.sub(r":[a-z]+:`~?\.?([^`]+)`", r"`\1`", inspect.cleandoc(doc or ""))
+    return text.replace("``", "`")
+
+
+def _plain_signature(fn: Any) -> inspect.Signature:
+    sig = inspect.signature(fn)
+    params = [p.replace(annotation=_Annotation(p.annotation), default=p.default)
+              if isinstance(p.annotation, str) else p for p in sig.parameters.values()]
+    returns = sig.return_annotation
+    return sig.replace(parameters=params, return_annotation=_Annotation(returns)
+                       if isinstance(returns, str) else returns)
 
 
 # --------------------------------------------------------------------------- examples

@@ -11,7 +11,11 @@ CLI renders (a table for people, the view model's ``asdict`` for ``--format json
 - :mod:`.manage`: :func:`logs`, :func:`follow_logs`, :func:`cancel`,
   :func:`plan_deletion` and :func:`delete`;
 - :mod:`.specs`: :func:`~.specs.validate`, :func:`~.specs.plan`, :func:`~.specs.render`;
-- :mod:`.proxy`: :func:`serve_proxy` (``sweeper proxy``).
+- :mod:`.proxy`: :func:`serve_proxy` (``sweeper proxy``);
+- :mod:`.status`: :func:`status` -> :class:`StatusView`, rendered by :func:`status_record`
+  (JSON) and :func:`status_lines` (text);
+- :mod:`.results`: :func:`best` -> :class:`BestView`, :func:`export`, :func:`write_export`,
+  :func:`serve_dashboard`.
 """
 
 from __future__ import annotations
@@ -32,13 +36,24 @@ from sweeper.app.manage import (
 )
 from sweeper.app.options import ClusterOptions, JobOverrides, LaunchOptions, StorageOptions
 from sweeper.app.proxy import ProxyOptions, SecurityOptions, serve_proxy
+from sweeper.app.results import BestView, best, export, serve_dashboard, write_export
+from sweeper.app.status import (
+    IndexView,
+    StatusOptions,
+    StatusView,
+    status,
+    status_lines,
+    status_record,
+)
 
 __all__ = [
+    "BestView",
     "CancelView",
     "ClusterOptions",
     "DeleteOptions",
     "DeletionPlan",
     "DeletionReport",
+    "IndexView",
     "JobOverrides",
     "LaunchOptions",
     "Launched",
@@ -46,16 +61,25 @@ __all__ = [
     "LogView",
     "ProxyOptions",
     "SecurityOptions",
+    "StatusOptions",
+    "StatusView",
     "StorageOptions",
+    "best",
     "cancel",
     "conclude",
     "delete",
+    "export",
     "follow_logs",
     "launch",
     "logs",
     "plan_deletion",
     "resume",
+    "serve_dashboard",
     "serve_proxy",
+    "status",
+    "status_lines",
+    "status_record",
     "summary_record",
     "summary_text",
+    "write_export",
 ]
