@@ -57,8 +57,8 @@ def run_sweep(url: str, spec: dict[str, Any], log_root: Path | None = None,
     call (storage not yet open) until every worker has exited. ``max_starting``: the backend's
     setting (default: one worker starting per core). ``proxy``: the backend's (default: off,
     the direct path; True: the workers go through an in-process storage proxy)."""
-    from sweeper.backends.local import LocalBackend
-    from sweeper.backends.local_run import LocalRun
+    from sweeper.backends.local.backend import LocalBackend
+    from sweeper.backends.local.run import LocalRun
     from sweeper.report import Progress
     from sweeper.spec import parse_spec_dict
     from sweeper.study import create_or_resume, indexes_to_run, open_storage

@@ -152,8 +152,8 @@ def _backend(kind: str, spec: Any, log_dir: str, kubeconfig: str | None, context
              detach: bool, allow_cpu: bool = False, proxy: bool | None = None,
              metrics: Any = None) -> Backend:
     if kind == "local":
-        from sweeper.backends.gpus import check_gpus
-        from sweeper.backends.local import LocalBackend
+        from sweeper.backends.local.backend import LocalBackend
+        from sweeper.backends.local.gpus import check_gpus
 
         warning = check_gpus(spec, allow_cpu=allow_cpu)
         if warning:

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner, Result
 
-from sweeper.backends.gpus import check_gpus
+from sweeper.backends.local.gpus import check_gpus
 from sweeper.cli import cli
 from sweeper.errors import SpecError
 from sweeper.study import load_sweep, open_storage

@@ -18,7 +18,7 @@ from optuna.trial import TrialState
 from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
-from sweeper.backends.local import LocalBackend
+from sweeper.backends.local.backend import LocalBackend
 from sweeper.proxy.metrics import ProxyMetrics, StudyCollector, serve_metrics
 from sweeper.study import create_or_resume, open_storage
 from tests.support.chaos import REPO, SWEEPER, chaos_spec

@@ -33,7 +33,7 @@ import sqlalchemy as sa
 import yaml
 from optuna.trial import TrialState
 
-from sweeper.backends.forked import WORKER_NAME
+from sweeper.backends.local.forked import WORKER_NAME
 from tests.support.helpers import drop_database
 
 REPO = Path(__file__).resolve().parents[2]

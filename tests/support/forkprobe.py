@@ -1,4 +1,4 @@
-"""What a forked worker sees (tests/backends/test_forked.py): the entry
+"""What a forked worker sees (tests/backends/local/test_forked.py): the entry
 ``tests.support.forkprobe:main`` called with ``[OUT]`` or ``[OUT, "sleep"]`` (or ``python -m
 tests.support.forkprobe OUT [sleep]``) writes its process state to OUT as JSON, then exits
 with $PROBE_EXIT (or sleeps until a signal ends it)."""

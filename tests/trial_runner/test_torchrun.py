@@ -16,7 +16,7 @@ from click.testing import CliRunner, Result
 from optuna.trial import TrialState
 
 from sweeper import protocol
-from sweeper.backends.gpus import gpu_slots
+from sweeper.backends.local.gpus import gpu_slots
 from sweeper.cli import cli
 from sweeper.study import driver_url, load_sweep, open_storage
 from tests.support.ddp_runs import run_ddp, sqlite_url

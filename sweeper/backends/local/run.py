@@ -24,8 +24,8 @@ from optuna.trial import TrialState
 
 from sweeper import messages, protocol
 from sweeper.backends.base import RunResult, Tick
-from sweeper.backends.local_proxy import LocalProxy
-from sweeper.backends.local_worker import (
+from sweeper.backends.local.proxy import LocalProxy
+from sweeper.backends.local.worker import (
     Launcher,
     Worker,
     ask_to_stop,
@@ -54,7 +54,7 @@ class RunSettings:
     max_starting: int
     #: Seconds between the first indexes of forked workers (sweeper.backends.local.STAGGER_S).
     stagger_s: float
-    #: Whether the first workers are forked (sweeper.backends.forked) rather than exec'd.
+    #: Whether the first workers are forked (sweeper.backends.local.forked) rather than exec'd.
     fork: bool
 
 

@@ -13,8 +13,8 @@ from optuna.trial import TrialState
 
 from sweeper import protocol
 from sweeper.backends.base import RunResult, Tick
-from sweeper.backends.local import LocalBackend
-from sweeper.backends.local_worker import describe_exit
+from sweeper.backends.local.backend import LocalBackend
+from sweeper.backends.local.worker import describe_exit
 from sweeper.study import Sweep, create_or_resume, open_storage
 from tests.support.helpers import make_spec
 

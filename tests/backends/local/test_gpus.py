@@ -1,4 +1,5 @@
-"""GPU detection and one CUDA_VISIBLE_DEVICES slot per local worker (sweeper.backends.gpus)."""
+"""GPU detection and one CUDA_VISIBLE_DEVICES slot per local worker
+(sweeper.backends.local.gpus)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from sweeper.backends.gpus import detect_gpus, gpu_slots
+from sweeper.backends.local.gpus import detect_gpus, gpu_slots
 from sweeper.errors import BackendError
 
 # --------------------------------------------------------------------------- detect_gpus

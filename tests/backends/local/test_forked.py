@@ -1,4 +1,4 @@
-"""Forked local workers (sweeper.backends.forked): a forked worker starts like a fresh process
+"""Forked local workers (sweeper.backends.local.forked): a forked worker starts like a fresh process
 (its own environment, session, name, descriptors, streams and random state), the parent's
 database connections are neither used nor held open by it, its exit and signals reach the
 backend as ``Popen`` reports them, and a sweep on PostgreSQL runs on forked workers, also
@@ -18,10 +18,10 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from sweeper.backends.forked import ForkedProcess, fork_worker
+from sweeper.backends.local.forked import ForkedProcess, fork_worker
 
 PROBE = "tests.support.forkprobe"
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 
 def _probe(tmp_path: Path, name: str, env: dict[str, str], keep: tuple[int, ...] = (),
@@ -116,7 +116,7 @@ def _fresh(code: str, **env: str) -> list[str]:
 def test_fork_safe_only_for_a_server_database_and_one_thread() -> None:
     got = _fresh("""
         import threading
-        from sweeper.backends.forked import fork_safe
+        from sweeper.backends.local.forked import fork_safe
         pg = "postgresql://u:p@db/sweeps"
         print(fork_safe({}, pg), fork_safe({"SWEEPER_WORKER_START": "exec"}, pg),
               fork_safe({}, "sqlite:///sweeps.db"), fork_safe({}, "grpc://proxy:13000"))
@@ -149,7 +149,7 @@ def test_a_sweep_runs_on_forked_workers_where_that_is_safe(
     got = _fresh("""
         import os
         from pathlib import Path
-        from sweeper.backends.local import LocalBackend
+        from sweeper.backends.local.backend import LocalBackend
         from sweeper.study import create_or_resume, open_storage
         from tests.support.helpers import make_spec
         url, tmp = os.environ["TEST_URL"], Path(os.environ["TEST_TMP"])
@@ -190,8 +190,8 @@ def test_forked_workers_get_their_first_indexes_spread_out(tmp_path: Path, pg_ur
     got = _fresh("""
         import os, time
         from pathlib import Path
-        from sweeper.backends.local import LocalBackend
-        from sweeper.backends.local_run import LocalRun
+        from sweeper.backends.local.backend import LocalBackend
+        from sweeper.backends.local.run import LocalRun
         from sweeper.study import create_or_resume, open_storage
         from tests.support.helpers import make_spec
         url, tmp = os.environ["TEST_URL"], Path(os.environ["TEST_TMP"])

@@ -1,6 +1,6 @@
-"""The local backend's run object (sweeper.backends.local_run.LocalRun) step by step: its
+"""The local backend's run object (sweeper.backends.local.run.LocalRun) step by step: its
 state after each message, exit and hand-out, with stand-in worker processes (pipes, no
-interpreter) on a real SQLite sweep. The real runs are in test_local.py."""
+interpreter) on a real SQLite sweep. The real runs are in test_backend.py."""
 
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ from typing import Any, cast
 import pytest
 
 from sweeper import messages, protocol
-from sweeper.backends.local_proxy import LocalProxy
-from sweeper.backends.local_run import MAX_STARTUP_FAILURES, LocalRun, RunSettings
-from sweeper.backends.local_worker import Launcher, Worker
+from sweeper.backends.local.proxy import LocalProxy
+from sweeper.backends.local.run import MAX_STARTUP_FAILURES, LocalRun, RunSettings
+from sweeper.backends.local.worker import Launcher, Worker
 from sweeper.errors import BackendError, SpecError
 from sweeper.study import create_or_resume, open_storage
 from tests.support.helpers import make_spec

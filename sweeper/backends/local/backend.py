@@ -1,14 +1,14 @@
 """Local backend: long-lived worker processes on this machine, at most ``parallelism`` at once.
 
 Each worker is ``python -m trial_runner --serve`` (forked from ``sweeper run`` where that is
-safe, see sweeper.backends.forked): it pays interpreter + torch start-up once and then runs
+safe, see sweeper.backends.local.forked): it pays interpreter + torch start-up once and then runs
 index after index handed to it over a pipe, with ``JOB_ID`` set per index and one GPU slot
 (``CUDA_VISIBLE_DEVICES``) per worker. The parent retries failed indexes up to ``trial.retries``
 times, fails the trials of workers that die or freeze, and on Ctrl-C stops
 the workers so that their trials end FAIL (resumable by running the same command again).
 
 This module sets a run up (logs, GPU slots, the proxy, the workers' environment); the run
-itself, and its state, is a sweeper.backends.local_run.LocalRun built per ``run`` call.
+itself, and its state, is a sweeper.backends.local.run.LocalRun built per ``run`` call.
 """
 
 from __future__ import annotations
@@ -20,11 +20,11 @@ from typing import Any
 
 from sweeper import protocol
 from sweeper.backends.base import LogTail, RunResult, Tick
-from sweeper.backends.forked import fork_safe
-from sweeper.backends.gpus import detect_gpus, gpu_slots
-from sweeper.backends.local_proxy import LocalProxy
-from sweeper.backends.local_run import LocalRun, RunSettings
-from sweeper.backends.local_worker import Launcher
+from sweeper.backends.local.forked import fork_safe
+from sweeper.backends.local.gpus import detect_gpus, gpu_slots
+from sweeper.backends.local.proxy import LocalProxy
+from sweeper.backends.local.run import LocalRun, RunSettings
+from sweeper.backends.local.worker import Launcher
 from sweeper.gang import Gang
 from sweeper.spec.registry import make_pruner, make_sampler
 from sweeper.study import InheritedSweep, Sweep
@@ -72,7 +72,7 @@ class LocalBackend:
         #: run trials while the rest start (on 2 cores and W=8: ~1 s sooner on average).
         self.max_starting = max(1, max_starting or os.cpu_count() or 1)
         self.stagger_s = stagger_s
-        #: Whether the last run forked its workers (sweeper.backends.forked) or exec'd them.
+        #: Whether the last run forked its workers (sweeper.backends.local.forked) or exec'd them.
         self.forked = False
 
     # ---------------------------------------------------------------- public
@@ -113,7 +113,7 @@ class LocalBackend:
     # ---------------------------------------------------------------- a run's set-up
 
     def _plan_proxy(self, storage_url: str, n_workers: int) -> LocalProxy:
-        """The run's proxy (sweeper.backends.local_proxy), and whether its first workers are
+        """The run's proxy (sweeper.backends.local.proxy), and whether its first workers are
         forked. Forking is decided here: gRPC's threads must not be inherited, so a proxy
         starts after the first workers are forked, and replacements for workers that die
         later are exec'd."""

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import IO
 
 from sweeper import messages, protocol
-from sweeper.backends.forked import RUNNER_ARGS, RUNNER_MODULE, ForkedProcess, fork_worker
+from sweeper.backends.local.forked import RUNNER_ARGS, RUNNER_MODULE, ForkedProcess, fork_worker
 from sweeper.study import InheritedSweep
 
 #: A worker process: exec'd (Popen) or forked from this one.
@@ -31,7 +31,7 @@ class Worker:
     ready: bool = False
     index: int | None = None
     #: The next index, handed over while ``index`` runs
-    #: (:meth:`sweeper.backends.local_run.LocalRun.prefetch`).
+    #: (:meth:`sweeper.backends.local.run.LocalRun.prefetch`).
     queued: int | None = None
     trial_id: int | None = None
     started_at: float = 0.0
@@ -77,7 +77,7 @@ class Launcher:
     def _start(self, env: dict[str, str], fds: tuple[int, int], log_path: Path,
                fork: bool) -> Process:
         """Fork the worker from this process (its imports already done), or exec a new
-        interpreter where forking is not safe (sweeper.backends.forked)."""
+        interpreter where forking is not safe (sweeper.backends.local.forked)."""
         if fork:
             return fork_worker(env, fds, log_path, inherit=self.inherit)
         with open(log_path, "ab") as log:
