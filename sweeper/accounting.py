@@ -34,8 +34,8 @@ if TYPE_CHECKING:
 
 __all__ = ["BUDGET_RULE", "Budget", "BudgetDecision", "Cost", "Ending", "Figures",
            "OpenSegment", "Totals", "Usage", "budget_of", "committed", "cost_of", "decide",
-           "ending_of_signal", "is_usage_key", "spec_resources", "trial_resources",
-           "usage_key"]
+           "ending_of_signal", "is_usage_key", "spec_resources", "trial_record",
+           "trial_resources", "trial_usages", "usage_key"]
 
 #: The stop rule recorded (``protocol.STOP_ATTR``) when the budget is spent.
 BUDGET_RULE = "budget"
@@ -224,13 +224,27 @@ class Figures:
         return float(getattr(self, unit))
 
     def to_json(self, cost: Cost | None = None) -> dict[str, Any]:
-        out: dict[str, Any] = {"gpu_hours": round(self.gpu_hours, 6),
-                               "cpu_hours": round(self.cpu_hours, 6), "steps": self.steps,
-                               "wall_hours": round(self.wall_hours, 6),
+        out: dict[str, Any] = {"gpu_hours": self.gpu_hours, "cpu_hours": self.cpu_hours,
+                               "steps": self.steps, "wall_hours": self.wall_hours,
                                "segments": self.segments}
         if cost is not None:
-            out["cost"] = round(cost.of(self.gpu_hours, self.cpu_hours), 6)
+            out["cost"] = cost.of(self.gpu_hours, self.cpu_hours)
         return out
+
+
+def trial_usages(user_attrs: Mapping[str, Any]) -> list[Usage]:
+    """The closed segments a trial's user attrs hold."""
+    got = (Usage.parse(v) for k, v in user_attrs.items() if is_usage_key(k))
+    return [u for u in got if u is not None]
+
+
+def trial_record(user_attrs: Mapping[str, Any], cost: Cost | None) -> dict[str, Any]:
+    """One trial's figures for ``export`` (its closed segments): GPU-hours, CPU-hours,
+    steps, wall hours, segments, how its last segment ended, and (with a price) the cost."""
+    usages = trial_usages(user_attrs)
+    fig = _sum(Figures.of(u) for u in usages)
+    endings = [u.ending.value for u in usages]
+    return {**fig.to_json(cost), "endings": endings}
 
 
 def _sum(items: Iterable[Figures]) -> Figures:

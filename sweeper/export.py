@@ -15,6 +15,8 @@ from typing import Any
 
 from optuna.trial import FrozenTrial
 
+from sweeper.accounting import Cost, cost_of
+from sweeper.accounting import trial_record as usage_record
 from sweeper.artifacts import trial_artifacts
 from sweeper.protocol import (
     CODE_ATTR,
@@ -34,11 +36,14 @@ FORMAT_VERSION = 1
 #: columns, then user_attrs.<key> (sorted).
 CSV_HEAD = ("number", "index", "attempt", "retry_of", "state")
 CSV_TAIL = ("duration_s", "datetime_start", "datetime_complete", "fail_reason", "device",
-            "code_version", "code", "spec_hash", "artifacts")
+            "code_version", "code", "spec_hash", "artifacts", "gpu_hours", "cpu_hours", "steps",
+            "cost")
 
 
-def trial_export_record(t: FrozenTrial, metrics: Sequence[str]) -> dict[str, Any]:
-    """Everything that makes a trial comparable, JSON-able, in a fixed key order."""
+def trial_export_record(t: FrozenTrial, metrics: Sequence[str],
+                        cost: Cost | None = None) -> dict[str, Any]:
+    """Everything that makes a trial comparable, JSON-able, in a fixed key order; ``usage``:
+    what its segments consumed (:mod:`sweeper.accounting`), in money too with ``cost``."""
     base = trial_record(t, metrics)
     attrs = t.user_attrs
     history = attrs.get(HISTORY_ATTR)
@@ -62,6 +67,7 @@ def trial_export_record(t: FrozenTrial, metrics: Sequence[str]) -> dict[str, Any
         "spec_hash": attrs.get(HASH_ATTR),
         "artifacts": [{"artifact_id": a.artifact_id, "filename": a.filename,
                        "mimetype": a.mimetype} for a in trial_artifacts(t)],
+        "usage": usage_record(attrs, cost),
         # A PBT member's lineage (scheduler: {type: pbt}): its segments, as stored.
         **({"pbt": attrs[PBT_ATTR]} if PBT_ATTR in attrs else {}),
     })
@@ -77,7 +83,8 @@ def export_document(spec: SweepSpec, trials: Iterable[FrozenTrial]) -> dict[str,
         "spec_hash": spec.spec_hash,
         "objectives": [{"metric": o.metric, "direction": o.direction} for o in spec.objectives],
         "parameters": [p.name for p in spec.parameters],
-        "trials": [trial_export_record(t, metrics)
+        **({"currency": spec.cost.currency} if spec.cost is not None else {}),
+        "trials": [trial_export_record(t, metrics, cost_of(spec))
                    for t in sorted(trials, key=lambda t: t.number)],
     }
 
@@ -104,9 +111,11 @@ def csv_rows(doc: dict[str, Any]) -> list[dict[str, str]]:
             row[f"values.{m}"] = v
         for name, v in r["params"].items():
             row[f"params.{name}"] = v
-        for k in CSV_TAIL:
+        for k in CSV_TAIL[:-4]:  # the usage's four come next
             row[k] = r[k]
         row["artifacts"] = [a["filename"] for a in r["artifacts"]] or None
+        for k in ("gpu_hours", "cpu_hours", "steps", "cost"):
+            row[k] = r["usage"].get(k)
         if "pbt" in r:  # the segments as one JSON cell
             row["pbt"] = r["pbt"]
         for k, v in r["user_attrs"].items():

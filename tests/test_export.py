@@ -22,7 +22,7 @@ from tests.support.compare import invoke, isolate, quadratic_spec, run_sweep
 
 RECORD_KEYS = ["number", "index", "attempt", "retry_of", "state", "values", "params", "user_attrs",
                "history", "fail_reason", "datetime_start", "datetime_complete", "duration_s",
-               "device", "code_version", "code", "spec_hash", "artifacts"]
+               "device", "code_version", "code", "spec_hash", "artifacts", "usage"]
 
 SPEC = parse_spec("""\
 name: exp
@@ -183,3 +183,37 @@ def test_multi_objective_best_is_the_pareto_front(tmp_path: Path,
 def test_export_of_an_unknown_sweep_is_exit_2(tmp_path: Path) -> None:
     result = invoke("export", "nope", "--storage", f"sqlite:///{tmp_path / 's.db'}")
     assert result.exit_code == 2 and "no sweep named 'nope'" in result.stderr
+
+
+def test_each_trial_carries_what_its_segments_consumed_and_their_cost() -> None:
+    from sweeper.protocol import usage_key
+
+    spec = parse_spec(SPEC_TEXT_WITH_COST)
+    t = create_trial(state=TrialState.COMPLETE, value=1.0, params={"x": 0.5},
+                     distributions={"x": FloatDistribution(0, 1)},
+                     user_attrs={"sweeper:index": 0, usage_key("a"): {
+                         "wall_s": 1800, "gpus": 2, "cpus": 8, "steps": 30,
+                         "ending": "preempted"}, usage_key("b"): {
+                         "wall_s": 3600, "gpus": 2, "cpus": 8, "steps": 90,
+                         "ending": "complete"}})
+    doc = export_document(spec, [t])
+    (r,) = doc["trials"]
+    assert doc["currency"] == "EUR"
+    assert r["usage"]["gpu_hours"] == 3.0 and r["usage"]["steps"] == 120
+    assert r["usage"]["cost"] == 7.5 and r["usage"]["segments"] == 2
+    assert sorted(r["usage"]["endings"]) == ["complete", "preempted"]
+    row = next(csv.DictReader(io.StringIO(to_csv(doc))))
+    assert (row["gpu_hours"], row["steps"], row["cost"]) == ("3.0", "120", "7.5")
+    assert not any(k.startswith("user_attrs.sweeper") for k in row)
+
+
+SPEC_TEXT_WITH_COST = """\
+name: exp-cost
+method: random
+trials: 2
+objective: {metric: loss, direction: minimize}
+trial: {entrypoint: m:f, resources: {gpu: 2}}
+parameters:
+  x: {type: float, low: 0, high: 1}
+cost: {per_gpu_hour: 2.5, currency: EUR}
+"""

@@ -46,10 +46,11 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("sweeper.proxy",),
     # the one factory that picks an implementation, the sweep a process holds, and the
     # study package's front
-    ("sweeper.study.open", "sweeper.study.record", "sweeper.study"),
+    ("sweeper.study.open", "sweeper.study.record", "sweeper.study.ledger", "sweeper.study"),
     # everything that uses a sweep: reports, artifacts, code snapshots, importers, backends,
     # the CLI
     ("sweeper.artifacts", "sweeper.code", "sweeper.report", "sweeper.export", "sweeper.purge",
+     "sweeper.spending",
      "sweeper.runlogs", "sweeper.entrypoint", "sweeper.importers", "sweeper.backends",
      "sweeper.cli"),
     ("trial_runner",),

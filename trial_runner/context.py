@@ -68,6 +68,8 @@ class TrialContext:
     objective_metrics: tuple[str, ...]
     _history: dict[str, list[list[float]]] = field(default_factory=dict)
     _device: str | None = None
+    #: Called after each report (the runner's budget watch: it may stop the trial there).
+    _after_report: Callable[[], None] | None = None
     resumed_from_step: int | None = None
     #: Returns the sweep's artifact store (built lazily: only trials that save files pay for it).
     artifact_store_factory: Callable[[], Any] | None = None
@@ -203,6 +205,15 @@ class TrialContext:
             from sweeper.study import write_trial
 
             write_trial(self.trial, user_attrs=attrs, report=report)
+        if self._after_report is not None:
+            self._after_report()
+
+    @property
+    def last_step(self) -> int | None:
+        """The highest step this trial reported (a promoted trial: its reports before its
+        pause included, back to the checkpoint it resumed from); None before the first."""
+        return max((int(p[0]) for points in self._history.values() for p in points),
+                   default=None)
 
     def should_prune(self) -> bool:
         """True when the sweep's pruner says this trial is unpromising: stop and

@@ -371,16 +371,17 @@ def serve(sweep: Sweep, objective: Callable[[TrialContext], Any],
 
 
 def _exit_with_parent(parent_pid: int) -> None:
-    """Linux: SIGTERM this worker when the `sweeper run` that started it dies, even by SIGKILL,
-    so no orphan keeps a trial RUNNING (its handler marks the trial FAIL, resumable)."""
+    """Linux: SIGINT this worker when the `sweeper run` that started it dies, even by SIGKILL,
+    so no orphan keeps a trial RUNNING (its handler marks the trial FAIL, resumable). SIGINT,
+    sweeper's own stop: a SIGTERM is preemption from outside."""
     try:
         import ctypes
 
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGINT)  # PR_SET_PDEATHSIG
     except (OSError, AttributeError):
         return
     if os.getppid() != parent_pid:  # the parent died before prctl took effect
-        os.kill(os.getpid(), signal.SIGTERM)
+        os.kill(os.getpid(), signal.SIGINT)
 
 
 def _write_log_header(header: protocol.LogHeader) -> None:

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sweeper import protocol
+from sweeper.accounting import OpenSegment
 from sweeper.study import Taken
 
 
@@ -55,6 +56,8 @@ class Claimed:
     attempt: int
     #: What the first look read of the trial it claimed (PostgreSQL): opened without a query.
     taken: Taken | None = None
+    #: The segment the claim opened (written with it); None: the run opens one.
+    segment: OpenSegment | None = None
 
 
 class Interrupted(BaseException):
@@ -63,3 +66,13 @@ class Interrupted(BaseException):
     def __init__(self, signum: int) -> None:
         super().__init__(signal.Signals(signum).name)
         self.signum = signum
+
+
+class BudgetSpent(Interrupted):
+    """The sweep's budget is spent and ``budget.on_exhausted`` is ``stop``: the trial stops at
+    its report, resumable (its checkpoint kept), as after sweeper's own stop."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(signal.SIGINT)
+        self.args = (f"the budget ({reason})",)
+        self.reason = reason

@@ -43,6 +43,7 @@ from sweeper.pbt_lineage import segment
 from sweeper.protocol import PBT_ATTR
 from sweeper.spec import SchedulerSpec
 from sweeper.study import IndexStore, Sweep
+from sweeper.study.ledger import may_start
 from sweeper.study.values import RungTrial
 from trial_runner.asha import PromotionPruner, rung_entries
 from trial_runner.checkpoints import (
@@ -54,6 +55,7 @@ from trial_runner.checkpoints import (
 )
 from trial_runner.context import SuggestNotAllowed, TrialContext
 from trial_runner.pbt_policy import choose_donor, perturb, quantiles, rng_for
+from trial_runner.usage import open_segment
 
 logger = logging.getLogger(__name__)
 
@@ -157,7 +159,16 @@ def pbt_objective(sweep: Sweep, objective: Callable[[TrialContext], Any]
                 if pruned:
                     raise optuna.TrialPruned()
                 return result
+            budget = may_start(sweep)  # the next interval is new work
+            if not budget.may_start:
+                logger.info("index %d: trial #%d ends at its interval: %s", ctx.index,
+                            ctx.trial_number, budget.reason)
+                raise optuna.TrialPruned()
+            grown = len(lineage)
             lineage = copy_and_perturb(sweep, ctx, lineage, plan)
+            opened = open_segment(trial_id_of(ctx.trial))
+            if len(lineage) > grown and opened is not None:
+                opened.following(int(lineage[-1]["parent_step"]))
 
     return member
 

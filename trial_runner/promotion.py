@@ -38,6 +38,7 @@ from sweeper import protocol
 from sweeper.errors import StorageError
 from sweeper.protocol import ATTEMPT_ATTR, PAUSED_ATTR
 from sweeper.study import Sweep, stop
+from sweeper.study.ledger import may_start
 from sweeper.study.values import RungTrial
 from trial_runner.asha import promotions
 from trial_runner.context import TrialContext
@@ -90,8 +91,10 @@ def promote(sweep: Sweep, objective: Callable[[TrialContext], Any], settings: Ru
     while True:
         store.requeue_stale(study_id, settings.grace_period_s)
         trials = store.rung_trials(study_id, steps)
-        # A stop rule fired: promote nothing more; the sweep ends once no trial runs.
-        stopped = spec.stop.any and stop.before_start(store, study_id, spec) is not None
+        # A stop rule fired, or the budget is spent: promote nothing more; the sweep ends
+        # once no trial runs.
+        stopped = (spec.stop.any and stop.before_start(store, study_id, spec) is not None) \
+            or not may_start(sweep).may_start
         ran = None
         for cand in [] if stopped else promotions(trials, spec.scheduler, maximize=maximize):
             if _claim(sweep, cand):

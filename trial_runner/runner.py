@@ -28,6 +28,7 @@ from optuna.trial import TrialState
 
 from sweeper import protocol
 from sweeper._optuna_compat import trial_id_of
+from sweeper.accounting import Ending, OpenSegment, Usage, ending_of_signal, trial_usages
 from sweeper.artifacts import cached_artifact_store
 from sweeper.errors import SpecError, StorageError
 from sweeper.protocol import (
@@ -35,6 +36,7 @@ from sweeper.protocol import (
     FIXED_PARAMS_ATTR,
     PAUSED_ATTR,
     RUNG_ATTR,
+    SEGMENT_ATTR,
     LogHeader,
 )
 from sweeper.spec.registry import make_pruner, make_sampler  # the validator's registry too
@@ -49,6 +51,7 @@ from sweeper.study import (
     unwritten,
     write_trial,
 )
+from sweeper.study.ledger import may_start
 from trial_runner.asha import paused_rung
 from trial_runner.checkpoints import CheckpointMirror
 from trial_runner.context import (
@@ -61,11 +64,12 @@ from trial_runner.context import (
 )
 from trial_runner.data import DataError, data_dir
 from trial_runner.finish import _fail, _finish_pruned, _jsonable, _superseded, _tell
-from trial_runner.outcome import Claimed, Interrupted, Outcome, RunnerSettings
+from trial_runner.outcome import BudgetSpent, Claimed, Interrupted, Outcome, RunnerSettings
 from trial_runner.params import planned, provenance, suggest_active
 from trial_runner.pbt import scheduler_pruner
 from trial_runner.reports import ReportWriter
 from trial_runner.resume import _history_so_far, _restore
+from trial_runner.usage import BudgetWatch, Segment, last_step_of, new_segment
 from trial_runner.watchdog import Heartbeat, after_trial, start_timeout
 
 logger = logging.getLogger(__name__)
@@ -99,13 +103,15 @@ def acquire(sweep: Sweep, index: int, settings: RunnerSettings,
     nothing to run."""
     storage = sweep.storage
     # The first look claims the index's WAITING trial in the same round trip where it can,
-    # and stamps it with the runner's provenance there.
-    taken = storage.take(sweep.study_id, index, user_attrs=provenance(sweep.spec))
+    # and stamps it with the runner's provenance and the segment it opens there.
+    opened = new_segment(sweep.spec)
+    taken = storage.take(sweep.study_id, index,
+                         user_attrs={**provenance(sweep.spec), SEGMENT_ATTR: opened.encode()})
     stopped = _recorded_stop(sweep, taken)
     if stopped is not None:
         return _not_started(index, stopped)
     if taken.claimed is not None:
-        return Claimed(taken.claimed.trial_id, taken.claimed.attempt, taken)
+        return Claimed(taken.claimed.trial_id, taken.claimed.attempt, taken, opened)
     atts = taken.attempts
     while True:  # the table at the top of this module, one row a line
         latest = atts[-1] if atts else None
@@ -185,6 +191,9 @@ def run_index(sweep: Sweep, index: int, objective: Callable[[TrialContext], Any]
             if sweep.spec.stop.any else None
         if stopped is not None:
             return _not_started(index, stopped)
+        if sweep.spec.budget.enabled and not (budget := may_start(sweep)).may_start:
+            return Outcome(index, protocol.EXIT_OK, protocol.STOPPED, None,
+                           f"index {index} not started: {budget.reason}")
         got = acquire(sweep, index, settings)
     except StorageError as e:
         return Outcome(index, protocol.EXIT_RETRY, "FAIL", None, f"index {index}: {e}")
@@ -209,7 +218,8 @@ def run_claimed(sweep: Sweep, index: int, got: Claimed, objective: Callable[[Tri
         trial = _open(study, trial_id, taken)
         number = trial.number
         if trial.user_attrs.get(PAUSED_ATTR) and not promotion:  # not the index's to run
-            return _pause(sweep, index, trial_id, number, trial.user_attrs.get(RUNG_ATTR, 0))
+            return _pause(sweep, index, trial_id, number, trial.user_attrs.get(RUNG_ATTR, 0),
+                          unrun=got.segment)
         rung = trial.user_attrs.get(RUNG_ATTR)
         if trial_hook is not None:
             trial_hook(trial_id, LogHeader(index, attempt, number,
@@ -217,9 +227,15 @@ def run_claimed(sweep: Sweep, index: int, got: Claimed, objective: Callable[[Tri
         if promotion:
             logger.info("index %d: trial #%d promoted from rung %s", index, number, rung)
         with Heartbeat(sweep, trial_id, settings.heartbeat_interval_s):
-            outcome = _run_trial(sweep, study, trial, index, attempt, objective, settings)
+            outcome = _run_trial(sweep, study, trial, index, attempt, objective, settings,
+                                 got.segment)
         if outcome.state == protocol.PAUSED and outcome.rung is not None:  # no beat after it
             outcome = _pause(sweep, index, trial_id, number, outcome.rung)
+    except BudgetSpent as e:  # on_exhausted: stop: ended resumable, the index stops here
+        if rung is not None:
+            sweep.storage.pause(trial_id, rung)
+        return Outcome(index, protocol.EXIT_OK, protocol.STOPPED, number,
+                       f"index {index}: trial #{number} stopped: {e.reason}; resumable")
     except StorageError as e:  # down past its retries: the launcher starts the index again
         _fail_claimed(sweep, trial_id, e)
         return Outcome(index, protocol.EXIT_RETRY, "FAIL", None, f"index {index}: {e}")
@@ -233,8 +249,13 @@ def run_claimed(sweep: Sweep, index: int, got: Claimed, objective: Callable[[Tri
     return outcome
 
 
-def _pause(sweep: Sweep, index: int, trial_id: int, number: int, rung: int) -> Outcome:
-    """RUNNING -> WAITING, paused at ``rung`` for a promotion; the index is done for now."""
+def _pause(sweep: Sweep, index: int, trial_id: int, number: int, rung: int, *,
+           unrun: OpenSegment | None = None) -> Outcome:
+    """RUNNING -> WAITING, paused at ``rung`` for a promotion; the index is done for now.
+    ``unrun``: the segment its claim opened, closed as a pause that ran nothing."""
+    if unrun is not None:
+        sweep.storage.set_trial_user_attrs(trial_id, {unrun.key: Usage(
+            0.0, unrun.gpus, unrun.cpus, 0, Ending.PAUSED).encode()})
     if not sweep.storage.pause(trial_id, rung):
         return _superseded(index, number)
     return Outcome(index, protocol.EXIT_OK, protocol.PAUSED, number,
@@ -262,54 +283,51 @@ def _open(study: optuna.Study, trial_id: int, taken: Taken | None) -> optuna.Tri
 
 def _run_trial(sweep: Sweep, study: optuna.Study, trial: optuna.Trial, index: int,
                attempt: int, objective: Callable[[TrialContext], Any],
-               settings: RunnerSettings) -> Outcome:
+               settings: RunnerSettings, opened: OpenSegment | None = None) -> Outcome:
     spec = sweep.spec
     trial_id, number = trial_id_of(trial), trial.number
     storage = sweep.storage
-    metrics = tuple(o.metric for o in spec.objectives)
     timer = start_timeout(sweep, trial_id, index, number, spec.trial.timeout)
     # Under torchrun rank 0 reports from its own process, and the finish re-reads the trial.
     writer = ReportWriter(trial, settings.report_delay_s if spec.trial.ranks == 1 else 0.0)
+    history = _history_so_far(trial)
+    segment = Segment(sweep, trial_id, last_step_of(history),
+                      reread=spec.trial.launcher == "torchrun", opened=opened)
 
     def fail(reason: str, code: int) -> Outcome:
+        segment.close_into(writer, Ending.FAILED)
         writer.flush_quietly()  # the reports before the FAIL (which closes the trial)
-        if spec.stop.max_failed_trials is not None and _final(code, attempt, spec.trial.retries):
+        if spec.stop.max_failed_trials is not None and \
+                _final(code, attempt - _preempted_before(sweep, index, trial_id),
+                       spec.trial.retries):
             storage.set_trial_user_attr(trial_id, FAILED_FOR_GOOD_ATTR, True)
         return _fail(storage, index, trial_id, number, reason, code)
 
     try:
-        # Provenance for comparing trials and a planned trial's params, where the claim and
-        # the enqueue did not store them already: one statement; suggest_active then finds
-        # the params in the trial.
-        attrs, todo = unwritten(trial, user_attrs=provenance(spec),
+        # Provenance for comparing trials, the segment opened and a planned trial's params,
+        # where the claim and the enqueue did not store them already: one statement;
+        # suggest_active then finds the params in the trial.
+        attrs, todo = unwritten(trial, user_attrs={**provenance(spec), **segment.attrs()},
                                 params={} if spec.is_adaptive else planned(trial, spec.parameters))
         if attrs or todo:
             write_trial(trial, user_attrs=attrs, params=todo)
-        params = suggest_active(trial, spec.parameters)
-        mirror = CheckpointMirror.for_index(spec, storage.url, index, sweep.state_key)
-        ctx = TrialContext(
-            params={**params, **spec.trial.fixed}, index=index, trial_number=number,
-            attempt=attempt, trial=trial, objective_metrics=metrics,
-            _history=_history_so_far(trial),
-            planned_method=None if spec.is_adaptive else spec.method,
-            checkpoint_dir=settings.checkpoint_root / sweep.state_key / f"index-{index}",
-            artifact_store_factory=lambda: cached_artifact_store(spec.artifacts, storage.url),
-            checkpoint_mirror=mirror,
-            data_factory=(lambda: data_dir(spec.data)) if spec.data.configured else None,
-            writer=writer)
-        logger.info("index %d: trial #%d attempt %d %s", index, number, attempt, params)
+        watch = BudgetWatch(sweep)  # on_exhausted: stop: stops the trial at a report
+        ctx = _context(sweep, trial, index, attempt, settings, writer, history, watch.check)
+        segment.bind(ctx)
         # Finishing from the Trial's own copy skips re-reading it, but under torchrun (even
         # one rank) the leader rank reported the intermediate values from its own process.
         own = trial if spec.trial.launcher != "torchrun" else None
-        why = _restore(mirror, ctx)
+        why = _restore(ctx.checkpoint_mirror, ctx)
         if why is not None:
             return fail(why, protocol.EXIT_RETRY)
-        return _evaluate(study, ctx, objective, writer, fail, own=own)
+        with watch:
+            return _evaluate(study, ctx, objective, writer, fail, segment, own=own)
     except Interrupted as e:
+        segment.close_into(writer, Ending.PAUSED if isinstance(e, BudgetSpent)
+                           else ending_of_signal(e.signum))
         writer.flush_quietly()
         if RUNG_ATTR not in trial.user_attrs:  # a promotion is put back (run_claimed)
-            _fail(storage, index, trial_id, number, f"interrupted by {e}; resumable",
-                  protocol.EXIT_RETRY)
+            _fail(storage, index, trial_id, number, _interrupted(e), protocol.EXIT_RETRY)
         raise
     except (StorageError, SpecError):
         raise
@@ -323,8 +341,39 @@ def _run_trial(sweep: Sweep, study: optuna.Study, trial: optuna.Trial, index: in
             timer.cancel()
 
 
+def _interrupted(e: Interrupted) -> str:
+    """The FAIL reason of an interrupted attempt (each starts "interrupted by": not the
+    trial's own failure, for the brake)."""
+    if isinstance(e, BudgetSpent):
+        return f"interrupted by {e}; resumable"
+    why = "preempted" if ending_of_signal(e.signum) == Ending.PREEMPTED else "stopped"
+    return f"interrupted by {e} ({why}); resumable"
+
+
+def _context(sweep: Sweep, trial: optuna.Trial, index: int, attempt: int,
+             settings: RunnerSettings, writer: ReportWriter,
+             history: dict[str, list[list[float]]],
+             after_report: Callable[[], None]) -> TrialContext:
+    """The trial's context: its params (suggested, or planned and stored), its index's
+    checkpoint directory and mirror, its history so far."""
+    spec, storage, number = sweep.spec, sweep.storage, trial.number
+    params = suggest_active(trial, spec.parameters)
+    ctx = TrialContext(
+        params={**params, **spec.trial.fixed}, index=index, trial_number=number,
+        attempt=attempt, trial=trial, objective_metrics=tuple(o.metric for o in spec.objectives),
+        _history=history, _after_report=after_report,
+        planned_method=None if spec.is_adaptive else spec.method,
+        checkpoint_dir=settings.checkpoint_root / sweep.state_key / f"index-{index}",
+        artifact_store_factory=lambda: cached_artifact_store(spec.artifacts, storage.url),
+        checkpoint_mirror=CheckpointMirror.for_index(spec, storage.url, index, sweep.state_key),
+        data_factory=(lambda: data_dir(spec.data)) if spec.data.configured else None,
+        writer=writer)
+    logger.info("index %d: trial #%d attempt %d %s", index, number, attempt, params)
+    return ctx
+
+
 def _evaluate(study: optuna.Study, ctx: TrialContext, objective: Callable[[TrialContext], Any],
-              writer: ReportWriter, fail: Callable[[str, int], Outcome], *,
+              writer: ReportWriter, fail: Callable[[str, int], Outcome], segment: Segment, *,
               own: optuna.Trial | None) -> Outcome:
     """Run the objective and finish the trial from what it returned or raised (what the user's
     code raised otherwise is the caller's)."""
@@ -333,16 +382,17 @@ def _evaluate(study: optuna.Study, ctx: TrialContext, objective: Callable[[Trial
     try:
         result = objective(ctx)
     except optuna.TrialPruned:
-        return _pruned(study, writer, trial_id, index, number, own)
+        return _pruned(study, writer, segment, trial_id, index, number, own)
     except (TrialTimeout, DataError, SuggestNotAllowed, ProgramFailed, InvalidResult) as e:
         return fail(str(e), _exit_code_of(e))
     if result is None and ctx.should_prune():
-        return _pruned(study, writer, trial_id, index, number, own)
+        return _pruned(study, writer, segment, trial_id, index, number, own)
     try:
         values, extra = objective_values(result, metrics)
     except InvalidResult as e:
         return fail(str(e), protocol.EXIT_NO_RETRY)
     writer.add(user_attrs={k: v for k, v in extra.items() if _jsonable(v)})
+    segment.close_into(writer, Ending.COMPLETE)
     with writer.finishing():
         told = _tell(study, trial_id, TrialState.COMPLETE, values, number=number, trial=own)
     if not told:
@@ -352,16 +402,26 @@ def _evaluate(study: optuna.Study, ctx: TrialContext, objective: Callable[[Trial
                    + ", ".join(f"{m}={v:.6g}" for m, v in zip(metrics, values, strict=True)))
 
 
-def _pruned(study: optuna.Study, writer: ReportWriter, trial_id: int, index: int, number: int,
-            own: optuna.Trial | None) -> Outcome:
+def _pruned(study: optuna.Study, writer: ReportWriter, segment: Segment, trial_id: int,
+            index: int, number: int, own: optuna.Trial | None) -> Outcome:
     """PRUNED, or under a scheduler that said "pause" the outcome that pauses it (after the
     heartbeat stopped: :func:`run_claimed`); the reports are written first either way."""
     rung = paused_rung(study.pruner, number)
+    segment.close_into(writer, Ending.PAUSED if rung is not None else Ending.PRUNED)
     if rung is not None:
         writer.flush()
         return Outcome(index, protocol.EXIT_OK, protocol.PAUSED, number, "", rung=rung)
     with writer.finishing():
         return _finish_pruned(study, trial_id, index, number, trial=own)
+
+
+def _preempted_before(sweep: Sweep, index: int, trial_id: int) -> int:
+    """How many earlier attempts of ``index`` were preempted: they used no retry (read only
+    when ``stop.max_failed_trials`` asks whether a failure was the index's last)."""
+    earlier = [a for a in sweep.storage.attempts(sweep.study_id, index) if a.trial_id != trial_id]
+    return sum(1 for a in earlier if any(
+        u.ending == Ending.PREEMPTED
+        for u in trial_usages(sweep.storage.get_trial(a.trial_id).user_attrs)))
 
 
 def _final(code: int, attempt: int, retries: int) -> bool:

@@ -43,6 +43,13 @@ def status(name: str, storage: str | None, fmt: str, kube: bool | None, namespac
 
     NAME is the sweep's name or its spec file (name and storage: are read from it)."""
     from sweeper.report import format_table, rung_cell, rungs_line
+    from sweeper.spending import (
+        index_record,
+        shown_state,
+        spending_of,
+        summary_lines,
+        summary_record,
+    )
 
     sweep, _ = _open_sweep(name, storage)
     counts = sweep.storage.state_counts(sweep.study_id)
@@ -55,17 +62,21 @@ def status(name: str, storage: str | None, fmt: str, kube: bool | None, namespac
     code = sweep.storage.get_study_user_attrs(sweep.study_id).get(protocol.CODE_ATTR)
     sched = _scheduler_view(sweep)
     pbt = _pbt_view(sweep)
+    spent = spending_of(sweep)
     if fmt == "json":
         click.echo(json.dumps({
             "name": sweep.name, "method": sweep.spec.method, "indexes": sweep.spec.trials,
             "finished_indexes": finished, "trials_by_state": counts,
             "stop": stopped.to_json() if stopped is not None else None, "code": code,
+            "spending": summary_record(spent),
             **({"kubernetes_jobs": [_job_record(j) for j in jobs]} if jobs is not None else {}),
-            "per_index": [{"index": s.index, "state": s.state, "attempts": s.attempts,
+            "per_index": [{"index": s.index, "state": shown_state(spent, s),
+                           "attempts": s.attempts,
                            "trial_number": s.trial_number,
                            "values": dict(zip(metrics, s.values, strict=False))
                            if s.values else None,
                            "fail_reason": s.fail_reason, "code": s.code,
+                           "usage": index_record(spent, s.index),
                            **(_rung_record(sched[0].get(s.trial_number)) if sched else {}),
                            **({"pbt": pbt.get(s.trial_number)} if pbt is not None else {})}
                           for s in table],
@@ -73,8 +84,8 @@ def status(name: str, storage: str | None, fmt: str, kube: bool | None, namespac
         return
     _status_header(sweep, finished, counts, code, stopped, jobs)
     headers = ["index", "state", "attempts", "trial", *metrics]
-    rows = [[s.index, s.state, s.attempts, s.trial_number, *(s.values or [None] * len(metrics))]
-            for s in table]
+    rows = [[s.index, shown_state(spent, s), s.attempts, s.trial_number,
+             *(s.values or [None] * len(metrics))] for s in table]
     if sched:
         click.echo(rungs_line(sched[1]))
         headers.append("rung")
@@ -96,6 +107,8 @@ def status(name: str, storage: str | None, fmt: str, kube: bool | None, namespac
         for row, s in zip(rows, table, strict=True):
             row.append(_clip(s.fail_reason, width) if s.fail_reason else "")
     click.echo(format_table(headers, rows))
+    for line in summary_lines(spent):  # what was spent, under the table
+        click.echo(line)
 
 
 def _status_header(sweep: Any, finished: int, counts: dict[str, int], code: Any, stopped: Any,

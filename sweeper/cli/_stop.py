@@ -22,8 +22,13 @@ def may_launch(sweep: Any, ignore: bool) -> bool:
     if state is None or not state.stopped:
         return True
     if not ignore:
+        from sweeper.accounting import BUDGET_RULE
+
+        how = "a larger budget in the spec, run again, continues it" \
+            if state.rule == BUDGET_RULE else \
+            f"`sweeper resume {sweep.name} --ignore-stop` continues it"
         click.echo(f"sweep {sweep.name} is stopped: {state.describe()}; nothing started "
-                   f"(`sweeper resume {sweep.name} --ignore-stop` continues it)", err=True)
+                   f"({how})", err=True)
         return False
     sweep.storage.ignore_stop(sweep.study_id)
     click.echo(f"ignoring the stop ({state.describe()}): the stop rules are off for this "
@@ -34,14 +39,17 @@ def may_launch(sweep: Any, ignore: bool) -> bool:
 def report_stop(sweep: Any, missing: list[int], failed_for_good: bool) -> bool:
     """After a launch: if a stop rule fired, say which and when as the last line and return
     True (exit 1 when indexes failed for good or the rule was max_failed_trials, else 0)."""
+    from sweeper.accounting import BUDGET_RULE
     from sweeper.study.stop import BRAKE_RULE
 
     state = sweep.storage.stop_state(sweep.study_id)
     if state is None or not state.stopped:
         return False
+    how = "a larger budget in the spec, run again, runs them" if state.rule == BUDGET_RULE \
+        else f"`sweeper resume {sweep.name} --ignore-stop` runs them"
     line = f"stopped: {state.describe()}; " + (
-        f"{len(missing)} of {sweep.spec.trials} indexes not finished (`sweeper resume "
-        f"{sweep.name} --ignore-stop` runs them)" if missing else "every index finished")
+        f"{len(missing)} of {sweep.spec.trials} indexes not finished ({how})" if missing
+        else "every index finished")
     if failed_for_good or state.rule in ("max_failed_trials", BRAKE_RULE):
         raise SweepFailedError(line)
     click.echo(line, err=True)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 
 from optuna.trial import TrialState
@@ -37,8 +37,8 @@ from sweeper.study.record import Sweep
 from sweeper.study.store import IndexStore
 from sweeper.study.values import LedgerRow
 
-__all__ = ["BUDGET_RULE", "BudgetDecision", "Ledger", "may_start", "read_ledger",
-           "sweep_ledger"]
+__all__ = ["BUDGET_RULE", "BudgetDecision", "Ledger", "decision_of", "may_start",
+           "read_ledger", "sweep_ledger"]
 
 
 @dataclass(frozen=True)
@@ -74,6 +74,8 @@ def _usage_of(row: LedgerRow, now: datetime) -> tuple[Usage | None, bool]:
     segment = OpenSegment.parse(value) if row.key == SEGMENT_ATTR else None
     if segment is None:
         return None, False
+    if row.resumed_from is not None and row.resumed_from > segment.from_step:
+        segment = replace(segment, from_step=row.resumed_from)  # a retry's checkpoint
     # The ending of a running segment is a placeholder: only its figures count.
     return segment.close(Ending.COMPLETE, end=now, last_step=row.last_step), True
 
@@ -130,6 +132,13 @@ def _grouped(closed: list[tuple[LedgerRow, Usage]], running: list[tuple[LedgerRo
 def sweep_ledger(sweep: Sweep) -> Ledger:
     """The sweep's ledger now: one query."""
     return read_ledger(sweep.storage.ledger(sweep.study_id))
+
+
+def decision_of(sweep: Sweep, book: Ledger) -> BudgetDecision:
+    """What the gate would say given ``book``, recording nothing (``status`` asks this)."""
+    budget = budget_of(sweep.spec)
+    return BudgetDecision(True, "no budget") if budget is None else \
+        _decision(budget, book, sweep)
 
 
 def _decision(budget: Budget, book: Ledger, sweep: Sweep) -> BudgetDecision:

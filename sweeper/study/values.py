@@ -173,8 +173,9 @@ class StudyStats:
 class LedgerRow:
     """One row of a sweep's ledger (``IndexStore.ledger``): a closed segment of a trial
     (``key`` a ``protocol.usage_key``), or the open segment (``protocol.SEGMENT_ATTR``) of a
-    RUNNING trial, with the highest step the trial reported. ``value`` is the attribute's
-    JSON text (:mod:`sweeper.accounting` reads it)."""
+    RUNNING trial, with the highest step the trial reported and the checkpoint step it
+    resumed from (``sweeper:resumed_from_step``). ``value`` is the attribute's JSON text
+    (:mod:`sweeper.accounting` reads it)."""
 
     number: int
     index: int | None
@@ -182,3 +183,4 @@ class LedgerRow:
     key: str
     value: str
     last_step: int | None = None
+    resumed_from: int | None = None

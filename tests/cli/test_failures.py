@@ -80,6 +80,8 @@ def test_status_shows_the_reason_in_the_table_and_json(failing_sweep: Path,
     assert table.exit_code == 0, table.output
     header, _, *rows = table.stdout.splitlines()[1:]
     assert header.split() == ["index", "state", "attempts", "trial", "loss", "reason"]
+    spending = [r for r in rows if r.startswith("spent: ")]  # what was spent, under the table
+    rows = rows[:rows.index(spending[0])]
     by_index = {int(r.split()[0]): r for r in rows}
     assert by_index[1].endswith("objective raised ValueError: bad learning rate for index 1")
     assert by_index[0].split()[1] == "COMPLETE" and "raised" not in by_index[0]

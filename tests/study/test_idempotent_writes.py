@@ -248,3 +248,33 @@ def test_param_intermediate_value_and_attrs_written_once(
     for table in ("trial_params", "trial_intermediate_values", "trial_user_attributes",
                   "trial_heartbeats"):
         assert _count(direct.engine, f"SELECT COUNT(*) FROM {table}") == 1, table
+
+
+def test_the_closer_of_a_stale_attempt_counts_it_once_when_its_ack_is_lost(
+        sweep: Sweep, proxy: FaultProxy, direct: RetryingRDBStorage) -> None:
+    """The FAIL that closes a dead runner's segment landed, its reply was lost: the retry
+    finds its own FAIL and writes no second usage; a later closer writes none either, nor
+    can the runner, were it only frozen: the trial is finished (its write is refused)."""
+    from datetime import datetime, timedelta, timezone
+
+    from sweeper.accounting import OpenSegment
+    from sweeper.protocol import SEGMENT_ATTR, usage_key
+    from sweeper.study.ledger import sweep_ledger
+
+    running = sweep.storage.attempts(sweep.study_id, 4)[0]
+    assert sweep.storage.claim(running.trial_id)
+    started = datetime.now(timezone.utc).replace(tzinfo=None) - timedelta(seconds=30)
+    sweep.storage.set_trial_user_attrs(running.trial_id, {
+        SEGMENT_ATTR: OpenSegment("dead", 1.0, 1.0, 0, started).encode()})
+    _lose_the_ack(proxy, r"UPDATE trials SET state = 'FAIL'")
+    assert sweep.storage.mark_failed(running.trial_id, "heartbeat stale") is True
+    _fired(proxy)
+    assert sweep.storage.mark_failed(running.trial_id, "heartbeat older") is False
+    assert _count(direct.engine, "SELECT COUNT(*) FROM trial_user_attributes WHERE "
+                  "trial_id = :t AND key = :k", t=running.trial_id, k=usage_key("dead")) == 1
+    book = sweep_ledger(sweep)
+    assert book.totals.failed.segments == 1 and 25 < book.totals.failed.wall_hours * 3600 < 60
+    with pytest.raises(optuna.exceptions.UpdateFinishedTrialError):
+        sweep.storage.set_trial_user_attrs(running.trial_id, {usage_key("dead"): {
+            "wall_s": 31.0, "gpus": 1.0, "cpus": 1.0, "steps": 0, "ending": "failed"}})
+    assert sweep_ledger(sweep).totals == book.totals

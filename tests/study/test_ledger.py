@@ -130,3 +130,14 @@ def test_a_steps_budget_of_trials_that_report_no_steps_stops_with_one_line(
     sweep.storage.set_trial_state_values(tid, TrialState.COMPLETE, [1.0])
     decision = may_start(sweep)
     assert not decision.may_start and decision.reason.startswith("budget.steps: ")
+
+
+def test_a_running_retry_counts_the_steps_after_its_checkpoint(storage_url: str) -> None:
+    from sweeper.protocol import RESUMED_ATTR
+
+    sweep = budgeted(storage_url)
+    tid = claim(sweep, 3, "r")
+    sweep.storage.set_trial_user_attrs(tid, {RESUMED_ATTR: 160})
+    report(sweep, tid, range(161, 201))
+    (running,) = sweep_ledger(sweep).running
+    assert running.steps == 40

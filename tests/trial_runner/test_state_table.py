@@ -8,7 +8,7 @@ Each test kills mutants that survived ``make mutate`` (docs/development.md).
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import SimpleNamespace
 from typing import Any
 
@@ -16,6 +16,7 @@ import pytest
 from optuna.trial import TrialState
 
 from sweeper import protocol
+from sweeper.accounting import OpenSegment
 from sweeper.study import Attempt, Taken, stop
 from trial_runner import runner
 from trial_runner.runner import (  # the table's rows, one function each
@@ -287,11 +288,19 @@ def test_which_failures_a_retry_can_fix() -> None:
 
 def first_look(store: Store, taken: Taken, scheduler: Any = None) -> Any:
     spec = SimpleNamespace(stop=SimpleNamespace(any=False, max_failed_trials=0), spec_hash="h",
-                           scheduler=scheduler)
+                           scheduler=scheduler, trial=SimpleNamespace(
+                               resources=SimpleNamespace(gpu=1, cpu="2"), nodes=1))
     store.taken = taken
     sweep = SimpleNamespace(spec=spec, storage=store, study_id=1)
     got = acquire(sweep, 3, RunnerSettings(grace_period_s=30.0), sleep=lambda s: None)
-    assert store.calls[0] == ("take", 1, 3, provenance(spec))
+    name, study_id, index, attrs = store.calls[0]
+    # the claim is stamped with the runner's provenance and opens the attempt's segment
+    segment = OpenSegment.parse(attrs.pop(protocol.SEGMENT_ATTR))
+    assert (name, study_id, index, attrs) == ("take", 1, 3, provenance(spec))
+    assert segment is not None and (segment.gpus, segment.cpus, segment.from_step) == (1, 2, 0)
+    if isinstance(got, Claimed) and got.segment is not None:
+        assert got.segment == segment
+        return replace(got, segment=None)
     return got
 
 

@@ -31,6 +31,7 @@ from sweeper.backends.local.worker import (
     ask_to_stop,
     close_pipes,
     describe_exit,
+    preempted,
 )
 from sweeper.errors import BackendError, SpecError
 from sweeper.study import Sweep
@@ -290,6 +291,8 @@ class LocalRun:
         reason = describe_exit(code)
         self._fail_running(index, f"runner process {reason}")
         logger.warning("index %d: runner process %s", index, reason)
+        if preempted(code):  # stopped from outside: retried without using a retry
+            self.dispatched[index] -= 1
         self.settle(index, protocol.EXIT_NO_RETRY if code == protocol.EXIT_NO_RETRY
                      else protocol.EXIT_RETRY, reaping=True)
 

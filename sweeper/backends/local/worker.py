@@ -101,13 +101,14 @@ class Launcher:
 
 
 def ask_to_stop(w: Worker) -> None:
-    """An idle worker is told to exit; a busy one gets SIGTERM (its trial ends resumable)."""
+    """An idle worker is told to exit; a busy one gets SIGINT (its trial ends resumable). Not
+    SIGTERM: that is what a runner takes for preemption from outside (:func:`preempted`)."""
     if w.proc.poll() is None:
         try:
             if w.index is None:
                 w.cmd.write(messages.encode_message(messages.Exit()))
             else:
-                w.proc.send_signal(signal.SIGTERM)
+                w.proc.send_signal(signal.SIGINT)
         except OSError:
             pass
 
@@ -118,6 +119,13 @@ def close_pipes(w: Worker) -> None:
             f.close()
         except OSError:
             pass
+
+
+def preempted(code: int | None) -> bool:
+    """Whether a worker's exit code says SIGTERM stopped it: sweeper's own stops send SIGINT,
+    so this came from outside (``kill``, a node's shutdown), like a pod's preemption: its
+    index is retried without using a retry."""
+    return code in (-signal.SIGTERM, protocol.EXIT_SIGNAL_BASE + signal.SIGTERM)
 
 
 def describe_exit(code: int | None) -> str:

@@ -26,6 +26,10 @@ _LEDGER = sa.text(f"""
 SELECT t.number, ix.value_json, t.state, a.key, a.value_json,
        CASE WHEN a.key = '{SEGMENT_ATTR}' THEN
          (SELECT MAX(v.step) FROM trial_intermediate_values v WHERE v.trial_id = t.trial_id)
+       END,
+       CASE WHEN a.key = '{SEGMENT_ATTR}' THEN
+         (SELECT r.value_json FROM trial_user_attributes r WHERE r.trial_id = t.trial_id
+          AND r.key = '{RESUMED_ATTR}')
        END
 FROM trial_user_attributes a
 JOIN trials t ON t.trial_id = a.trial_id
@@ -47,13 +51,14 @@ def ledger(storage: RDBStorage, study_id: int) -> list[LedgerRow]:
         with storage.engine.connect() as conn:
             rows = conn.execute(_LEDGER, {"s": study_id}).all()
         return [LedgerRow(int(number), _index(ix), _state(state), str(key), str(value),
-                          None if step is None else int(step))
-                for number, ix, state, key, value, step in rows]
+                          None if step is None else int(step), _index(resumed))
+                for number, ix, state, key, value, step, resumed in rows]
 
     return with_retry(query, what="read the ledger", url=getattr(storage, "url", None))
 
 
 def _index(raw: Any) -> int | None:
+    """An integer attribute's stored JSON (an index, a step), or None."""
     try:
         value = json.loads(raw) if raw is not None else None
     except ValueError:
