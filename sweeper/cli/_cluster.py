@@ -231,7 +231,7 @@ def cancel(name: str, storage: str | None, namespace: str | None, wait_s: float,
     if result.failed_trials:
         click.echo(f"marked {len(result.failed_trials)} running trial(s) FAIL (cancelled): "
                    + ", ".join(f"#{n}" for n in result.failed_trials))
-    missing = unfinished_indexes(sweep.storage.index_table(sweep.study_id, sweep.spec.trials))
+    missing = unfinished_indexes(sweep.storage.index_table(sweep.study_id, sweep.spec.index_count))
     if missing:
         click.echo(f"the study stays; `sweeper resume {name}` runs the {len(missing)} "
                    f"unfinished index(es): {_ranges_of(missing)}", err=True)

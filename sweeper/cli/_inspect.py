@@ -53,7 +53,7 @@ def status(name: str, storage: str | None, fmt: str, kube: bool | None, namespac
 
     sweep, _ = _open_sweep(name, storage)
     counts = sweep.storage.state_counts(sweep.study_id)
-    table = sweep.storage.index_table(sweep.study_id, sweep.spec.trials)
+    table = sweep.storage.index_table(sweep.study_id, sweep.spec.index_count)
     metrics = [o.metric for o in sweep.spec.objectives]
     finished = sum(1 for s in table if s.state in ("COMPLETE", "PRUNED"))
     jobs = _status_jobs(sweep, kube, namespace, kubeconfig, context)

@@ -214,7 +214,7 @@ def _launch(spec: Any, url: str, backend: Backend, fmt: str = "text",
             result = backend.run(sweep, todo, storage_url=url, tick=progress.tick)
         finally:
             progress.close()
-    table = storage.index_table(sweep.study_id, spec.trials)
+    table = storage.index_table(sweep.study_id, spec.index_count)
     if fmt == "json":
         click.echo(json.dumps(_summary_record(sweep, url, backend.name, table, result),
                               indent=2))

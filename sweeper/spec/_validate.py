@@ -49,6 +49,7 @@ from sweeper.spec.model import (
     MAX_INDEXES,
     MAX_NAME_LENGTH,
     METHODS,
+    PLANNED_METHODS,
     SCHEMA_KEY,
     STORAGE_SCHEMES,
     TRIAL_VALUES,
@@ -127,7 +128,8 @@ class _Validator(Checks):
         objectives = self.objectives(self.require(m, "objective", ()), ("objective",))
         params = parameters(self, self.require(m, "parameters", ()), ("parameters",), method)
         trial = self.trial(self.require(m, "trial", ()), ("trial",), params)
-        trials = self.trials(m, method, params)
+        open_ended = self.open_ended(m, method)
+        trials = MAX_INDEXES if open_ended else self.trials(m, method, params)
         parallelism = self.integer(m.get("parallelism", 1), ("parallelism",), 1)
         seed = self.integer(m.get("seed", 0), ("seed",), 0)
         method_fits(self, method, objectives)
@@ -149,6 +151,10 @@ class _Validator(Checks):
             raise self.err(("kubernetes", "indexes_per_pod"), "a multi-node sweep's gangs run "
                                                               "their indexes in turn already: "
                                                               "leave indexes_per_pod out")
+        if open_ended and kube.indexes_per_pod > 1:
+            raise self.err(("kubernetes", "indexes_per_pod"), "an open-ended sweep's pods run "
+                                                              "index after index already: "
+                                                              "leave indexes_per_pod out")
         if kube.runner_image is not None and (trial.command is None
                                               or trial.launcher != "process"):
             raise self.err(("kubernetes", "runner_image"),
@@ -160,17 +166,37 @@ class _Validator(Checks):
         artifacts = artifacts_section(self, m.get("artifacts"), ("artifacts",))
         dataset = data_section(self, m.get("data"), ("data",), artifacts)
         stop = stop_spec(self, m.get("stop"), ("stop",), objectives)
+        if open_ended and isinstance(m.get("scheduler"), dict) and \
+                m["scheduler"].get("type") == "pbt":
+            raise self.err(("trials",), "PBT trains a population of `trials` members at once: "
+                                        "give trials (the budget still bounds the sweep)")
         scheduler = scheduler_spec(self, m.get("scheduler"), ("scheduler",), pruner, objectives,
                                    trial.nodes, population=(trials, parallelism))
+
         cost = cost_spec(self, m.get("cost"), ("cost",))
         budget = budget_spec(self, m.get("budget"), ("budget",), cost=cost, trial=trial)
-        budget_with_trials(self, budget, trials, parallelism)
+        if not open_ended:
+            budget_with_trials(self, budget, trials, parallelism)
         return SweepSpec(
             name=name, method=method, objectives=objectives,  # type: ignore[arg-type]
             trials=trials, parameters=params, trial=trial, parallelism=parallelism, seed=seed,
             sampler=sampler, pruner=pruner, storage=storage, description=description,
             kubernetes=kube, artifacts=artifacts, data=dataset, source=self.doc.source,
-            warnings=warned, stop=stop, scheduler=scheduler, budget=budget, cost=cost)
+            warnings=warned, stop=stop, scheduler=scheduler, budget=budget, cost=cost,
+            open_ended=open_ended)
+
+    def open_ended(self, m: Mapping[str, Any], method: str) -> bool:
+        """``trials`` left out beside a ``budget:``: an adaptive method starts configurations
+        until the budget is spent; a planned one (its sets are made up front) needs a count."""
+        if m.get("trials") is not None or m.get("budget") is None or method == "grid":
+            return False
+        if method in PLANNED_METHODS:
+            raise self.err(("trials",), f"missing required key 'trials': {method} sets are "
+                                        "planned up front, so even with a budget the sweep needs "
+                                        "a count (the budget stops it early, in index order); "
+                                        "or use an adaptive method (tpe, ...) to search until "
+                                        "the budget is spent")
+        return True
 
     def name(self, value: Any, path: Path_) -> str:
         name = self.string(value, path)
