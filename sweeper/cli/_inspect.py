@@ -65,7 +65,8 @@ def status(name: str, storage: str | None, fmt: str, kube: bool | None, namespac
     spent = spending_of(sweep)
     if fmt == "json":
         click.echo(json.dumps({
-            "name": sweep.name, "method": sweep.spec.method, "indexes": sweep.spec.trials,
+            "name": sweep.name, "method": sweep.spec.method,
+            "indexes": sweep.spec.index_count,
             "finished_indexes": finished, "trials_by_state": counts,
             "stop": stopped.to_json() if stopped is not None else None, "code": code,
             "spending": summary_record(spent),
@@ -114,7 +115,9 @@ def status(name: str, storage: str | None, fmt: str, kube: bool | None, namespac
 def _status_header(sweep: Any, finished: int, counts: dict[str, int], code: Any, stopped: Any,
                    jobs: Any) -> None:
     """The lines above status's table: counts (and the code snapshot), the stop, the Jobs."""
-    click.echo(f"{sweep.name}: {finished}/{sweep.spec.trials} indexes finished; trials: "
+    of = "" if sweep.spec.open_ended else f"/{sweep.spec.trials}"
+    ended = " (open-ended: as many as the budget pays for)" if sweep.spec.open_ended else ""
+    click.echo(f"{sweep.name}: {finished}{of} indexes finished{ended}; trials: "
                + ", ".join(f"{k.lower()} {v}" for k, v in sorted(counts.items()))
                + (f"; code {code}" if code else ""))
     if stopped is not None:

@@ -200,12 +200,14 @@ def _launch(spec: Any, url: str, backend: Backend, fmt: str = "text",
     # SIGTERM (a CI job cancelled, `kill`) stops the sweep the same orderly way as Ctrl-C.
     signal.signal(signal.SIGTERM, _terminate_as_interrupt)
     done = spec.trials - len(todo)
-    click.echo(f"sweep {spec.name}: {spec.method}, {spec.trials} indexes, parallelism "
+    size = "open-ended (until the budget is spent)" if spec.open_ended else \
+        f"{spec.trials} indexes"
+    click.echo(f"sweep {spec.name}: {spec.method}, {size}, parallelism "
                f"{spec.parallelism}, backend {backend.name}, storage {redact(url)}", err=True)
     if sweep.grown_from is not None:
         click.echo(f"grew the sweep from {sweep.grown_from} to {spec.trials} indexes (new: "
                    f"{_ranges_of(list(range(sweep.grown_from, spec.trials)))})", err=True)
-    if not created:
+    if not created and not spec.open_ended:
         click.echo(f"resuming: {done} of {spec.trials} indexes already finished", err=True)
     progress = Progress(sweep)
     result = None
@@ -346,7 +348,7 @@ def _summary_record(sweep: Any, url: str, backend: str, table: list[IndexStatus]
     finished = [s.index for s in table if s.state in ("COMPLETE", "PRUNED")]
     record: dict[str, Any] = {
         "sweep": sweep.name, "method": sweep.spec.method, "storage": redact(url),
-        "backend": backend, "indexes": sweep.spec.trials, "finished_indexes": len(finished),
+        "backend": backend, "indexes": sweep.spec.index_count, "finished_indexes": len(finished),
         "trials_by_state": sweep.storage.state_counts(sweep.study_id),
         "unfinished_indexes": [s.index for s in table if s.index not in set(finished)],
         "failed_indexes": [{"index": s.index, "attempts": s.attempts,

@@ -40,7 +40,7 @@ def validate(spec_file: str, no_import: bool, overrides: tuple[str, ...], fmt: s
         normalised = spec.to_dict()
         click.echo(json.dumps({
             "valid": True, "file": spec_file, "name": spec.name, "method": spec.method,
-            "indexes": spec.trials, "parallelism": spec.parallelism,
+            "indexes": spec.index_count, "parallelism": spec.parallelism,
             "objectives": [{"metric": o.metric, "direction": o.direction}
                            for o in spec.objectives],
             "parameters": normalised["parameters"], "trial": normalised["trial"],
@@ -49,8 +49,9 @@ def validate(spec_file: str, no_import: bool, overrides: tuple[str, ...], fmt: s
     what = spec.trial.entrypoint or "command " + " ".join(spec.trial.command)
     what = what.splitlines()[0][:60] + ("..." if len(what) > 60 or "\n" in what else "")
     n = len(spec.parameters)
-    click.echo(f"ok: {spec.name}: {spec.method}, {spec.trials} "
-               f"{'index' if spec.trials == 1 else 'indexes'}, {n} "
+    size = "open-ended (until the budget is spent)" if spec.open_ended else \
+        f"{spec.trials} {'index' if spec.trials == 1 else 'indexes'}"
+    click.echo(f"ok: {spec.name}: {spec.method}, {size}, {n} "
                f"{'parameter' if n == 1 else 'parameters'}, objective "
                + ", ".join(f"{o.direction} {o.metric}" for o in spec.objectives)
                + f", trial {what}")
