@@ -87,9 +87,36 @@ class _Rungs:
         return top > 0 and (rung[index], index) <= ranked[top - 1]
 
 
+class _Gate:
+    """sweeper's budget gate (:func:`sweeper.accounting.decide`) in steps: new work starts
+    while spent plus what the running segments have committed (the finished segments' mean,
+    less what each has used so far) stays below the budget; None: no budget."""
+
+    def __init__(self, budget: int | None) -> None:
+        self.budget = budget
+        self.finished: list[int] = []  # steps of each finished segment
+        self.running: dict[int, int] = {}  # index -> steps of its running segment so far
+
+    def may_start(self, spent: int) -> bool:
+        if self.budget is None:
+            return True
+        mean = sum(self.finished) / len(self.finished) if self.finished else 0.0
+        committed = sum(max(0.0, mean - used) for used in self.running.values())
+        return spent + committed < self.budget
+
+    def step(self, index: int) -> None:
+        self.running[index] = self.running.get(index, 0) + 1
+
+    def end(self, index: int) -> None:
+        self.finished.append(self.running.pop(index, 0))
+
+
 def simulate(n: int, value: Measure, score: Measure, policy: str, s: Schedule,
-             workers: int) -> list[curves.Event]:
-    """The steps trained, in time order (an event's ``t`` is its tick)."""
+             workers: int, budget: int | None = None) -> list[curves.Event]:
+    """The steps trained, in time order (an event's ``t`` is its tick). ``budget`` (steps):
+    ``n`` is then the pool of configurations; nothing new starts or is promoted once the
+    gate says no (the running segments finish, as with ``on_exhausted: finish``)."""
+    gate = _Gate(budget)
     weights = bracket_weights(s.brackets, s.eta)
     bracket = [bracket_of(i, weights) if policy != "none" else 0 for i in range(n)]
     rungs = [rung_steps(bracket[i], s) if policy != "none" else () for i in range(n)]
@@ -100,6 +127,8 @@ def simulate(n: int, value: Measure, score: Measure, policy: str, s: Schedule,
 
     def next_job() -> int | None:
         nonlocal started
+        if not gate.may_start(len(events)):
+            return None
         ready = [(-rungs[i].index(at), table.values[(bracket[i], at)][i], i)
                  for i, at in paused.items() if table.goes_on(bracket[i], at, i)]
         if ready:
@@ -116,13 +145,14 @@ def simulate(n: int, value: Measure, score: Measure, policy: str, s: Schedule,
     tick = 0
     while True:
         busy = [b if b is not None else next_job() for b in busy]
-        if all(b is None for b in busy):
+        if all(b is None for b in busy):  # nothing runs, nothing may start: the end
             return events
         tick += 1
         for w, i in enumerate(busy):
             if i is None:
                 continue
             step = progress[i] = progress[i] + 1
+            gate.step(i)
             v = value(i, step)
             events.append(curves.Event(float(tick), i, step, v, score(i, step)))
             done = step >= s.max_resource
@@ -133,16 +163,17 @@ def simulate(n: int, value: Measure, score: Measure, policy: str, s: Schedule,
                         paused[i] = step
                     done = True
             if done:
+                gate.end(i)
                 busy[w] = None
 
 
 def on_curves(configs: Sequence[dict[str, float]], seed: int, policy: str, s: Schedule,
-              workers: int) -> list[curves.Event]:
+              workers: int, budget: int | None = None) -> list[curves.Event]:
     """:func:`simulate` on the synthetic family: reported values with the curve task's noise
     (``curves.noise(seed, index, step)``), scores the noise-free curve."""
     return simulate(len(configs),
                     lambda i, k: curves.quality(configs[i], k) + curves.noise(seed, i, k),
-                    lambda i, k: curves.quality(configs[i], k), policy, s, workers)
+                    lambda i, k: curves.quality(configs[i], k), policy, s, workers, budget)
 
 
 def trained_to_end(events: Sequence[curves.Event], max_resource: int) -> set[int]:
