@@ -78,6 +78,11 @@ class _Rungs:
     def add(self, bracket: int, step: int, index: int, value: float) -> None:
         self.values.setdefault((bracket, step), {})[index] = value
 
+    def stops(self, bracket: int, step: int, index: int, value: float) -> bool:
+        """``index`` reports ``value`` at a rung's step: whether it stops (or pauses) there."""
+        self.add(bracket, step, index, value)
+        return not self.goes_on(bracket, step, index)
+
     def goes_on(self, bracket: int, step: int, index: int) -> bool:
         rung = self.values[(bracket, step)]
         ranked = sorted((v, i) for i, v in rung.items())
@@ -111,15 +116,29 @@ class _Gate:
         self.finished.append(self.running.pop(index, 0))
 
 
+def _promotable(paused: dict[int, int], rungs: Sequence[tuple[int, ...]],
+                bracket: Sequence[int], table: _Rungs) -> list[tuple[int, float, int]]:
+    """The paused trials that may go on, as (minus rung, value, index): the least first."""
+    return [(-rungs[i].index(at), table.values[(bracket[i], at)][i], i)
+            for i, at in paused.items() if table.goes_on(bracket[i], at, i)]
+
+
+def _placed(n: int, policy: str, s: Schedule) -> tuple[list[int], list[tuple[int, ...]]]:
+    """Each configuration's bracket and its rungs' steps (none without a rule)."""
+    if policy == "none":
+        return [0] * n, [()] * n
+    weights = bracket_weights(s.brackets, s.eta)
+    bracket = [bracket_of(i, weights) for i in range(n)]
+    return bracket, [rung_steps(b, s) for b in bracket]
+
+
 def simulate(n: int, value: Measure, score: Measure, policy: str, s: Schedule,
              workers: int, budget: int | None = None) -> list[curves.Event]:
     """The steps trained, in time order (an event's ``t`` is its tick). ``budget`` (steps):
     ``n`` is then the pool of configurations; nothing new starts or is promoted once the
     gate says no (the running segments finish, as with ``on_exhausted: finish``)."""
     gate = _Gate(budget)
-    weights = bracket_weights(s.brackets, s.eta)
-    bracket = [bracket_of(i, weights) if policy != "none" else 0 for i in range(n)]
-    rungs = [rung_steps(bracket[i], s) if policy != "none" else () for i in range(n)]
+    bracket, rungs = _placed(n, policy, s)
     table = _Rungs(policy, s.eta)
     paused: dict[int, int] = {}  # index -> the rung step it paused at
     progress = [0] * n
@@ -129,8 +148,7 @@ def simulate(n: int, value: Measure, score: Measure, policy: str, s: Schedule,
         nonlocal started
         if not gate.may_start(len(events)):
             return None
-        ready = [(-rungs[i].index(at), table.values[(bracket[i], at)][i], i)
-                 for i, at in paused.items() if table.goes_on(bracket[i], at, i)]
+        ready = _promotable(paused, rungs, bracket, table)
         if ready:
             i = min(ready)[2]
             del paused[i]
@@ -156,12 +174,10 @@ def simulate(n: int, value: Measure, score: Measure, policy: str, s: Schedule,
             v = value(i, step)
             events.append(curves.Event(float(tick), i, step, v, score(i, step)))
             done = step >= s.max_resource
-            if step in rungs[i]:
-                table.add(bracket[i], step, i, v)
-                if not table.goes_on(bracket[i], step, i):
-                    if policy == "promotion":
-                        paused[i] = step
-                    done = True
+            if step in rungs[i] and table.stops(bracket[i], step, i, v):
+                if policy == "promotion":
+                    paused[i] = step
+                done = True
             if done:
                 gate.end(i)
                 busy[w] = None
