@@ -187,7 +187,6 @@ def _launch(spec: Any, url: str, backend: Backend, fmt: str = "text",
     from sweeper.report import Progress
     from sweeper.study import (
         indexes_to_run,
-        redact,
         unfinished_indexes,
     )
 
@@ -199,16 +198,7 @@ def _launch(spec: Any, url: str, backend: Backend, fmt: str = "text",
     todo = indexes_to_run(sweep, created=created)
     # SIGTERM (a CI job cancelled, `kill`) stops the sweep the same orderly way as Ctrl-C.
     signal.signal(signal.SIGTERM, _terminate_as_interrupt)
-    done = spec.trials - len(todo)
-    size = "open-ended (until the budget is spent)" if spec.open_ended else \
-        f"{spec.trials} indexes"
-    click.echo(f"sweep {spec.name}: {spec.method}, {size}, parallelism "
-               f"{spec.parallelism}, backend {backend.name}, storage {redact(url)}", err=True)
-    if sweep.grown_from is not None:
-        click.echo(f"grew the sweep from {sweep.grown_from} to {spec.trials} indexes (new: "
-                   f"{_ranges_of(list(range(sweep.grown_from, spec.trials)))})", err=True)
-    if not created and not spec.open_ended:
-        click.echo(f"resuming: {done} of {spec.trials} indexes already finished", err=True)
+    _launch_header(spec, sweep, backend.name, url, created=created, todo=len(todo))
     progress = Progress(sweep)
     result = None
     if todo:
@@ -273,6 +263,24 @@ def _create_with_code(spec: Any, storage: Any, url: str, code: Any, backend: str
     if code is not None:
         publish(sweep, code, url, upload=backend == "kubernetes")
     return sweep, created
+
+
+
+def _launch_header(spec: Any, sweep: Any, backend: str, url: str, *, created: bool,
+                   todo: int) -> None:
+    """The lines a launch starts with: what runs where, what grew, what is resumed."""
+    from sweeper.study import redact
+
+    done = spec.trials - todo
+    size = "open-ended (until the budget is spent)" if spec.open_ended else \
+        f"{spec.trials} indexes"
+    click.echo(f"sweep {spec.name}: {spec.method}, {size}, parallelism "
+               f"{spec.parallelism}, backend {backend}, storage {redact(url)}", err=True)
+    if sweep.grown_from is not None:
+        click.echo(f"grew the sweep from {sweep.grown_from} to {spec.trials} indexes (new: "
+                   f"{_ranges_of(list(range(sweep.grown_from, spec.trials)))})", err=True)
+    if not created and not spec.open_ended:
+        click.echo(f"resuming: {done} of {spec.trials} indexes already finished", err=True)
 
 
 def _report_launch(result: RunResult, launched: int) -> bool:

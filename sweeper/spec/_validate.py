@@ -53,6 +53,7 @@ from sweeper.spec.model import (
     SCHEMA_KEY,
     STORAGE_SCHEMES,
     TRIAL_VALUES,
+    KubernetesSpec,
     Objective,
     Parameter,
     Pruner,
@@ -129,7 +130,7 @@ class _Validator(Checks):
         params = parameters(self, self.require(m, "parameters", ()), ("parameters",), method)
         trial = self.trial(self.require(m, "trial", ()), ("trial",), params)
         open_ended = self.open_ended(m, method)
-        trials = MAX_INDEXES if open_ended else self.trials(m, method, params)
+        trials = self.trials(m, method, params, open_ended=open_ended)
         parallelism = self.integer(m.get("parallelism", 1), ("parallelism",), 1)
         seed = self.integer(m.get("seed", 0), ("seed",), 0)
         method_fits(self, method, objectives)
@@ -151,10 +152,6 @@ class _Validator(Checks):
             raise self.err(("kubernetes", "indexes_per_pod"), "a multi-node sweep's gangs run "
                                                               "their indexes in turn already: "
                                                               "leave indexes_per_pod out")
-        if open_ended and kube.indexes_per_pod > 1:
-            raise self.err(("kubernetes", "indexes_per_pod"), "an open-ended sweep's pods run "
-                                                              "index after index already: "
-                                                              "leave indexes_per_pod out")
         if kube.runner_image is not None and (trial.command is None
                                               or trial.launcher != "process"):
             raise self.err(("kubernetes", "runner_image"),
@@ -166,17 +163,14 @@ class _Validator(Checks):
         artifacts = artifacts_section(self, m.get("artifacts"), ("artifacts",))
         dataset = data_section(self, m.get("data"), ("data",), artifacts)
         stop = stop_spec(self, m.get("stop"), ("stop",), objectives)
-        if open_ended and isinstance(m.get("scheduler"), dict) and \
-                m["scheduler"].get("type") == "pbt":
-            raise self.err(("trials",), "PBT trains a population of `trials` members at once: "
-                                        "give trials (the budget still bounds the sweep)")
+        if open_ended:
+            self.open_ended_fits(m, kube)
         scheduler = scheduler_spec(self, m.get("scheduler"), ("scheduler",), pruner, objectives,
                                    trial.nodes, population=(trials, parallelism))
 
         cost = cost_spec(self, m.get("cost"), ("cost",))
         budget = budget_spec(self, m.get("budget"), ("budget",), cost=cost, trial=trial)
-        if not open_ended:
-            budget_with_trials(self, budget, trials, parallelism)
+        budget_with_trials(self, budget, trials, parallelism)  # open-ended: the ceiling
         return SweepSpec(
             name=name, method=method, objectives=objectives,  # type: ignore[arg-type]
             trials=trials, parameters=params, trial=trial, parallelism=parallelism, seed=seed,
@@ -198,6 +192,18 @@ class _Validator(Checks):
                                         "the budget is spent")
         return True
 
+    def open_ended_fits(self, m: Mapping[str, Any], kube: KubernetesSpec) -> None:
+        """What an open-ended sweep cannot have: a PBT population (``trials`` members), several
+        indexes per pod (its pods run index after index already)."""
+        scheduler = m.get("scheduler")
+        if isinstance(scheduler, dict) and scheduler.get("type") == "pbt":
+            raise self.err(("trials",), "PBT trains a population of `trials` members at once: "
+                                        "give trials (the budget still bounds the sweep)")
+        if kube.indexes_per_pod > 1:
+            raise self.err(("kubernetes", "indexes_per_pod"), "an open-ended sweep's pods run "
+                                                              "index after index already: "
+                                                              "leave indexes_per_pod out")
+
     def name(self, value: Any, path: Path_) -> str:
         name = self.string(value, path)
         problem = name_problem(name)
@@ -213,8 +219,12 @@ class _Validator(Checks):
                            f"digit (it names Kubernetes objects){hint}")
         return name
 
-    def trials(self, m: Mapping[str, Any], method: str, params: tuple[Parameter, ...]) -> int:
-        """A grid defaults to all its points; other methods must say how many."""
+    def trials(self, m: Mapping[str, Any], method: str, params: tuple[Parameter, ...], *,
+               open_ended: bool = False) -> int:
+        """A grid defaults to all its points; other methods must say how many, unless the
+        sweep is open-ended (its ceiling then)."""
+        if open_ended:
+            return MAX_INDEXES
         if method == "grid":
             size = grid_size_of(params, cap=MAX_INDEXES)
             if size > MAX_INDEXES:
