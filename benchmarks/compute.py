@@ -48,10 +48,13 @@ from benchmarks.common import (
 )
 from benchmarks.compute_figures import (
     MIN_RESOURCE,
+    POOL_FACTOR,
     REDUCTION_FACTOR,
     TOP_FRACTION,
     VARIANTS,
+    budget_rows,
     figures,
+    ledger_row,
     not_in_effect,
     notes_for,
     rows_for,
@@ -133,8 +136,10 @@ def spec_for(task: str, variant: str, size: dict[str, Any], seed: int,
         "parameters": space, "pruner": {"type": "none"}}
     if variant in ("hyperband", "plain_hyperband"):
         spec["pruner"] = {"type": "hyperband", **schedule(size["steps"])}
-    elif variant == "asha":
+    elif variant in ("asha", "budget_asha"):
         spec["scheduler"] = {"type": "asha", "mode": "promotion", **schedule(size["steps"])}
+    if variant == "budget_asha":  # what hyperband spent on the seed (run() sets it)
+        spec["budget"] = {"steps": int(size.get("budget", size["trials"] * size["steps"]))}
     elif variant == "pbt":
         spec["scheduler"] = {"type": "pbt", "max_resource": size["steps"],
                              "perturbation_interval": min(PBT_INTERVAL, size["steps"])}
@@ -142,7 +147,10 @@ def spec_for(task: str, variant: str, size: dict[str, Any], seed: int,
 
 
 def trials_of(variant: str, size: dict[str, Any]) -> int:
-    """The configurations a variant trains: N, or PBT's population of W."""
+    """The configurations a variant trains: N, PBT's population of W, or budgeted ASHA's pool
+    (of which its budget trains the first few)."""
+    if variant == "budget_asha":
+        return POOL_FACTOR * int(size["trials"])
     return min(size["w"], size["trials"]) if variant == "pbt" else int(size["trials"])
 
 
@@ -192,11 +200,47 @@ def one_run(task: str, variant: str, size: dict[str, Any], seed: int) -> dict[st
         counts = plain_run(spec, Path(tmp)) if variant == "plain_hyperband" \
             else _sweeper_run(spec, Path(tmp))
         wall = time.perf_counter() - started
-        if counts.get("COMPLETE", 0) + counts.get("PRUNED", 0) != trials_of(variant, size):
+        ended = counts.get("COMPLETE", 0) + counts.get("PRUNED", 0)
+        # budgeted ASHA: the indexes its budget did not reach stay WAITING (never started)
+        if ended != trials_of(variant, size) and not (
+                variant == "budget_asha" and ended
+                and sum(counts.values()) == trials_of(variant, size)):
             raise Disturbed(f"compute {task} {variant} seed {seed}: trials by state {counts}")
         events = curves.read_ledger(ledger)
     return {"counts": counts, "wall_s": wall,
             "events": [[e.index, e.step, e.score] for e in events]}
+
+
+def ledger_check(size: dict[str, Any]) -> dict[str, Any]:
+    """A real local sweep of the curve task (no pruning, 2W trials): the CPU-hours its ledger
+    holds against the sum of its attempts' durations (datetime_start to datetime_complete)
+    times the CPUs each held. CPU-hours: this machine has no GPU; the ledger computes GPU-hours
+    with the same wall time times the GPUs held."""
+    from sweeper.spec import parse_spec_dict
+    from sweeper.study import load_sweep, open_storage
+    from sweeper.study.ledger import sweep_ledger
+
+    # steps of 0.05 s at least: the trials last long enough for a 1 % comparison
+    sized = {**size, "trials": 2 * size["w"], "step_s": max(size["step_s"], 0.05)}
+    with tempfile.TemporaryDirectory(prefix="sweeper-compute-") as tmp:
+        spec = spec_for("curve", "none", sized, 0, tmp)
+        spec["name"] = "compute-ledger"
+        cpus = parse_spec_dict(spec, source="<compute>").trial.resources.cpu or 1
+        with fresh_database("ledger") as (_, url), _checkpoints_in(Path(tmp) / "checkpoints"):
+            from benchmarks.sweeps import run_sweep
+
+            run_sweep(url, spec, log_root=Path(tmp))
+            storage = open_storage(url)
+            try:
+                sweep = load_sweep(storage, spec["name"])
+                ledger = sweep_ledger(sweep).totals.spent.cpu_hours
+                trials = [t for t in sweep.study().trials if t.datetime_complete is not None]
+            finally:
+                storage.close()
+    seconds = sum((t.datetime_complete - t.datetime_start).total_seconds() for t in trials
+                  if t.datetime_start is not None)
+    return {"unit": "CPU-hours", "per": "CPUs", "w": size["w"], "trials": len(trials),
+            "ledger": ledger, "durations": seconds * cpus / 3600}
 
 
 def summarise(task: str, sized: dict[str, Any], per_seed: list[dict[str, Any]],
@@ -228,7 +272,9 @@ def simulate_curve(size: dict[str, Any], per_seed: list[dict[str, Any]]
     """The simulated rows on the curve task's configurations, and the check that the
     simulation reproduces the real ASHA runs."""
     configs_of = partial(curve_configs, size)
-    rows, notes = simulated(configs_of, max(SIM_SEEDS, size["seeds"]), size["steps"], size["w"])
+    pool_of = partial(curve_configs, {**size, "trials": trials_of("budget_asha", size)})
+    rows, notes = simulated(configs_of, max(SIM_SEEDS, size["seeds"]), size["steps"], size["w"],
+                            pool_of)
     return rows, [*notes, simulation_check(per_seed, configs_of, size["steps"], size["w"])]
 
 
@@ -248,17 +294,27 @@ def run(sizes: dict[str, Any], log: Callable[[str], None]) -> tuple[list[Row], d
         raw["variants"][task] = variants
         for seed in range(sized["seeds"]):
             log(f"compute: {task} seed {seed}: {', '.join(variants)}")
-            runs = {v: undisturbed(partial(one_run, task, v, sized, seed),
-                                   f"compute {task} {v} seed {seed}", log) for v in variants}
+            runs: dict[str, Any] = {}
+            for v in variants:  # in order: budgeted ASHA's budget is hyperband's spend
+                at = {**sized, "budget": len(runs["hyperband"]["events"])} \
+                    if v == "budget_asha" else sized
+                runs[v] = undisturbed(partial(one_run, task, v, at, seed),
+                                      f"compute {task} {v} seed {seed}", log)
             per_seed.append({"runs": runs})
+            del runs  # (the budgeted run's budget came from this seed's hyperband run)
         task_rows, per_seed, notes = summarise(task, sized, per_seed, variants, missing)
         rows += task_rows
+        if "budget_asha" in variants:
+            rows += budget_rows(task, sized, per_seed)
         raw["notes"] += notes
         raw["tasks"][task] = per_seed
         if task == "curve" and missing is None:
             sim_rows, sim_notes = simulate_curve(sized, per_seed)
             rows += sim_rows
             raw["notes"] += sim_notes
+    check = undisturbed(partial(ledger_check, task_size(size, "curve")), "compute ledger", log)
+    raw["ledger"] = check
+    rows.append(ledger_row(check))
     raw["notes"].append("A larger run: `python -m benchmarks.run --full --only compute` (both "
                         "tasks N=81, 10 seeds).")
     return rows, raw

@@ -12,10 +12,16 @@ from typing import Any
 from benchmarks import curves, schedule_sim
 from benchmarks.common import Row, verdict
 
-VARIANTS = ("none", "hyperband", "plain_hyperband", "asha", "pbt")
+#: ``budget_asha`` runs after ``hyperband``: its budget is what hyperband spent on the seed.
+VARIANTS = ("none", "hyperband", "plain_hyperband", "asha", "budget_asha", "pbt")
 LABELS = {"none": "no pruning", "hyperband": "sweeper hyperband",
           "plain_hyperband": "plain Optuna HyperbandPruner", "asha": "sweeper promotion ASHA",
-          "pbt": "sweeper PBT"}
+          "budget_asha": "sweeper budgeted ASHA", "pbt": "sweeper PBT"}
+#: Budgeted ASHA's pool: the configurations it may start, a multiple of N (the first N are
+#: the other variants' own, in the same order); its budget in steps ends it long before.
+POOL_FACTOR = 4
+#: The ledger against the attempts' own durations: at most this relative difference.
+LEDGER_TOLERANCE = 0.01
 #: The target: as good as the best tenth of the seed's configurations, fully trained.
 TOP_FRACTION = 0.1
 #: The issue's target: promotion ASHA's epochs to the target <= this times hyperband's.
@@ -107,11 +113,62 @@ def rows_for(task: str, size: dict[str, Any], per_seed: list[dict[str, Any]],
     return rows
 
 
+def _median_to_target(per_seed: list[dict[str, Any]], variant: str) -> tuple[float, int]:
+    """Median epochs to the target over the seeds that reached it, and how many did."""
+    hits = [f["variants"][variant]["to_target"] for f in per_seed
+            if f["variants"][variant]["to_target"] is not None]
+    return (statistics.median(hits) if hits else float("nan")), len(hits)
+
+
+def budget_rows(task: str, size: dict[str, Any], per_seed: list[dict[str, Any]]) -> list[Row]:
+    """Budgeted ASHA (a steps budget equal to what sweeper hyperband spent on the seed,
+    starting configurations from a pool of ``POOL_FACTOR`` x N until it is spent) against
+    hyperband and plain Optuna: median epochs to the target, seeds that reached it, and the
+    best loss when the budget is spent on the median seed."""
+    n = len(per_seed)
+    where = (f"{task}, N={size['trials']} x {size['steps']} steps, W={size['w']}, {n} "
+             f"seed(s); budget = sweeper hyperband's epochs on the seed, pool {POOL_FACTOR}N")
+    (b, b_hit), (hb, hb_hit), (pl, pl_hit) = (_median_to_target(per_seed, v) for v in
+                                              ("budget_asha", "hyperband", "plain_hyperband"))
+    ratio = b / hb if hb == hb and hb else float("nan")
+    ok = b_hit >= hb_hit and ratio <= TARGET_RATIO and b <= pl
+    best = {v: statistics.median(f["variants"][v]["best"] for f in per_seed)
+            for v in ("budget_asha", "hyperband")}
+    spent = statistics.median(f["variants"]["budget_asha"]["epochs"] for f in per_seed)
+    return [
+        Row(f"compute: budgeted ASHA, epochs to target ({where})",
+            f"median {b:.0f} (reached in {b_hit}/{n} seeds); sweeper hyperband {hb:.0f} "
+            f"({hb_hit}/{n}); plain Optuna HyperbandPruner {pl:.0f} ({pl_hit}/{n}); "
+            f"{ratio:.2f}x hyperband's",
+            f"<= {TARGET_RATIO}x sweeper hyperband's and <= plain Optuna's, in >= as many "
+            "seeds as hyperband", verdict(ok),
+            {"task": task, "ratio": ratio, "median": b, "reached": b_hit,
+             "hyperband_reached": hb_hit}),
+        Row(f"compute: budgeted ASHA, best loss when the budget is spent ({where})",
+            f"median seed {best['budget_asha']:.4f} vs sweeper hyperband "
+            f"{best['hyperband']:.4f} (budgeted ASHA trained {spent:.0f} epochs, median)",
+            "as good as hyperband's or better (lower) on the median seed",
+            verdict(best["budget_asha"] <= best["hyperband"]),
+            {"task": task, **{f"best_{k}": v for k, v in best.items()}}),
+    ]
+
+
+def ledger_row(check: dict[str, Any]) -> Row:
+    """The ledger of a real local sweep against its attempts' own durations (datetime_start
+    to datetime_complete) times the GPUs (CPUs for CPU trials) each held."""
+    unit = check["unit"]
+    ledger, durations = check["ledger"], check["durations"]
+    diff = abs(ledger - durations) / durations if durations else float("inf")
+    return Row(f"compute: the {unit} ledger of a real local sweep ({check['trials']} trials, "
+               f"W={check['w']}) against its attempts' durations x {check['per']}",
+               f"ledger {ledger:.6f} vs durations {durations:.6f} {unit} ({diff:.2%} apart)",
+               f"within {LEDGER_TOLERANCE:.0%}", verdict(diff <= LEDGER_TOLERANCE),
+               {"ledger": ledger, "durations": durations, "difference": diff})
+
+
 def _per_seed(per_seed: list[dict[str, Any]], variant: str, key: str) -> str:
     def fmt(x: Any) -> str:
-        if x is None:
-            return "-"
-        return f"{x:.3f}" if isinstance(x, float) else str(x)
+        return "-" if x is None else f"{x:.3f}" if isinstance(x, float) else str(x)
 
     return "/".join(fmt(f["variants"][variant].get(key)) for f in per_seed)
 
@@ -209,49 +266,61 @@ def sim_schedule(steps: int, brackets: int | None) -> schedule_sim.Schedule:
     return schedule_sim.Schedule(MIN_RESOURCE, steps, REDUCTION_FACTOR, count)
 
 
+#: The simulated budgeted rules: label -> brackets (None: hyperband's count). Their budget is
+#: the simulated sweeper hyperband's epochs on the seed; their pool ``POOL_FACTOR`` x N.
+SIM_BUDGETED = {"sweeper budgeted ASHA": 1,
+                "budgeted ASHA with hyperband brackets (simulated only)": None}
+
+
+def _simulate_seed(configs: list[dict[str, float]], pool: list[dict[str, float]], seed: int,
+                   steps: int, workers: int) -> dict[str, list[curves.Event]]:
+    """Every simulated rule's events on one seed: the budgeted ones after hyperband's."""
+    out = {label: schedule_sim.on_curves(configs, seed, policy, sim_schedule(steps, brackets),
+                                         workers)
+           for label, (policy, brackets) in SIMULATED.items()}
+    budget = len(out["sweeper hyperband"])
+    for label, brackets in SIM_BUDGETED.items():
+        out[label] = schedule_sim.on_curves(pool, seed, "promotion",
+                                            sim_schedule(steps, brackets), workers, budget)
+    return out
+
+
 def simulated(configs_of: Callable[[int], list[dict[str, float]]], seeds: int, steps: int,
-              workers: int) -> tuple[list[Row], list[str]]:
+              workers: int, pool_of: Callable[[int], list[dict[str, float]]] | None = None
+              ) -> tuple[list[Row], list[str]]:
     """Every simulated rule on ``seeds`` seeds' configurations (``configs_of(seed)``, the sets
-    the real runs train), per target: mean epochs to it and the seeds that reached it."""
-    to, total = _simulate_rules(configs_of, seeds, steps, workers)
+    the real runs train; ``pool_of(seed)``: the budgeted rules' pool, whose first N they are),
+    per target: mean epochs to it and the seeds that reached it; the budgeted rules' medians
+    (:func:`budget_rows`' figures) in a note."""
+    to: dict[tuple[str, float], list[int | None]] = {}
+    total: dict[str, list[int]] = {}
+    best: dict[str, list[float]] = {}
+    for seed in range(seeds):
+        configs = configs_of(seed)
+        finals = [curves.quality(c, steps) for c in configs]
+        pool = pool_of(seed) if pool_of is not None else configs
+        for label, events in _simulate_seed(configs, pool, seed, steps, workers).items():
+            total.setdefault(label, []).append(len(events))
+            best.setdefault(label, []).append(min(e.score for e in events))
+            for frac in SIM_FRACTIONS:
+                target = curves.top_fraction_score(finals, frac)
+                to.setdefault((label, frac), []).append(curves.epochs_to_target(events, target))
     n = len(configs_of(0))
-    rows = [_simulated_row(to, frac, seeds, n, steps, workers) for frac in SIM_FRACTIONS]
+    rows = [_simulated_row(to, total, frac, seeds, n, steps, workers)
+            for frac in SIM_FRACTIONS]
     note = ("compute, simulated: the same rules replayed without processes or a database "
             "(benchmarks/schedule_sim.py) on the seeds' own configurations and noise; epochs in "
             "all, mean: " + "; ".join(f"{k} {statistics.fmean(v):.0f}" for k, v in total.items())
             + ". Each cell is the mean epochs to the target over the seeds that reached it.")
-    return rows, [note]
+    return rows, [note, _budget_note(to, best, seeds)]
 
 
-#: (rule, target fraction) -> per seed, the epochs to the target (None: never reached).
-_EpochsTo = dict[tuple[str, float], list[int | None]]
-
-
-def _simulate_rules(configs_of: Callable[[int], list[dict[str, float]]], seeds: int,
-                    steps: int, workers: int) -> tuple[_EpochsTo, dict[str, list[int]]]:
-    """Each rule of :data:`SIMULATED` on each seed: the epochs to each target, and the
-    epochs trained in all per rule."""
-    to: _EpochsTo = {}
-    total: dict[str, list[int]] = {}
-    for seed in range(seeds):
-        configs = configs_of(seed)
-        finals = [curves.quality(c, steps) for c in configs]
-        for label, (policy, brackets) in SIMULATED.items():
-            events = schedule_sim.on_curves(configs, seed, policy,
-                                            sim_schedule(steps, brackets), workers)
-            total.setdefault(label, []).append(len(events))
-            for frac in SIM_FRACTIONS:
-                target = curves.top_fraction_score(finals, frac)
-                to.setdefault((label, frac), []).append(curves.epochs_to_target(events, target))
-    return to, total
-
-
-def _simulated_row(to: _EpochsTo, frac: float, seeds: int, n: int, steps: int,
-                   workers: int) -> Row:
+def _simulated_row(to: dict[tuple[str, float], list[int | None]], total: dict[str, list[int]],
+                   frac: float, seeds: int, n: int, steps: int, workers: int) -> Row:
     """The row of one target: each rule's mean epochs to it, and promotion ASHA's against
     hyperband's on the seeds both reached it."""
     parts = []
-    for label in SIMULATED:
+    for label in total:
         hits = [x for x in to[(label, frac)] if x is not None]
         mean = statistics.fmean(hits) if hits else float("nan")
         parts.append(f"{label} {mean:.0f} ({len(hits)}/{seeds})")
@@ -264,6 +333,24 @@ def _simulated_row(to: _EpochsTo, frac: float, seeds: int, n: int, steps: int,
                "; ".join(parts) + f"; promotion ASHA / hyperband {ratio:.2f}x on the "
                f"{len(both)} seeds both reached it", "-", "INFO",
                {"fraction": frac, "ratio": ratio, "paired_seeds": len(both)})
+
+
+def _budget_note(to: dict[tuple[str, float], list[int | None]], best: dict[str, list[float]],
+                 seeds: int) -> str:
+    """The simulated budgeted rules as the real rows judge them: median epochs to the top
+    10 %, seeds that reached it, the median seed's best loss."""
+    def median_hits(label: str) -> str:
+        hits = [x for x in to[(label, TOP_FRACTION)] if x is not None]
+        return f"{statistics.median(hits) if hits else float('nan'):.0f} ({len(hits)}/{seeds})"
+
+    labels = ["sweeper hyperband", "sweeper promotion ASHA", *SIM_BUDGETED]
+    return ("compute, simulated, at equal budget (the budgeted rules get sweeper hyperband's "
+            f"epochs on the seed, a pool of {POOL_FACTOR}N): median epochs to the top "
+            f"{TOP_FRACTION:.0%} (seeds that reached it): "
+            + "; ".join(f"{label} {median_hits(label)}" for label in labels)
+            + "; best loss on the median seed: "
+            + "; ".join(f"{label} {statistics.median(best[label]):.4f}" for label in labels)
+            + ".")
 
 
 def simulation_check(per_seed: list[dict[str, Any]],

@@ -78,6 +78,11 @@ class _Rungs:
     def add(self, bracket: int, step: int, index: int, value: float) -> None:
         self.values.setdefault((bracket, step), {})[index] = value
 
+    def stops(self, bracket: int, step: int, index: int, value: float) -> bool:
+        """``index`` reports ``value`` at a rung's step: whether it stops (or pauses) there."""
+        self.add(bracket, step, index, value)
+        return not self.goes_on(bracket, step, index)
+
     def goes_on(self, bracket: int, step: int, index: int) -> bool:
         rung = self.values[(bracket, step)]
         ranked = sorted((v, i) for i, v in rung.items())
@@ -87,73 +92,104 @@ class _Rungs:
         return top > 0 and (rung[index], index) <= ranked[top - 1]
 
 
+class _Gate:
+    """sweeper's budget gate (:func:`sweeper.accounting.decide`) in steps: new work starts
+    while spent plus what the running segments have committed (the finished segments' mean,
+    less what each has used so far) stays below the budget; None: no budget."""
+
+    def __init__(self, budget: int | None) -> None:
+        self.budget = budget
+        self.finished: list[int] = []  # steps of each finished segment
+        self.running: dict[int, int] = {}  # index -> steps of its running segment so far
+
+    def may_start(self, spent: int) -> bool:
+        if self.budget is None:
+            return True
+        mean = sum(self.finished) / len(self.finished) if self.finished else 0.0
+        committed = sum(max(0.0, mean - used) for used in self.running.values())
+        return spent + committed < self.budget
+
+    def step(self, index: int) -> None:
+        self.running[index] = self.running.get(index, 0) + 1
+
+    def end(self, index: int) -> None:
+        self.finished.append(self.running.pop(index, 0))
+
+
+def _promotable(paused: dict[int, int], rungs: Sequence[tuple[int, ...]],
+                bracket: Sequence[int], table: _Rungs) -> list[tuple[int, float, int]]:
+    """The paused trials that may go on, as (minus rung, value, index): the least first."""
+    return [(-rungs[i].index(at), table.values[(bracket[i], at)][i], i)
+            for i, at in paused.items() if table.goes_on(bracket[i], at, i)]
+
+
+def _placed(n: int, policy: str, s: Schedule) -> tuple[list[int], list[tuple[int, ...]]]:
+    """Each configuration's bracket and its rungs' steps (none without a rule)."""
+    if policy == "none":
+        return [0] * n, [()] * n
+    weights = bracket_weights(s.brackets, s.eta)
+    bracket = [bracket_of(i, weights) for i in range(n)]
+    return bracket, [rung_steps(b, s) for b in bracket]
+
+
 def simulate(n: int, value: Measure, score: Measure, policy: str, s: Schedule,
-             workers: int) -> list[curves.Event]:
-    """The steps trained, in time order (an event's ``t`` is its tick)."""
-    sim = _Simulation(n, value, score, policy, s)
+             workers: int, budget: int | None = None) -> list[curves.Event]:
+    """The steps trained, in time order (an event's ``t`` is its tick). ``budget`` (steps):
+    ``n`` is then the pool of configurations; nothing new starts or is promoted once the
+    gate says no (the running segments finish, as with ``on_exhausted: finish``)."""
+    gate = _Gate(budget)
+    bracket, rungs = _placed(n, policy, s)
+    table = _Rungs(policy, s.eta)
+    paused: dict[int, int] = {}  # index -> the rung step it paused at
+    progress = [0] * n
+    started = 0
+
+    def next_job() -> int | None:
+        nonlocal started
+        if not gate.may_start(len(events)):
+            return None
+        ready = _promotable(paused, rungs, bracket, table)
+        if ready:
+            i = min(ready)[2]
+            del paused[i]
+            return i
+        if started < n:
+            started += 1
+            return started - 1
+        return None
+
+    events: list[curves.Event] = []
     busy: list[int | None] = [None] * workers
     tick = 0
     while True:
-        busy = [b if b is not None else sim.next_job() for b in busy]
-        if all(b is None for b in busy):
-            return sim.events
+        busy = [b if b is not None else next_job() for b in busy]
+        if all(b is None for b in busy):  # nothing runs, nothing may start: the end
+            return events
         tick += 1
-        busy = [None if i is None or sim.train(i, tick) else i for i in busy]
-
-
-class _Simulation:
-    """The trials of one simulated sweep: where each stands, the rungs' table, the events."""
-
-    def __init__(self, n: int, value: Measure, score: Measure, policy: str,
-                 s: Schedule) -> None:
-        self.n, self.value, self.score, self.policy, self.s = n, value, score, policy, s
-        weights = bracket_weights(s.brackets, s.eta)
-        self.bracket = [bracket_of(i, weights) if policy != "none" else 0 for i in range(n)]
-        self.rungs = [rung_steps(self.bracket[i], s) if policy != "none" else ()
-                      for i in range(n)]
-        self.table = _Rungs(policy, s.eta)
-        self.paused: dict[int, int] = {}  # index -> the rung step it paused at
-        self.progress = [0] * n
-        self.started = 0
-        self.events: list[curves.Event] = []
-
-    def next_job(self) -> int | None:
-        """A paused trial the table promotes (the highest rung, then the best value), else
-        the next new one; None when there is neither."""
-        ready = [(-self.rungs[i].index(at), self.table.values[(self.bracket[i], at)][i], i)
-                 for i, at in self.paused.items() if self.table.goes_on(self.bracket[i], at, i)]
-        if ready:
-            i = min(ready)[2]
-            del self.paused[i]
-            return i
-        if self.started < self.n:
-            self.started += 1
-            return self.started - 1
-        return None
-
-    def train(self, i: int, tick: int) -> bool:
-        """One step of trial ``i`` at ``tick``; whether its worker is free after it (the trial
-        ended, was stopped, or paused at a rung)."""
-        step = self.progress[i] = self.progress[i] + 1
-        v = self.value(i, step)
-        self.events.append(curves.Event(float(tick), i, step, v, self.score(i, step)))
-        done = step >= self.s.max_resource
-        if step in self.rungs[i]:
-            self.table.add(self.bracket[i], step, i, v)
-            if not self.table.goes_on(self.bracket[i], step, i):
-                if self.policy == "promotion":
-                    self.paused[i] = step
+        for w, i in enumerate(busy):
+            if i is None:
+                continue
+            step = progress[i] = progress[i] + 1
+            gate.step(i)
+            v = value(i, step)
+            events.append(curves.Event(float(tick), i, step, v, score(i, step)))
+            done = step >= s.max_resource
+            if step in rungs[i] and table.stops(bracket[i], step, i, v):
+                if policy == "promotion":
+                    paused[i] = step
                 done = True
-        return done
+            if done:
+                gate.end(i)
+                busy[w] = None
 
 
 def on_curves(configs: Sequence[dict[str, float]], seed: int, policy: str, s: Schedule,
-              workers: int) -> list[curves.Event]:
+              workers: int, budget: int | None = None) -> list[curves.Event]:
     """:func:`simulate` on the synthetic family: reported values with the curve task's noise
     (``curves.noise(seed, index, step)``), scores the noise-free curve."""
     return simulate(len(configs),
                     lambda i, k: curves.quality(configs[i], k) + curves.noise(seed, i, k),
-                    lambda i, k: curves.quality(configs[i], k), policy, s, workers)
+                    lambda i, k: curves.quality(configs[i], k), policy, s, workers, budget)
 
 
 def trained_to_end(events: Sequence[curves.Event], max_resource: int) -> set[int]:

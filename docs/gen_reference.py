@@ -291,6 +291,7 @@ def sections() -> list[Section]:
 FIELD_KEYS: Mapping[str, tuple[str, ...]] = {
     "SweepSpec.objectives": ("objective",),
     "SweepSpec.source": (), "SweepSpec.base_dir": (), "SweepSpec.warnings": (),
+    "SweepSpec.open_ended": (),  # set by a budget with no trials
     "Parameter.name": (),  # the key under parameters:
     "Volume.kind": ("pvc", "config_map", "secret", "nfs", "empty_dir"),
     "Volume.source": ("pvc", "config_map", "secret"),

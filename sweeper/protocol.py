@@ -134,6 +134,10 @@ ENV_JOB_ID = "JOB_ID"
 ENV_COMPLETION_INDEX = "JOB_COMPLETION_INDEX"
 ENV_INDEX_MAP = "SWEEPER_INDEX_MAP"
 ENV_INDEXES_PER_POD = "SWEEPER_INDEXES_PER_POD"
+#: An open-ended sweep's Job: its ``parallelism`` pods (completions = parallelism) are slots;
+#: slot ``j`` runs indexes ``j, j+S, j+2S, ...`` (S, this variable) one after the other until
+#: the budget is spent (:func:`job_indexes_from_env`).
+ENV_INDEX_STRIDE = "SWEEPER_INDEX_STRIDE"
 ENV_CHECKPOINT_DIR = "SWEEPER_CHECKPOINT_DIR"
 #: The normalised spec as JSON (Kubernetes: the mounted ConfigMap ``NAME-spec``). A runner
 #: that finds no sweep creates it from this file, so the rendered objects alone run a sweep.
@@ -204,9 +208,9 @@ DEFAULT_TERMINATION_GRACE_PERIOD_S = 30.0
 #: Set by sweeper in every trial pod or worker: a spec's ``kubernetes.env`` may not set them.
 #: Runner tuning (heartbeat, grace period, log level, code version) may be set there.
 RESERVED_ENV = (ENV_JOB_ID, ENV_COMPLETION_INDEX, ENV_STORAGE, ENV_STUDY, ENV_INDEX_MAP,
-                ENV_INDEXES_PER_POD, ENV_CHECKPOINT_DIR, ENV_SPEC_FILE, ENV_DATA_DIR, ENV_CMD_FD,
-                ENV_RESULT_FD, ENV_LOG_DIR, ENV_PARENT_PID, ENV_PROXY_TOKEN,
-                ENV_PROXY_TOKEN_FILE, ENV_PROXY_CA, ENV_EXCHANGE_DIR)
+                ENV_INDEXES_PER_POD, ENV_INDEX_STRIDE, ENV_CHECKPOINT_DIR, ENV_SPEC_FILE,
+                ENV_DATA_DIR, ENV_CMD_FD, ENV_RESULT_FD, ENV_LOG_DIR, ENV_PARENT_PID,
+                ENV_PROXY_TOKEN, ENV_PROXY_TOKEN_FILE, ENV_PROXY_CA, ENV_EXCHANGE_DIR)
 #: Never passed on to a command trial's program (the URL holds the database password, the
 #: token lets its holder act as the runner).
 SECRET_ENV = (ENV_STORAGE, ENV_PROXY_TOKEN, ENV_PROXY_TOKEN_FILE)
@@ -365,6 +369,12 @@ def job_indexes_from_env(env: Mapping[str, str], n_indexes: int) -> list[int]:
     if raw is None or not raw.strip().isdigit():
         raise ValueError(f"{ENV_JOB_ID} must be a non-negative integer, got {raw!r}")
     job_id = int(raw)
+    stride = env.get(ENV_INDEX_STRIDE)
+    if stride:
+        if not stride.strip().isdigit() or int(stride) < 1 or job_id >= int(stride):
+            raise ValueError(f"{ENV_INDEX_STRIDE} must be an integer above {ENV_JOB_ID} "
+                             f"({job_id}), got {stride!r}")
+        return list(range(job_id, n_indexes, int(stride)))
     per_pod = int(env.get(ENV_INDEXES_PER_POD, "1") or 1)
     if per_pod < 1:
         raise ValueError(f"{ENV_INDEXES_PER_POD} must be >= 1")

@@ -198,7 +198,8 @@ def test_every_variant_is_a_valid_sweep_of_the_same_sets(task: str) -> None:
     assert {p.pruner.type for v, p in parsed.items() if "hyperband" in v} == {"hyperband"}
     assert parsed["none"].pruner.type == "none"
     points = {v: [random_point(p, i) for i in range(p.trials)] for v, p in parsed.items()}
-    assert all(pts == points["none"][:len(pts)] for pts in points.values())
+    n = len(points["none"])  # budgeted ASHA's pool is longer: its first N are the same
+    assert all(pts[:n] == points["none"][:len(pts)] for pts in points.values())
     assert ("pbt" in parsed) == (task == "curve")
 
 
@@ -231,7 +232,7 @@ SIZE = {"trials": 27, "steps": 27, "w": 8, "seeds": 2}
 
 
 #: The variants of the ASHA verdict (PBT's figures are not part of it).
-JUDGED = tuple(v for v in compute_figures.VARIANTS if v != "pbt")
+JUDGED = tuple(v for v in compute_figures.VARIANTS if v not in ("pbt", "budget_asha"))
 
 
 def _verdict(per_seed: list[dict[str, Any]]) -> compute_figures.Row:
@@ -298,5 +299,46 @@ def test_the_pbt_note_compares_with_hyperband_on_the_seeds_both_reached() -> Non
     assert "432 epochs in all (0.48x sweeper hyperband's 900)" in note
     assert "reached the target in 1/2 seeds" in note
     assert "0.25x sweeper hyperband's epochs to the target on the 1 seed(s)" in note
-    rows = compute_figures.rows_for("curve", SIZE, per_seed, compute_figures.VARIANTS, None)
+    rows = compute_figures.rows_for("curve", SIZE, per_seed, (*JUDGED, "pbt"), None)
     assert [r.status for r in rows if "PBT" in r.item] == ["INFO"]
+
+
+def test_the_budgeted_asha_variant_is_promotion_asha_with_a_steps_budget_over_a_pool() -> None:
+    from sweeper.space import random_point
+    from sweeper.spec import parse_spec_dict
+
+    spec = compute.spec_for("curve", "budget_asha", {**SIZED, "budget": 300}, 0, "/tmp/l")
+    assert spec["scheduler"]["mode"] == "promotion" and spec["budget"] == {"steps": 300}
+    assert spec["trials"] == compute_figures.POOL_FACTOR * SIZED["trials"]
+    pool = parse_spec_dict(spec, source="<t>")
+    none = parse_spec_dict(compute.spec_for("curve", "none", SIZED, 0, "/tmp/l"), source="<t>")
+    # its first N configurations are the other variants' own, in the same order
+    assert [random_point(pool, i) for i in range(none.trials)] == \
+        [random_point(none, i) for i in range(none.trials)]
+
+
+def test_budgeted_asha_rows_judge_medians_seeds_and_the_best_loss() -> None:
+    def seed(b: int | None, hb: int | None, pl: int, best_b: float, best_hb: float
+             ) -> dict[str, Any]:
+        out = _seed(0.2, none=(300, 729, 0), hyperband=(hb, 400, 9),
+                    plain_hyperband=(pl, 400, 9), budget_asha=(b, 400, 9))
+        out["variants"]["budget_asha"]["best"] = best_b
+        out["variants"]["hyperband"]["best"] = best_hb
+        return out
+
+    passing = [seed(90, 200, 150, 0.1, 0.2), seed(100, 300, 150, 0.1, 0.1),
+               seed(110, None, 150, 0.3, 0.2)]
+    to, best = compute_figures.budget_rows("curve", SIZE, passing)
+    assert to.status == "PASS" and to.figures["median"] == 100 and to.figures["reached"] == 3
+    assert to.figures["ratio"] == pytest.approx(100 / 250)
+    assert best.status == "PASS"  # median seed: 0.1 vs 0.2
+    fewer = [seed(90, 200, 150, 0.1, 0.2), seed(None, 300, 150, 0.3, 0.1)]
+    assert compute_figures.budget_rows("curve", SIZE, fewer)[0].status == "MISS"
+    slower = [seed(150, 200, 150, 0.1, 0.2), seed(150, 300, 150, 0.1, 0.1)]
+    assert compute_figures.budget_rows("curve", SIZE, slower)[0].status == "MISS"
+
+
+def test_the_ledger_row_passes_within_one_percent() -> None:
+    check = {"unit": "CPU-hours", "per": "CPUs", "w": 8, "trials": 16, "durations": 1.0}
+    assert compute_figures.ledger_row({**check, "ledger": 1.009}).status == "PASS"
+    assert compute_figures.ledger_row({**check, "ledger": 0.98}).status == "MISS"

@@ -86,10 +86,16 @@ def test_tiny_run_writes_every_item(pg_admin: sa.Engine, tmp_path: Path) -> None
     assert compute["variants"]["none"]["epochs"] == size["trials"] * size["steps"]
     w = raw["compute"]["size"]["w"]
     for variant, figures in compute["variants"].items():
-        trained = w if variant == "pbt" else size["trials"]  # PBT: a population of W
+        # PBT: a population of W; budgeted ASHA: its pool, of which its budget trains a few
+        trained = {"pbt": w, "budget_asha": 4 * size["trials"]}.get(variant, size["trials"])
         assert sum(figures["counts"].values()) == trained, variant
         assert 0 < figures["epochs"] <= trained * size["steps"], variant
-    assert set(compute["variants"]) == {"none", "hyperband", "plain_hyperband", "asha", "pbt"}
+    assert set(compute["variants"]) == {"none", "hyperband", "plain_hyperband", "asha",
+                                        "budget_asha", "pbt"}
+    # budgeted ASHA spends what hyperband spent, overshot by at most W trials' steps
+    budget = compute["variants"]["hyperband"]["epochs"]
+    assert compute["variants"]["budget_asha"]["epochs"] <= budget + w * size["steps"]
+    assert raw["compute"]["ledger"]["ledger"] > 0
 
     text = md.read_text()
     assert "| item | measured | target | result |" in text

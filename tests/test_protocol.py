@@ -192,3 +192,11 @@ def test_done_without_a_trial_is_minus_one_on_the_wire_and_trial_0_is_a_trial() 
     first = messages.Done(0, protocol.EXIT_OK, "COMPLETE", 0)
     assert messages.encode_message(first) == "done 0 0 COMPLETE 0\n"
     assert messages.parse_message("done 0 0 COMPLETE 0\n") == first
+
+
+def test_an_open_ended_slot_runs_every_stride_th_index() -> None:
+    env = {"JOB_ID": "1", protocol.ENV_INDEX_STRIDE: "3"}
+    assert protocol.job_indexes_from_env(env, 10) == [1, 4, 7]
+    for bad in ("0", "x", "1"):  # the slot must be below the stride
+        with pytest.raises(ValueError, match=protocol.ENV_INDEX_STRIDE):
+            protocol.job_indexes_from_env({**env, protocol.ENV_INDEX_STRIDE: bad}, 10)

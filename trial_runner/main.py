@@ -39,6 +39,7 @@ from sweeper.gang import Gang, gang_from_env
 from sweeper.spec import SweepSpec
 from sweeper.study import InheritedSweep, Sweep, open_storage
 from trial_runner import beside
+from trial_runner.chain import run_chain
 from trial_runner.context import TrialContext
 from trial_runner.gang import run_slot
 from trial_runner.outcome import Interrupted, Outcome, RunnerSettings
@@ -199,6 +200,9 @@ def _run_indexes(sweep: Sweep, storage: Any, only: int | None,
         exchange = beside.current()
         if exchange is not None:
             exchange.wait_ready()  # the user's container is up: nothing is claimed before
+        if only is None and os.environ.get(protocol.ENV_INDEX_STRIDE):
+            return run_chain(sweep, indexes, objective, settings, trial_hook=_write_header,
+                             log=_log_outcome, on_index=_set_job_id)
         for index in indexes:
             os.environ[protocol.ENV_JOB_ID] = str(index)
             outcome = run_scheduled(sweep, index, objective, settings,
@@ -210,6 +214,10 @@ def _run_indexes(sweep: Sweep, storage: Any, only: int | None,
     finally:
         storage.close()
     return protocol.combine_exit_codes(codes)
+
+
+def _set_job_id(index: int) -> None:
+    os.environ[protocol.ENV_JOB_ID] = str(index)
 
 
 def _exit_code_of(e: SpecError | StorageError) -> int:

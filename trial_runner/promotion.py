@@ -16,6 +16,11 @@ Runner i:
      finished, failed or paused, the sweep is over: every paused trial ends PRUNED (its rung
      and values kept). A runner that sees a trial still running leaves the end to the runner
      of that trial, which looks again when it pauses or finishes.
+An open-ended sweep (a budget, no ``trials``) is never over while its budget lasts: a runner
+that finds nothing to promote goes on to its next index, a new configuration asked from the
+sampler (which sees every trial, the paused ones included); once the budget is spent (the gate
+of :mod:`sweeper.study.ledger` says no), nothing is promoted or started, and it ends as after
+a stop rule.
 Once a stop rule has fired (``stop:``), nothing is promoted and nothing new starts, so the
 sweep is over as soon as no trial is running (an index not started stays so, and is no reason
 to wait): the paused trials end PRUNED then, by the runner of the last trial to finish or a
@@ -166,8 +171,10 @@ def _end_if_over(sweep: Sweep, trials: list[RungTrial], *, stopped: bool = False
     ``stopped`` (a stop rule fired): nothing will be promoted or started, so it is over as
     soon as no trial runs."""
     store, study_id = sweep.storage, sweep.study_id
+    if sweep.spec.open_ended and not stopped:
+        return  # the next configuration starts (the budget lasts): nothing is over yet
     paused = {t.number for t in trials if t.paused}
-    for s in store.index_table(study_id, sweep.spec.trials):
+    for s in store.index_table(study_id, sweep.spec.index_count):
         if s.state in ("COMPLETE", "PRUNED", "FAIL") or (stopped and s.state != "RUNNING"):
             continue
         if s.state == "WAITING" and s.trial_number in paused:

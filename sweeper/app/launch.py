@@ -131,13 +131,7 @@ def _launch(spec: SweepSpec, url: str, backend: Backend, options: LaunchOptions,
     todo = indexes_to_run(sweep, created=created)
     # SIGTERM (a CI job cancelled, `kill`) stops the sweep the same orderly way as Ctrl-C.
     signal.signal(signal.SIGTERM, _terminate_as_interrupt)
-    say(f"sweep {spec.name}: {spec.method}, {spec.trials} indexes, parallelism "
-        f"{spec.parallelism}, backend {backend.name}, storage {redact(url)}")
-    if sweep.grown_from is not None:
-        say(f"grew the sweep from {sweep.grown_from} to {spec.trials} indexes (new: "
-            f"{ranges_of(range(sweep.grown_from, spec.trials))})")
-    if not created:
-        say(f"resuming: {spec.trials - len(todo)} of {spec.trials} indexes already finished")
+    _launch_header(spec, sweep, backend.name, url, created=created, todo=len(todo), say=say)
     result = None
     if todo:
         progress = Progress(sweep)
@@ -145,8 +139,22 @@ def _launch(spec: SweepSpec, url: str, backend: Backend, options: LaunchOptions,
             result = backend.run(sweep, todo, storage_url=url, tick=progress.tick)
         finally:
             progress.close()
-    table = tuple(storage.index_table(sweep.study_id, spec.trials))
+    table = tuple(storage.index_table(sweep.study_id, spec.index_count))
     return Launched(sweep, url, backend, tuple(todo), result, table)
+
+
+def _launch_header(spec: SweepSpec, sweep: Sweep, backend: str, url: str, *, created: bool,
+                   todo: int, say: Say) -> None:
+    """The lines a launch starts with: what runs where, what grew, what is resumed."""
+    size = "open-ended (until the budget is spent)" if spec.open_ended else \
+        f"{spec.trials} indexes"
+    say(f"sweep {spec.name}: {spec.method}, {size}, parallelism {spec.parallelism}, "
+        f"backend {backend}, storage {redact(url)}")
+    if sweep.grown_from is not None:
+        say(f"grew the sweep from {sweep.grown_from} to {spec.trials} indexes (new: "
+            f"{ranges_of(range(sweep.grown_from, spec.trials))})")
+    if not created and not spec.open_ended:
+        say(f"resuming: {spec.trials - todo} of {spec.trials} indexes already finished")
 
 
 def _code_before(spec: SweepSpec, url: str, kind: str, say: Say,
@@ -337,7 +345,7 @@ def summary_record(done: Launched) -> dict[str, Any]:
     finished = [s.index for s in table if s.state in ("COMPLETE", "PRUNED")]
     record: dict[str, Any] = {
         "sweep": sweep.name, "method": sweep.spec.method, "storage": redact(done.url),
-        "backend": done.backend.name, "indexes": sweep.spec.trials,
+        "backend": done.backend.name, "indexes": sweep.spec.index_count,
         "finished_indexes": len(finished),
         "trials_by_state": sweep.storage.state_counts(sweep.study_id),
         "unfinished_indexes": [s.index for s in table if s.index not in set(finished)],

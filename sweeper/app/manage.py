@@ -110,7 +110,7 @@ def cancel(name_or_spec: str, storage: StorageOptions, cluster: ClusterOptions |
     done = backend.cancel(ref, wait_s=wait_s)
     sweep = ref.sweep
     missing = None if sweep is None else tuple(unfinished_indexes(
-        sweep.storage.index_table(sweep.study_id, sweep.spec.trials)))
+        sweep.storage.index_table(sweep.study_id, sweep.spec.index_count)))
     return CancelView(ref.name, tuple(f"note: {n}" for n in notes), done.lines,
                       done.paused_trials, done.failed_trials, missing)
 

@@ -35,7 +35,7 @@ class Validation:
         spec = self.spec
         normalised = spec.to_dict()
         return {"valid": True, "file": self.file, "name": spec.name, "method": spec.method,
-                "indexes": spec.trials, "parallelism": spec.parallelism,
+                "indexes": spec.index_count, "parallelism": spec.parallelism,
                 "objectives": [{"metric": o.metric, "direction": o.direction}
                                for o in spec.objectives],
                 "parameters": normalised["parameters"], "trial": normalised["trial"],
@@ -47,8 +47,9 @@ class Validation:
         what = spec.trial.entrypoint or "command " + " ".join(spec.trial.command or ())
         what = what.splitlines()[0][:60] + ("..." if len(what) > 60 or "\n" in what else "")
         n = len(spec.parameters)
-        return (f"ok: {spec.name}: {spec.method}, {spec.trials} "
-                f"{'index' if spec.trials == 1 else 'indexes'}, {n} "
+        size = "open-ended (until the budget is spent)" if spec.open_ended else \
+            f"{spec.trials} {'index' if spec.trials == 1 else 'indexes'}"
+        return (f"ok: {spec.name}: {spec.method}, {size}, {n} "
                 f"{'parameter' if n == 1 else 'parameters'}, objective "
                 + ", ".join(f"{o.direction} {o.metric}" for o in spec.objectives)
                 + f", trial {what}")

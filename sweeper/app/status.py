@@ -47,7 +47,8 @@ class IndexView:
 class StatusView:
     name: str
     method: str
-    indexes: int
+    #: None: open-ended (as many indexes as the budget pays for).
+    indexes: int | None
     metrics: tuple[str, ...]
     finished_indexes: int
     trials_by_state: dict[str, int]
@@ -68,7 +69,7 @@ def status(name: str, options: StatusOptions = StatusOptions()) -> StatusView:
     them. Raises SweeperError (no such sweep, storage unavailable, a required cluster
     unreadable)."""
     sweep, _ = open_sweep(name, options.storage)
-    table = sweep.storage.index_table(sweep.study_id, sweep.spec.trials)
+    table = sweep.storage.index_table(sweep.study_id, sweep.spec.index_count)
     spent = spending_of(sweep)
     rung_trials, rungs = _scheduler(sweep)
     lineages = _lineages(sweep)
@@ -78,7 +79,7 @@ def status(name: str, options: StatusOptions = StatusOptions()) -> StatusView:
                  for s in table)
     code = sweep.storage.get_study_user_attrs(sweep.study_id).get(protocol.CODE_ATTR)
     return StatusView(
-        name=sweep.name, method=sweep.spec.method, indexes=sweep.spec.trials,
+        name=sweep.name, method=sweep.spec.method, indexes=sweep.spec.index_count,
         metrics=tuple(o.metric for o in sweep.spec.objectives),
         finished_indexes=sum(1 for s in table if s.state in ("COMPLETE", "PRUNED")),
         trials_by_state=sweep.storage.state_counts(sweep.study_id),
@@ -149,7 +150,9 @@ def status_record(view: StatusView) -> dict[str, Any]:
 
 def _header_lines(view: StatusView) -> list[str]:
     """The lines above the table: counts (and the code snapshot), the stop, the Jobs."""
-    lines = [f"{view.name}: {view.finished_indexes}/{view.indexes} indexes finished; trials: "
+    of = "" if view.indexes is None else f"/{view.indexes}"
+    ended = " (open-ended: as many as the budget pays for)" if view.indexes is None else ""
+    lines = [f"{view.name}: {view.finished_indexes}{of} indexes finished{ended}; trials: "
              + ", ".join(f"{k.lower()} {v}" for k, v in sorted(view.trials_by_state.items()))
              + (f"; code {view.code}" if view.code else "")]
     if view.stop is not None:

@@ -31,6 +31,7 @@ from sweeper.backends.pod import (  # re-exported: the names other modules know 
     SPEC_KEY,
     log_container,
     pod_template,
+    slots_of,
     spec_configmap_name,
 )
 from sweeper.errors import SpecError
@@ -134,8 +135,10 @@ def render_job(spec: SweepSpec, indexes: Sequence[int] | None = None, *, launch:
     """The Indexed Job for ``indexes`` of ``spec`` (all of them when None); its pods fetch
     the code snapshot ``code`` when given (:func:`sweeper.backends.pod.pod_template`)."""
     k = spec.kubernetes
-    mapping = index_map(spec, indexes)
-    completions = protocol.completions(k.indexes_per_pod, mapping, spec.trials)
+    # An open-ended sweep's slots replay their indexes (finished ones are a lookup each).
+    mapping = None if spec.open_ended else index_map(spec, indexes)
+    completions = slots_of(spec) if spec.open_ended else \
+        protocol.completions(k.indexes_per_pod, mapping, spec.trials)
     if completions == 0:
         raise ValueError("a Job needs at least one index")
     name = job_name(spec.name, launch)

@@ -51,6 +51,12 @@ def gpu_toleration(resource: str) -> dict[str, Any]:
     return {"key": resource, "operator": "Exists", "effect": "NoSchedule"}
 
 
+def slots_of(spec: SweepSpec) -> int:
+    """An open-ended sweep's Job: its pods, each a slot running index after index (one a
+    completion index, so completions = parallelism and the Job never changes size)."""
+    return max(1, spec.parallelism)
+
+
 def spec_configmap_name(sweep_name: str) -> str:
     return f"{sweep_name}-spec"
 
@@ -120,7 +126,8 @@ def split(spec: SweepSpec) -> bool:
 #: What of the runner's environment the user's container does not get: secrets, and what only
 #: the runner reads (the spec file, which indexes to run).
 _RUNNER_ONLY_ENV = (*protocol.SECRET_ENV, protocol.ENV_PROXY_CA, protocol.ENV_SPEC_FILE,
-                    protocol.ENV_INDEX_MAP, protocol.ENV_INDEXES_PER_POD)
+                    protocol.ENV_INDEX_MAP, protocol.ENV_INDEXES_PER_POD,
+                    protocol.ENV_INDEX_STRIDE)
 #: The runner's own requests and memory limit beside a command trial (it reads the program's
 #: output and writes to the study; the trial's resources go to the user's container).
 _RUNNER_RESOURCES = {"requests": {"cpu": "100m", "memory": "256Mi"},
@@ -343,7 +350,9 @@ def _env(spec: SweepSpec, k: KubernetesSpec, mapping: list[int] | None) -> list[
         # The S3 client reads its keys from the environment; they live in the user's Secret.
         env += [{"name": key, "valueFrom": {"secretKeyRef": {
             "name": secret, "key": key}}} for key in S3_CREDENTIAL_KEYS]
-    if k.indexes_per_pod > 1:
+    if spec.open_ended:  # each of the Job's pods is a slot running index after index
+        env.append({"name": protocol.ENV_INDEX_STRIDE, "value": str(slots_of(spec))})
+    elif k.indexes_per_pod > 1:
         env.append({"name": protocol.ENV_INDEXES_PER_POD, "value": str(k.indexes_per_pod)})
     if mapping is not None:
         env.append({"name": protocol.ENV_INDEX_MAP,

@@ -48,9 +48,11 @@ from sweeper.spec.model import (
     MAX_INDEXES,
     MAX_NAME_LENGTH,
     METHODS,
+    PLANNED_METHODS,
     SCHEMA_KEY,
     STORAGE_SCHEMES,
     TRIAL_VALUES,
+    KubernetesSpec,
     Objective,
     Parameter,
     Pruner,
@@ -127,7 +129,8 @@ class _Validator(Checks):
         objectives = self.objectives(self.require(m, "objective", ()), ("objective",))
         params = parameters(self, self.require(m, "parameters", ()), ("parameters",), method)
         trial = self.trial(self.require(m, "trial", ()), ("trial",), params)
-        trials = self.trials(m, method, params)
+        open_ended = self.open_ended(m, method)
+        trials = self.trials(m, method, params, open_ended=open_ended)
         parallelism = self.integer(m.get("parallelism", 1), ("parallelism",), 1)
         seed = self.integer(m.get("seed", 0), ("seed",), 0)
         method_fits(self, method, objectives)
@@ -160,17 +163,46 @@ class _Validator(Checks):
         artifacts = artifacts_section(self, m.get("artifacts"), ("artifacts",))
         dataset = data_section(self, m.get("data"), ("data",), artifacts)
         stop = stop_spec(self, m.get("stop"), ("stop",), objectives)
+        if open_ended:
+            self.open_ended_fits(m, kube)
         scheduler = scheduler_spec(self, m.get("scheduler"), ("scheduler",), pruner, objectives,
                                    trial.nodes, population=(trials, parallelism))
+
         cost = cost_spec(self, m.get("cost"), ("cost",))
         budget = budget_spec(self, m.get("budget"), ("budget",), cost=cost, trial=trial)
-        budget_with_trials(self, budget, trials, parallelism)
+        budget_with_trials(self, budget, trials, parallelism)  # open-ended: the ceiling
         return SweepSpec(
             name=name, method=method, objectives=objectives,  # type: ignore[arg-type]
             trials=trials, parameters=params, trial=trial, parallelism=parallelism, seed=seed,
             sampler=sampler, pruner=pruner, storage=storage, description=description,
             kubernetes=kube, artifacts=artifacts, data=dataset, source=self.doc.source,
-            warnings=warned, stop=stop, scheduler=scheduler, budget=budget, cost=cost)
+            warnings=warned, stop=stop, scheduler=scheduler, budget=budget, cost=cost,
+            open_ended=open_ended)
+
+    def open_ended(self, m: Mapping[str, Any], method: str) -> bool:
+        """``trials`` left out beside a ``budget:``: an adaptive method starts configurations
+        until the budget is spent; a planned one (its sets are made up front) needs a count."""
+        if m.get("trials") is not None or m.get("budget") is None or method == "grid":
+            return False
+        if method in PLANNED_METHODS:
+            raise self.err(("trials",), f"missing required key 'trials': {method} sets are "
+                                        "planned up front, so even with a budget the sweep needs "
+                                        "a count (the budget stops it early, in index order); "
+                                        "or use an adaptive method (tpe, ...) to search until "
+                                        "the budget is spent")
+        return True
+
+    def open_ended_fits(self, m: Mapping[str, Any], kube: KubernetesSpec) -> None:
+        """What an open-ended sweep cannot have: a PBT population (``trials`` members), several
+        indexes per pod (its pods run index after index already)."""
+        scheduler = m.get("scheduler")
+        if isinstance(scheduler, dict) and scheduler.get("type") == "pbt":
+            raise self.err(("trials",), "PBT trains a population of `trials` members at once: "
+                                        "give trials (the budget still bounds the sweep)")
+        if kube.indexes_per_pod > 1:
+            raise self.err(("kubernetes", "indexes_per_pod"), "an open-ended sweep's pods run "
+                                                              "index after index already: "
+                                                              "leave indexes_per_pod out")
 
     def name(self, value: Any, path: Path_) -> str:
         name = self.string(value, path)
@@ -187,8 +219,12 @@ class _Validator(Checks):
                            f"digit (it names Kubernetes objects){hint}")
         return name
 
-    def trials(self, m: Mapping[str, Any], method: str, params: tuple[Parameter, ...]) -> int:
-        """A grid defaults to all its points; other methods must say how many."""
+    def trials(self, m: Mapping[str, Any], method: str, params: tuple[Parameter, ...], *,
+               open_ended: bool = False) -> int:
+        """A grid defaults to all its points; other methods must say how many, unless the
+        sweep is open-ended (its ceiling then)."""
+        if open_ended:
+            return MAX_INDEXES
         if method == "grid":
             size = grid_size_of(params, cap=MAX_INDEXES)
             if size > MAX_INDEXES:

@@ -330,6 +330,10 @@ class SweepSpec:
     budget: BudgetSpec = field(default_factory=BudgetSpec)
     #: ``cost:`` (None: figures are shown in hours and steps only).
     cost: CostSpec | None = None
+    #: ``trials`` left out beside a budget (adaptive methods): the sweep starts configuration
+    #: after configuration until the budget is spent; ``trials`` is then the ceiling
+    #: :data:`MAX_INDEXES`, and the indexes are those started so far (:attr:`index_count`).
+    open_ended: bool = False
     #: Where the spec came from (a path or "<study NAME>"), for messages; not part of the sweep.
     source: str = field(default="<spec>", compare=False)
     #: The spec file's directory (absolute), against which relative paths in the spec resolve
@@ -344,6 +348,12 @@ class SweepSpec:
     def is_adaptive(self) -> bool:
         """Adaptive methods ask the sampler at runner start; nothing is enqueued."""
         return self.method not in PLANNED_METHODS
+
+    @property
+    def index_count(self) -> int | None:
+        """How many indexes the sweep has; None when it is open-ended (as many as its budget
+        pays for): its index table then lists the indexes started so far."""
+        return None if self.open_ended else self.trials
 
     @property
     def is_conditional(self) -> bool:
@@ -378,6 +388,8 @@ class SweepSpec:
         identity["parameter_order"] = list(d["parameters"])
         if "scheduler" in d:  # only when set: earlier sweeps keep their hash
             identity["scheduler"] = d["scheduler"]
+        if d.get("open_ended"):  # only when set, likewise
+            identity["open_ended"] = True
         blob = json.dumps(identity, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
@@ -450,6 +462,8 @@ def _spec_to_dict(s: SweepSpec) -> dict[str, Any]:
                             "max_failed_trials": s.stop.max_failed_trials,
                             "max_duration": s.stop.max_duration}),
         **scheduler, **budget, **cost,
+        # Only when set: the records (and hashes) of sweeps with a trial count stay as they were.
+        **({"open_ended": True} if s.open_ended else {}),
     }
 
 

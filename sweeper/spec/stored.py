@@ -145,7 +145,7 @@ class _Reader:
         self.mapping(m, (), ("name", "description", "method", "objective", "trials",
                              "parallelism", "seed", "sampler", "pruner", "storage", "trial",
                              "parameters", "kubernetes", "artifacts", "data", "stop",
-                             "scheduler", "budget", "cost"))
+                             "scheduler", "budget", "cost", "open_ended"))
         pruner = dict(self.get(m, "pruner", (), "dict", {}))
         return SweepSpec(
             name=self.get(m, "name", (), "str"), method=self.choice(m, "method", (), METHODS),
@@ -166,6 +166,7 @@ class _Reader:
             scheduler=self.scheduler(self.get(m, "scheduler", (), "dict", {})),
             budget=self.budget(self.get(m, "budget", (), "dict", {})),
             cost=self.cost(self.get(m, "cost", (), "dict", None)),
+            open_ended=self.get(m, "open_ended", (), "bool", False),
             source=self.doc.source)
 
     def objectives(self, m: Mapping[str, Any]) -> tuple[Objective, ...]:

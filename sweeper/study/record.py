@@ -127,4 +127,9 @@ def indexes_to_run(sweep: Sweep, *, created: bool) -> list[int]:
     no query needed), else the indexes without a finished trial."""
     if created:
         return list(range(sweep.spec.trials))
-    return unfinished_indexes(sweep.storage.index_table(sweep.study_id, sweep.spec.trials))
+    table = sweep.storage.index_table(sweep.study_id, sweep.spec.index_count)
+    if not sweep.spec.open_ended:
+        return unfinished_indexes(table)
+    # Open-ended: the unfinished indexes started so far, then fresh ones up to the ceiling
+    # (the budget gate stops the sweep long before).
+    return unfinished_indexes(table) + list(range(len(table), sweep.spec.trials))

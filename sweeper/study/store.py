@@ -161,8 +161,9 @@ class IndexStore(Protocol):
     def best_so_far(self, study_id: int, direction: str) -> tuple[int, float] | None:
         """(number, value) of the best COMPLETE trial of a single-objective study."""
 
-    def index_table(self, study_id: int, trials: int) -> list[IndexStatus]:
-        """Per index: its latest attempt's state, attempts, values and fail reason."""
+    def index_table(self, study_id: int, trials: int | None) -> list[IndexStatus]:
+        """Per index: its latest attempt's state, attempts, values and fail reason, of
+        indexes ``0 .. trials-1`` (None: an open-ended sweep's, up to the highest started)."""
 
     def study_stats(self, study_id: int | None, buckets: list[float]) -> list[StudyStats]:
         """What the metrics read, of one study or (None) of every study."""

@@ -193,3 +193,31 @@ def test_on_exhausted_stop_stops_the_running_trials_resumably(workdir: Path,
                                                tick=lambda: None)
     assert sorted(again.finished) == indexes
     assert 2 * 400 <= sweep_ledger(larger).totals.finished.steps <= 2 * 401
+
+
+def test_an_open_ended_sweep_runs_until_its_budget_is_spent(workdir: Path,
+                                                            storage_url: str) -> None:
+    """tpe, a steps budget and no ``trials``: the workers take index after index until the
+    gate says no; every started index finished once, and the table lists just those."""
+    from sweeper.study.record import indexes_to_run
+
+    budget, parallelism = 45, 2
+    spec = make_spec(name="open", method="tpe", trials=None, parallelism=parallelism,
+                     trial={"entrypoint": "objectives:steps", "fixed": {}, "retries": 0},
+                     parameters={"x": {"type": "float", "low": 0.0, "high": 1.0}},
+                     budget={"steps": budget})
+    sweep, created = create_or_resume(open_storage(storage_url), spec)
+    todo = indexes_to_run(sweep, created=created)
+    assert len(todo) == spec.trials  # the ceiling: the budget ends the sweep long before
+    result = LocalBackend(workdir / "logs").run(sweep, todo, storage_url=storage_url,
+                                                tick=lambda: None)
+    spent = sweep_ledger(sweep).totals.spent.steps
+    assert budget <= spent <= budget + parallelism * STEPS, spent
+    state = sweep.storage.stop_state(sweep.study_id)
+    assert state is not None and state.rule == "budget"
+    started = Counter(t.user_attrs[protocol.INDEX_ATTR] for t in sweep.study().trials)
+    assert set(started.values()) == {1} and len(started) == spent // STEPS
+    assert sorted(result.finished) == sorted(started)
+    table = sweep.storage.index_table(sweep.study_id, spec.index_count)
+    assert {s.index for s in table if s.state == "COMPLETE"} == set(started)
+    assert len(table) <= len(started) + parallelism  # a prefetched index may leave a hole

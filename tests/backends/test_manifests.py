@@ -371,3 +371,21 @@ def test_storage_proxy_from_the_command_line_and_bad_addresses() -> None:
         assert "pw" not in out.output
     with pytest.raises(SpecError, match="storage_proxy"):
         _spec("kubernetes: {storage_proxy: 'postgresql://u:secret@db/x'}")
+
+
+def test_an_open_ended_sweep_is_one_job_of_parallelism_slots() -> None:
+    """No ``trials`` beside a budget: completions = parallelism, whatever the indexes handed
+    in (a launch again hands the unfinished and fresh ones), each pod told its stride."""
+    from tests.support.helpers import make_spec
+
+    spec = make_spec(name="open", method="tpe", trials=None, parallelism=3,
+                     budget={"steps": 100})
+    for indexes in (None, range(spec.trials), [4, 7, *range(9, spec.trials)]):
+        job = m.render_job(spec, indexes)
+        assert job["spec"]["completions"] == job["spec"]["parallelism"] == 3
+        assert m.INDEX_MAP_ANNOTATION not in job["metadata"]["annotations"]
+        env = {e["name"]: e.get("value")
+               for e in job["spec"]["template"]["spec"]["containers"][0]["env"]}
+        assert env[protocol.ENV_INDEX_STRIDE] == "3"
+        assert protocol.ENV_INDEXES_PER_POD not in env and protocol.ENV_INDEX_MAP not in env
+    assert validate_k8s_objects(m.render(spec)) == []

@@ -147,7 +147,9 @@ class KubernetesBackend:
         completions = job["spec"]["completions"]
         sparse = " (a sparse resume Job)" if m.INDEX_MAP_ANNOTATION in \
             job["metadata"]["annotations"] else ""
-        self.echo(f"created Job {ns}/{name}: {len(indexes)} indexes in {completions} pods, "
+        what = "an open-ended sweep (index after index until the budget is spent)" \
+            if spec.open_ended else f"{len(indexes)} indexes"
+        self.echo(f"created Job {ns}/{name}: {what} in {completions} pods, "
                   f"parallelism {job['spec']['parallelism']}{sparse}")
         return watch_unless_detached(f"Job {ns}/{name}", spec.name, self.detach,
                                      lambda: self._watch(sweep, _Watch(api, ns, name), tick),

@@ -103,7 +103,7 @@ def _watch(api: KubeClient, sweep: Sweep, name: str, settings: GangSettings,
         raise SpecError(f"{where} failed: a trial runner reported a configuration error "
                         f"(exit code {protocol.EXIT_CONFIG}); see `sweeper logs "
                         f"{sweep.name}`", source=sweep.spec.source)
-    table = sweep.storage.index_table(sweep.study_id, sweep.spec.trials)
+    table = sweep.storage.index_table(sweep.study_id, sweep.spec.index_count)
     finished = tuple(s.index for s in table if s.state in ("COMPLETE", "PRUNED"))
     failed = tuple(s.index for s in table if s.state not in ("COMPLETE", "PRUNED"))
     messages = (f"{where} failed: {why}",) if outcome == "Failed" else ()

@@ -138,7 +138,7 @@ class SqlStore(RetryingRDBStorage):
     def best_so_far(self, study_id: int, direction: str) -> tuple[int, float] | None:
         return summaries.best_so_far(self, study_id, direction)
 
-    def index_table(self, study_id: int, trials: int) -> list[IndexStatus]:
+    def index_table(self, study_id: int, trials: int | None) -> list[IndexStatus]:
         return summaries.index_table(self, study_id, trials)
 
     def study_stats(self, study_id: int | None, buckets: list[float]) -> list[StudyStats]:

@@ -75,9 +75,10 @@ JOIN trials t ON t.trial_id = ua.trial_id
 WHERE ua.key = '{CODE_ATTR}' AND t.study_id = :s"""
 
 
-def index_table(storage: RDBStorage, study_id: int, trials: int) -> list[IndexStatus]:
+def index_table(storage: RDBStorage, study_id: int, trials: int | None) -> list[IndexStatus]:
     """Per index: latest attempt's state, number of attempts, its values and (FAIL) its
-    reason, and the code snapshot it ran with. Four queries."""
+    reason, and the code snapshot it ran with. Four queries. ``trials``: the sweep's number
+    of indexes; None (an open-ended sweep) lists the indexes up to the highest started one."""
     def query() -> list[IndexStatus]:
         with storage.engine.connect() as conn:
             rows = conn.execute(sa.text(_INDEXED_TRIALS_SQL), {"s": study_id}).all()
@@ -97,7 +98,7 @@ def index_table(storage: RDBStorage, study_id: int, trials: int) -> list[IndexSt
             latest[idx] = (tid, number, state if isinstance(state, str)
                            else TrialState(state).name)
         out = []
-        for i in range(trials):
+        for i in range(trials if trials is not None else max(latest, default=-1) + 1):
             if i not in latest:
                 out.append(IndexStatus(i, "PENDING", 0, None, None))
                 continue
