@@ -213,7 +213,7 @@ def _launch(spec: Any, url: str, backend: Backend, fmt: str = "text",
     else:
         _summary(sweep)
     _dashboard_hint(sweep, url)
-    if result is not None and not _report_launch(result, len(todo)):
+    if result is not None and not _report_launch(result, None if spec.open_ended else len(todo)):
         return  # detached: the Job runs on, the study is not final yet
     missing = unfinished_indexes(table)
     if report_stop(sweep, missing, bool(result is not None and result.failed)):
@@ -283,13 +283,14 @@ def _launch_header(spec: Any, sweep: Any, backend: str, url: str, *, created: bo
         click.echo(f"resuming: {done} of {spec.trials} indexes already finished", err=True)
 
 
-def _report_launch(result: RunResult, launched: int) -> bool:
+def _report_launch(result: RunResult, launched: int | None) -> bool:
     """Print what the backend says of this launch (counts, its messages); exit 130 if it was
     interrupted. False when detached: nothing more can be said until the Job ends."""
     if not result.detached:
         failed = f", {len(result.failed)} failed for good ({_ranges_of(list(result.failed))})" \
             if result.failed else ""
-        click.echo(f"this launch: {len(result.finished)} of {launched} indexes finished"
+        of = f" of {launched}" if launched is not None else ""  # None: open-ended
+        click.echo(f"this launch: {len(result.finished)}{of} indexes finished"
                    f"{failed}", err=True)
     for message in result.messages:
         click.echo(message, err=True)
