@@ -47,8 +47,9 @@ def report_stop(sweep: Any, missing: list[int], failed_for_good: bool) -> bool:
         return False
     how = "a larger budget in the spec, run again, runs them" if state.rule == BUDGET_RULE \
         else f"`sweeper resume {sweep.name} --ignore-stop` runs them"
+    of = "" if sweep.spec.open_ended else f" of {sweep.spec.trials}"  # open-ended: no total
     line = f"stopped: {state.describe()}; " + (
-        f"{len(missing)} of {sweep.spec.trials} indexes not finished ({how})" if missing
+        f"{len(missing)}{of} indexes not finished ({how})" if missing
         else "every index finished")
     if failed_for_good or state.rule in ("max_failed_trials", BRAKE_RULE):
         raise SweepFailedError(line)
