@@ -200,7 +200,26 @@ def notes_for(task: str, per_seed: list[dict[str, Any]], variants: tuple[str, ..
         out.append(why(task, per_seed))
     if "pbt" in variants:
         out.append(pbt_note(task, per_seed))
+    if "budget_asha" in variants:
+        out.append(budget_note(task, per_seed))
     return out
+
+
+def budget_note(task: str, per_seed: list[dict[str, Any]]) -> str:
+    """Budgeted ASHA's figures per seed, and what the comparison was tried with."""
+    started = "/".join(str(sum(v for k, v in f["variants"]["budget_asha"]["counts"].items()
+                               if k != "WAITING")) for f in per_seed)
+    return (f"compute {task}, budgeted ASHA: per seed, epochs to the target "
+            f"{_per_seed(per_seed, 'budget_asha', 'to_target')} (sweeper hyperband "
+            f"{_per_seed(per_seed, 'hyperband', 'to_target')}) of epochs in all "
+            f"{_per_seed(per_seed, 'budget_asha', 'epochs')} (its budget: hyperband's "
+            f"{_per_seed(per_seed, 'hyperband', 'epochs')}, overshot by at most W trials' "
+            f"steps); configurations started {started}. Its first N configurations are the "
+            "other variants', in the same order, so until the N-th starts it is promotion ASHA; "
+            "what it adds is the search after that, where ASHA without a budget ends. What was "
+            "tried besides (simulated, see the simulated note): hyperband's brackets for the "
+            "promotions, a larger first rung (min_resource 3), a pool of 8N instead of 4N (the "
+            "same figures: the budget ends the search long before the pool).")
 
 
 def pbt_note(task: str, per_seed: list[dict[str, Any]]) -> str:
@@ -259,17 +278,20 @@ SIMULATED = {"no pruning": ("none", 1), "sweeper successive_halving": ("stopping
 SIM_FRACTIONS = (TOP_FRACTION, 0.03)
 
 
-def sim_schedule(steps: int, brackets: int | None) -> schedule_sim.Schedule:
+def sim_schedule(steps: int, brackets: int | None,
+                 min_resource: int = MIN_RESOURCE) -> schedule_sim.Schedule:
     """The section's schedule; ``brackets`` None: as many as Optuna's HyperbandPruner makes."""
-    one = schedule_sim.Schedule(MIN_RESOURCE, steps, REDUCTION_FACTOR)
+    one = schedule_sim.Schedule(min_resource, steps, REDUCTION_FACTOR)
     count = brackets or len(schedule_sim.rung_steps(0, one)) + 1  # a bracket per first rung
-    return schedule_sim.Schedule(MIN_RESOURCE, steps, REDUCTION_FACTOR, count)
+    return schedule_sim.Schedule(min_resource, steps, REDUCTION_FACTOR, count)
 
 
-#: The simulated budgeted rules: label -> brackets (None: hyperband's count). Their budget is
-#: the simulated sweeper hyperband's epochs on the seed; their pool ``POOL_FACTOR`` x N.
-SIM_BUDGETED = {"sweeper budgeted ASHA": 1,
-                "budgeted ASHA with hyperband brackets (simulated only)": None}
+#: The simulated budgeted rules: label -> (brackets (None: hyperband's count), min_resource).
+#: Their budget is the simulated sweeper hyperband's epochs on the seed; their pool
+#: ``POOL_FACTOR`` x N. The last two are what was tried besides sweeper's rule.
+SIM_BUDGETED = {"sweeper budgeted ASHA": (1, MIN_RESOURCE),
+                "budgeted ASHA with hyperband brackets (simulated only)": (None, MIN_RESOURCE),
+                "budgeted ASHA with min_resource 3 (simulated only)": (1, 3)}
 
 
 def _simulate_seed(configs: list[dict[str, float]], pool: list[dict[str, float]], seed: int,
@@ -279,9 +301,9 @@ def _simulate_seed(configs: list[dict[str, float]], pool: list[dict[str, float]]
                                          workers)
            for label, (policy, brackets) in SIMULATED.items()}
     budget = len(out["sweeper hyperband"])
-    for label, brackets in SIM_BUDGETED.items():
+    for label, (brackets, first) in SIM_BUDGETED.items():
         out[label] = schedule_sim.on_curves(pool, seed, "promotion",
-                                            sim_schedule(steps, brackets), workers, budget)
+                                            sim_schedule(steps, brackets, first), workers, budget)
     return out
 
 

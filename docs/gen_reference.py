@@ -290,6 +290,7 @@ def sections() -> list[Section]:
 #: (an empty tuple: not a key at all, the spec's own bookkeeping).
 FIELD_KEYS: Mapping[str, tuple[str, ...]] = {
     "SweepSpec.objectives": ("objective",),
+    "SweepSpec.open_ended": ("trials",),  # trials left out beside a budget
     "SweepSpec.source": (), "SweepSpec.base_dir": (), "SweepSpec.warnings": (),
     "SweepSpec.open_ended": (),  # set by a budget with no trials
     "Parameter.name": (),  # the key under parameters:

@@ -76,19 +76,25 @@ def failure_lines(index: int, attempts: int, reason: str | None, where: str | No
 
 @dataclass(frozen=True)
 class Snapshot:
-    total: int
+    #: The sweep's indexes; None: open-ended (as many as its budget pays for).
+    total: int | None
     counts: dict[str, int]
     best_value: float | None
     best_number: int | None
     elapsed_s: float
 
 
+def _bar(done: int, total: int | None, width: int) -> str:
+    if total is None:  # open-ended: no bar to fill
+        return f"{done} finished (open-ended)"
+    frac = min(1.0, done / total) if total else 1.0
+    filled = round(frac * width)
+    return f"[{'#' * filled}{'-' * (width - filled)}] {done}/{total}"
+
+
 def progress_line(s: Snapshot, metric: str, width: int = 24) -> str:
     done = s.counts.get("COMPLETE", 0) + s.counts.get("PRUNED", 0)
-    frac = min(1.0, done / s.total) if s.total else 1.0
-    filled = round(frac * width)
-    bar = "#" * filled + "-" * (width - filled)
-    parts = [f"[{bar}] {done}/{s.total}",
+    parts = [_bar(done, s.total, width),
              f"complete {s.counts.get('COMPLETE', 0)}",
              f"pruned {s.counts.get('PRUNED', 0)}",
              f"running {s.counts.get('RUNNING', 0)}",
@@ -124,7 +130,7 @@ class Progress:
                                spec.objectives[0].direction)
             if best is not None:
                 best_number, best_value = best
-        return Snapshot(self.sweep.spec.trials, counts, best_value, best_number,
+        return Snapshot(self.sweep.spec.index_count, counts, best_value, best_number,
                         time.monotonic() - self.start)
 
     def tick(self) -> None:

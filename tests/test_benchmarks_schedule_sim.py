@@ -87,3 +87,24 @@ def test_the_simulation_check_compares_the_configurations_trained_to_the_end() -
     configs_of = partial(compute.curve_configs, size)
     assert "in 1/1 seeds" in check(same, configs_of, 9, size["w"])
     assert "in 0/1 seeds" in check(other, configs_of, 9, size["w"])
+
+
+def test_a_budget_starts_configurations_from_the_pool_until_the_gate_says_no() -> None:
+    # 30 configurations in the pool, each better than the last at every step; 9 steps each
+    pool = 30
+    s = schedule_sim.Schedule(min_resource=1, max_resource=9, eta=3)
+
+    def run(budget: int | None, workers: int) -> list[curves.Event]:
+        return schedule_sim.simulate(pool, lambda i, k: 1.0 / (i + 1) + 1.0 / k,
+                                     lambda i, k: float(k), "promotion", s, workers, budget)
+
+    everything = run(None, 1)
+    assert {e.index for e in everything} == set(range(pool))  # no budget: the whole pool
+    for workers in (1, 4):
+        events = run(20, workers)
+        # one worker: new work starts while spent < 20, so at most one segment past it
+        assert 20 <= len(events) <= 20 + workers * s.max_resource
+        assert len({e.index for e in events}) < pool
+    # sequentially, the gate counts what the finished segments used: the run stops at 20
+    # steps unless the segment that crossed it was running
+    assert len(run(20, 1)) - 20 < s.max_resource

@@ -229,8 +229,9 @@ def report_stop(sweep: Sweep, missing: list[int], failed_for_good: bool, say: Sa
         return False
     how = "a larger budget in the spec, run again, runs them" if state.rule == BUDGET_RULE \
         else f"`sweeper resume {sweep.name} --ignore-stop` runs them"
+    of = "" if sweep.spec.open_ended else f" of {sweep.spec.trials}"  # open-ended: no total
     line = f"stopped: {state.describe()}; " + (
-        f"{len(missing)} of {sweep.spec.trials} indexes not finished ({how})" if missing
+        f"{len(missing)}{of} indexes not finished ({how})" if missing
         else "every index finished")
     if failed_for_good or state.rule in ("max_failed_trials", BRAKE_RULE):
         raise SweepFailedError(line)
@@ -249,7 +250,8 @@ def conclude(done: Launched, say: Say) -> int:
 
     result = done.result
     if result is not None:
-        code = _report_launch(result, len(done.todo), say)
+        code = _report_launch(result, None if done.sweep.spec.open_ended else len(done.todo),
+                              say)
         if code is not None:
             return code
     missing = unfinished_indexes(list(done.table))
@@ -263,13 +265,14 @@ def conclude(done: Launched, say: Say) -> int:
     return 0
 
 
-def _report_launch(result: RunResult, launched: int, say: Say) -> int | None:
+def _report_launch(result: RunResult, launched: int | None, say: Say) -> int | None:
     """Say what the backend says of this launch (counts, its messages). An exit code when
     there is nothing more to say: 130 when interrupted, 0 when detached (the Job runs on)."""
     if not result.detached:
         failed = f", {len(result.failed)} failed for good ({ranges_of(result.failed)})" \
             if result.failed else ""
-        say(f"this launch: {len(result.finished)} of {launched} indexes finished{failed}")
+        of = f" of {launched}" if launched is not None else ""  # None: open-ended
+        say(f"this launch: {len(result.finished)}{of} indexes finished{failed}")
     for message in result.messages:
         say(message)
     if result.detached:
