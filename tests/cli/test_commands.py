@@ -10,6 +10,7 @@ import click
 
 from sweeper.cli import cli
 
+
 def _commands(group: click.Group, prefix: str = "") -> Iterator[tuple[str, click.Command]]:
     for name, command in group.commands.items():
         if isinstance(command, click.Group):
