@@ -292,7 +292,6 @@ FIELD_KEYS: Mapping[str, tuple[str, ...]] = {
     "SweepSpec.objectives": ("objective",),
     "SweepSpec.open_ended": ("trials",),  # trials left out beside a budget
     "SweepSpec.source": (), "SweepSpec.base_dir": (), "SweepSpec.warnings": (),
-    "SweepSpec.open_ended": (),  # set by a budget with no trials
     "Parameter.name": (),  # the key under parameters:
     "Volume.kind": ("pvc", "config_map", "secret", "nfs", "empty_dir"),
     "Volume.source": ("pvc", "config_map", "secret"),
