@@ -343,14 +343,12 @@ def test_no_upward_import(graph: Graph) -> None:
 
 #: What the CLI never imports directly: it calls sweeper.app for them.
 CLI_NEVER_IMPORTS = ("sweeper.study", "sweeper.backends", "sweeper.proxy")
-#: CLI modules that still import them (the read-only commands, until they move to sweeper.app).
-CLI_NOT_YET_ON_THE_APP_LAYER = ("sweeper.cli._manage",)
 
 
 def test_the_cli_imports_no_study_backend_or_proxy(graph: Graph) -> None:
     bad = {m: sorted(t for t in targets if _in(t, CLI_NEVER_IMPORTS))
            for m, targets in graph.items()
-           if _in(m, ["sweeper.cli"]) and m not in CLI_NOT_YET_ON_THE_APP_LAYER}
+           if _in(m, ["sweeper.cli"])}
     assert not {m: t for m, t in bad.items() if t}
 
 

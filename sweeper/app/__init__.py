@@ -14,6 +14,7 @@ CLI renders (a table for people, the view model's ``asdict`` for ``--format json
 - :mod:`.proxy`: :func:`serve_proxy` (``sweeper proxy``);
 - :mod:`.status`: :func:`status` -> :class:`StatusView`, rendered by :func:`status_record`
   (JSON) and :func:`status_lines` (text);
+- :mod:`.listing`: :func:`list_sweeps` -> :class:`SweepList` (``list``);
 - :mod:`.results`: :func:`best` -> :class:`BestView`, :func:`export`, :func:`write_export`,
   :func:`serve_dashboard`.
 """
@@ -21,6 +22,7 @@ CLI renders (a table for people, the view model's ``asdict`` for ``--format json
 from __future__ import annotations
 
 from sweeper.app.launch import Launched, conclude, launch, resume, summary_record, summary_text
+from sweeper.app.listing import SweepList, list_record, list_sweeps, list_table
 from sweeper.app.manage import (
     CancelView,
     DeleteOptions,
@@ -64,6 +66,7 @@ __all__ = [
     "StatusOptions",
     "StatusView",
     "StorageOptions",
+    "SweepList",
     "best",
     "cancel",
     "conclude",
@@ -71,6 +74,9 @@ __all__ = [
     "export",
     "follow_logs",
     "launch",
+    "list_record",
+    "list_sweeps",
+    "list_table",
     "logs",
     "plan_deletion",
     "resume",

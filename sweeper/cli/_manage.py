@@ -3,17 +3,16 @@
 from __future__ import annotations
 
 import json
-import math
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
 
 import click
 
+from sweeper.app.listing import list_record, list_table
+from sweeper.app.listing import list_sweeps as app_list_sweeps
 from sweeper.app.manage import DeleteOptions, DeletionPlan, DeletionReport, plan_deletion
 from sweeper.app.manage import delete as delete_sweep
 from sweeper.app.options import StorageOptions
-from sweeper.app.sweeps import open_existing
 from sweeper.cli._common import (
     RUN_STORAGE_HELP,
     cluster_options,
@@ -24,13 +23,6 @@ from sweeper.cli._common import (
 )
 from sweeper.cli._group import cli
 from sweeper.errors import NotConfirmedError
-
-if TYPE_CHECKING:
-    from sweeper.study.values import SweepSummary
-
-#: The trial states ``list`` shows a column for, in this order.
-_STATES = ("COMPLETE", "PRUNED", "RUNNING", "WAITING", "FAIL")
-
 
 # --------------------------------------------------------------------------- list
 
@@ -44,47 +36,16 @@ def list_sweeps(storage: StorageOptions, fmt: str) -> None:
     """Every sweep in the storage: method, indexes finished, trials by state, best value and
     last activity. Optuna studies that sweeper did not create are listed with method
     "(optuna)". Reads a few grouped queries, never every trial; creates nothing."""
-    from sweeper.report import format_table
-    from sweeper.study.urls import redact, resolve_storage_url
-
-    url = resolve_storage_url(storage.url)
-    sweeps = open_existing(url, storage.wait_s).list_sweeps()
+    view = app_list_sweeps(storage)
     if fmt == "json":
-        click.echo(json.dumps([_record(s) for s in sweeps], indent=2, allow_nan=False))
+        click.echo(json.dumps(list_record(view), indent=2, allow_nan=False))
         return
-    if not sweeps:
-        click.echo(f"no sweeps in {redact(url)}", err=True)
+    if not view.sweeps:
+        say(f"no sweeps in {view.where}")
         return
-    click.echo(format_table(
-        ["name", "method", "finished", *(s.lower() for s in _STATES), "best",
-         "last activity (UTC)"],
-        [[s.name, s.method if s.is_sweep else "(optuna)",
-          f"{s.finished_indexes}/{s.indexes}" if s.is_sweep else None,
-          *(s.trials_by_state.get(state, 0) for state in _STATES), _best_cell(s),
-          s.last_activity.isoformat(sep=" ", timespec="seconds") if s.last_activity else None]
-         for s in sweeps]))
-    if any(not s.is_sweep for s in sweeps):
-        click.echo("(optuna): a study sweeper did not create (no sweep record)", err=True)
-
-
-def _best_cell(s: SweepSummary) -> str | None:
-    if s.best is None:
-        return "pareto: sweeper best" if len(s.directions) > 1 and \
-            s.trials_by_state.get("COMPLETE") else None
-    value = f"{s.best:.6g}"
-    return f"{s.metrics[0]}={value}" if s.metrics else value
-
-
-def _record(s: SweepSummary) -> dict[str, Any]:
-    """``list --format json``: one object per study (fields may be added, never renamed)."""
-    metrics: list[str | None] = list(s.metrics) or [None] * len(s.directions)
-    return {"name": s.name, "sweeper": s.is_sweep, "method": s.method, "indexes": s.indexes,
-            "finished_indexes": s.finished_indexes,
-            "objectives": [{"metric": m, "direction": d}
-                           for m, d in zip(metrics, s.directions, strict=False)],
-            "trials_by_state": s.trials_by_state,
-            "best_value": s.best if s.best is None or math.isfinite(s.best) else str(s.best),
-            "last_activity": s.last_activity.isoformat() if s.last_activity else None}
+    click.echo(list_table(view))
+    if view.has_plain_studies:
+        say("(optuna): a study sweeper did not create (no sweep record)")
 
 
 # --------------------------------------------------------------------------- delete

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from sweeper.app.listing import list_record, list_sweeps, list_table
 from sweeper.app.options import StorageOptions
 from sweeper.app.results import best, export, write_export
 from sweeper.app.status import StatusOptions, status, status_lines, status_record
@@ -62,3 +63,14 @@ def test_best_and_export_return_the_trials_records(
     write_export(doc, "json", out)
     assert [t["number"] for t in json.loads(out.read_text())["trials"]] == [0, 1]
     assert not (tmp_path / ".trials.json.tmp").exists()
+
+
+def test_list_names_every_sweep_of_the_storage(
+        sqlite_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    isolate(tmp_path, monkeypatch)
+    run_sweep(tmp_path, sqlite_url, quadratic_spec("app-list", trials=2))
+    view = list_sweeps(StorageOptions(sqlite_url))
+    assert [s.name for s in view.sweeps] == ["app-list"] and not view.has_plain_studies
+    record = list_record(view)
+    assert record[0]["finished_indexes"] == 2 and record[0]["sweeper"] is True
+    assert "app-list" in list_table(view).splitlines()[2]
