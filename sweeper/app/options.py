@@ -13,6 +13,10 @@ DEFAULT_STORAGE_WAIT_S: Final = 30.0
 DEFAULT_LOG_DIR: Final = ".sweeper/logs"
 
 
+#: The libraries whose loggers stay at WARNING unless asked for -vv: the database layers,
+#: HTTP, and the Kubernetes client (their INFO lines are per request).
+CHATTY_LIBRARY_LOGGERS: Final = ("sqlalchemy", "alembic", "urllib3", "kubernetes")
+
 @dataclass(frozen=True)
 class StorageOptions:
     """Where the study is and how long to wait for it.

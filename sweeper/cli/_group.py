@@ -13,7 +13,7 @@ from typing import Final
 import click
 
 from sweeper import __version__
-from sweeper.app.options import DEFAULT_STORAGE_WAIT_S, StorageOptions
+from sweeper.app.options import CHATTY_LIBRARY_LOGGERS, DEFAULT_STORAGE_WAIT_S, StorageOptions
 from sweeper.errors import EXIT_CODES
 
 ENV_STORAGE_WAIT: Final = "SWEEPER_STORAGE_WAIT"
@@ -66,7 +66,7 @@ def cli(ctx: click.Context, verbose: int, storage_wait: float | None) -> None:
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s",
                         stream=sys.stderr)
     logging.getLogger("sweeper").setLevel(min(level, logging.INFO) if verbose else level)
-    for noisy in ("sqlalchemy", "alembic", "urllib3", "kubernetes"):
+    for noisy in CHATTY_LIBRARY_LOGGERS:
         logging.getLogger(noisy).setLevel(logging.WARNING if verbose < 2 else logging.INFO)
     import optuna
 
