@@ -71,7 +71,7 @@ class Segment:
         # The claim's segment (its start, its key), where it starts where this one does.
         self.open = opened if opened is not None and opened.from_step == (from_step or 0) \
             else new_segment(sweep.spec, from_step or 0)
-        self._sweep, self._trial_id, self._reread = sweep, trial_id, reread
+        self._sweep, self._tid, self._reread = sweep, trial_id, reread
         # Its wall time counts on this process's monotonic clock from its start (the claim).
         self._t0 = time.monotonic() - max(0.0, (_utcnow() - self.open.started).total_seconds())
         self._closed = False
@@ -91,9 +91,9 @@ class Segment:
         last = self._ctx.last_step if self._ctx is not None else None
         if last is None and self._reread:
             try:
-                frozen = self._sweep.storage.get_trial(self._trial_id)
+                frozen = self._sweep.storage.get_trial(self._tid)
             except Exception as e:  # noqa: BLE001 - counted without steps, not lost
-                logger.warning("could not read the steps of trial %d: %s", self._trial_id, e)
+                logger.warning("could not read the steps of trial %d: %s", self._tid, e)
                 return None
             last = max(frozen.intermediate_values, default=None)
             if last is None:
@@ -108,7 +108,7 @@ class Segment:
             if self._closed:
                 return {}
             self._closed = True
-        _OPEN.pop(self._trial_id, None)
+        _OPEN.pop(self._tid, None)
         resumed = self._ctx.resumed_from_step if self._ctx is not None else None
         segment = self.open if resumed is None else replace(self.open, from_step=resumed)
         end = self.open.started + timedelta(seconds=time.monotonic() - self._t0)
@@ -126,7 +126,7 @@ class Segment:
             writer.add(user_attrs=attrs)
         except UpdateFinishedTrialError:  # a closer failed it first: its figures stand
             logger.info("trial %d ended before its runner closed its segment: the closer's "
-                        "figures stand", self._trial_id)
+                        "figures stand", self._tid)
 
     @property
     def closed(self) -> bool:
@@ -136,11 +136,11 @@ class Segment:
         """A PBT member goes on from a donor's checkpoint at ``from_step``: this segment
         closes (paused: its interval ended) and the next opens, in one write; the next."""
         closed = self.close(Ending.PAUSED)
-        nxt = Segment(self._sweep, self._trial_id, from_step, reread=self._reread)
+        nxt = Segment(self._sweep, self._tid, from_step, reread=self._reread)
         if self._ctx is not None:
             nxt.bind(self._ctx)
             self._ctx.resumed_from_step = None  # the next counts from the donor's step
-        self._sweep.storage.set_trial_user_attrs(self._trial_id, {**closed, **nxt.attrs()})
+        self._sweep.storage.set_trial_user_attrs(self._tid, {**closed, **nxt.attrs()})
         return nxt
 
 
