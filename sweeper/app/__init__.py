@@ -16,11 +16,13 @@ CLI renders (a table for people, the view model's ``asdict`` for ``--format json
   (JSON) and :func:`status_lines` (text);
 - :mod:`.listing`: :func:`list_sweeps` -> :class:`SweepList` (``list``);
 - :mod:`.results`: :func:`best` -> :class:`BestView`, :func:`export`, :func:`write_export`,
-  :func:`serve_dashboard`.
+  :func:`serve_dashboard`;
+- :mod:`.importing`: :func:`import_config` -> :class:`ImportView` (``import katib|wandb``).
 """
 
 from __future__ import annotations
 
+from sweeper.app.importing import ImportView, import_config, import_lines
 from sweeper.app.launch import Launched, conclude, launch, resume, summary_record, summary_text
 from sweeper.app.listing import SweepList, list_record, list_sweeps, list_table
 from sweeper.app.manage import (
@@ -55,6 +57,7 @@ __all__ = [
     "DeleteOptions",
     "DeletionPlan",
     "DeletionReport",
+    "ImportView",
     "IndexView",
     "JobOverrides",
     "LaunchOptions",
@@ -73,6 +76,8 @@ __all__ = [
     "delete",
     "export",
     "follow_logs",
+    "import_config",
+    "import_lines",
     "launch",
     "list_record",
     "list_sweeps",

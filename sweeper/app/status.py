@@ -45,6 +45,13 @@ class IndexView:
 
 @dataclass(frozen=True)
 class StatusView:
+    """What ``status`` shows of a sweep: its identity and counts, its stop, the code snapshot
+    it runs, what it spent (:class:`~sweeper.spending.Spending`), one :class:`IndexView` per
+    index, and where the spec has them the scheduler's rungs, PBT lineages and the cluster's
+    workloads. What a part of sweeper adds to the status is a field holding its own view (as
+    ``spending`` and ``cluster`` do), rendered by :func:`status_record` and
+    :func:`status_lines`."""
+
     name: str
     method: str
     #: None: open-ended (as many indexes as the budget pays for).
