@@ -1,7 +1,8 @@
 """The application layer: one typed function per user action, callable from Python and
-notebooks as from the CLI. Each takes typed options and returns a frozen view model that the
-CLI renders (a table for people, the view model's ``asdict`` for ``--format json``); errors are
-:class:`sweeper.errors.SweeperError` subclasses, turned into exit codes by the CLI alone.
+notebooks as from the CLI. Each takes typed options and returns a frozen view model; the
+functions beside it render it as the CLI prints it (a table for people, a JSON document for
+``--format json``: :func:`status_record`, :func:`list_record`, ``BestView.document``). Errors
+are :class:`sweeper.errors.SweeperError` subclasses, turned into exit codes by the CLI alone.
 
 - :mod:`.options`: the shared options (:class:`StorageOptions`, :class:`ClusterOptions`,
   :class:`LaunchOptions`);

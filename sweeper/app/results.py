@@ -38,15 +38,22 @@ class BestView:
     """The best trial (every Pareto-optimal one for multi-objective sweeps) as export
     records, and what ``download_dir`` received: ``(trial number, path)`` pairs."""
 
+    #: The sweep's name.
     study: str
+    #: minimize or maximize, per objective.
     directions: tuple[str, ...]
+    #: The objectives' metrics, in order.
     metrics: tuple[str, ...]
+    #: The spec's parameters, in order.
     parameters: tuple[str, ...]
+    #: One export record per trial (docs/export-formats.md): number, index, values, params...
     records: tuple[dict[str, Any], ...]
+    #: ``(trial number, path)`` of every artifact ``download_dir`` received.
     downloaded: tuple[tuple[int, str], ...] = field(default=())
 
     @property
     def multi_objective(self) -> bool:
+        """More than one objective: ``records`` is the Pareto front."""
         return len(self.metrics) > 1
 
     def document(self) -> dict[str, Any]:
