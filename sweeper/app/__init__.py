@@ -16,8 +16,8 @@ are :class:`sweeper.errors.SweeperError` subclasses, turned into exit codes by t
 - :mod:`.status`: :func:`status` -> :class:`StatusView`, rendered by :func:`status_record`
   (JSON) and :func:`status_lines` (text);
 - :mod:`.listing`: :func:`list_sweeps` -> :class:`SweepList` (``list``);
-- :mod:`.results`: :func:`best` -> :class:`BestView`, :func:`export`, :func:`write_export`,
-  :func:`serve_dashboard`;
+- :mod:`.results`: :func:`best` -> :class:`BestView` (:func:`best_table`), :func:`export`,
+  :func:`write_export`, :func:`serve_dashboard`;
 - :mod:`.importing`: :func:`import_config` -> :class:`ImportView` (``import katib|wandb``).
 """
 
@@ -41,7 +41,14 @@ from sweeper.app.manage import (
 )
 from sweeper.app.options import ClusterOptions, JobOverrides, LaunchOptions, StorageOptions
 from sweeper.app.proxy import ProxyOptions, SecurityOptions, serve_proxy
-from sweeper.app.results import BestView, best, export, serve_dashboard, write_export
+from sweeper.app.results import (
+    BestView,
+    best,
+    best_table,
+    export,
+    serve_dashboard,
+    write_export,
+)
 from sweeper.app.status import (
     IndexView,
     StatusOptions,
@@ -72,6 +79,7 @@ __all__ = [
     "StorageOptions",
     "SweepList",
     "best",
+    "best_table",
     "cancel",
     "conclude",
     "delete",

@@ -10,7 +10,7 @@ import pytest
 
 from sweeper.app.listing import list_record, list_sweeps, list_table
 from sweeper.app.options import StorageOptions
-from sweeper.app.results import best, export, write_export
+from sweeper.app.results import best, best_table, export, write_export
 from sweeper.app.status import StatusOptions, status, status_lines, status_record
 from sweeper.errors import StudyNotFoundError, SweepFailedError
 from sweeper.spec import parse_spec_dict
@@ -59,6 +59,9 @@ def test_best_and_export_return_the_trials_records(
     losses = [t["values"]["loss"] for t in doc["trials"]]
     assert view.records[0]["values"]["loss"] == min(losses)
     assert view.document()["study"] == "app-best" and not view.multi_objective
+    table = best_table(view).splitlines()
+    assert table[0].split() == ["trial", "index", "loss", "x", "opt"] and len(table) == 3
+    assert table[2].split()[0] == str(view.records[0]["number"])
     out = tmp_path / "trials.json"
     write_export(doc, "json", out)
     assert [t["number"] for t in json.loads(out.read_text())["trials"]] == [0, 1]
