@@ -8,7 +8,11 @@
   from ``docs/spec-keys.yml``. A key the validator accepts with no description there, or a
   description of a key it no longer accepts, is an error: the build (``mkdocs build --strict``)
   and ``tests/test_docs.py`` fail, so the page cannot drift from the code.
-- ``reference/app.md``: ``sweeper.app``, the application layer, from its docstrings;
+- ``reference/app.md``: ``sweeper.app``, the application layer, from its docstrings: every
+  function it exports (signature, docstring) and every options or view dataclass (docstring,
+  fields with their types and ``#:`` comments, properties and methods), by module; then the
+  dataclasses of other modules those views hold (``StatusView.rows[i].status``), so a notebook
+  user follows a view to its fields on one page;
 - ``reference/trial-context.md``: ``trial_runner.TrialContext``, what user code receives: its
   docstring, then every public method and property with its signature and docstring, in
   source order.
@@ -106,33 +110,149 @@ def signature_line(name: str, member: Any) -> str:
 
 
 def app_page() -> str:
-    """``sweeper.app``: every exported function (signature and docstring) and every view or
-    options dataclass (its fields), grouped by module, in ``__all__``'s order."""
-    import dataclasses
-
+    """``sweeper.app``: every exported function (signature and docstring) and every options
+    or view dataclass (its docstring, fields, properties and methods), grouped by module in
+    the order the package's docstring lists them; then the values those views hold (the
+    dataclasses of other modules their fields name), so a reader can follow ``view.rows[0]``
+    to its fields without leaving the page."""
     import sweeper.app as app
 
     out = ["# Application layer (Python API)", "",
            "`sweeper.app` holds one function per user action; the CLI only parses its options, "
            "calls these and renders what they return. Notebooks and scripts call them the "
-           "same way (see [Run, grow, stop and delete sweeps](../running.md)). This page is "
-           "generated from the docstrings.", "", _markdown(app.__doc__), ""]
+           "same way: [Use sweeper from Python](../python.md) reads sweeps, "
+           "[Run, grow, stop and delete sweeps](../running.md#from-python) launches and "
+           "manages them. This page is generated from the docstrings.", "",
+           _markdown(app.__doc__), ""]
+    exported = app_exports()
+    for module, names in exported.items():
+        out += [f"## `{module}`", ""]
+        for name in names:
+            out += _member_section(name, getattr(app, name))
+    held = held_values([getattr(app, n) for names in exported.values() for n in names])
+    if held:
+        out += ["## Values the views hold", "",
+                "The dataclasses of other modules that the options and views above hold "
+                "(`StatusView.rows[i].status` is an `IndexStatus`, and so on).", ""]
+        for cls in held:
+            out += _member_section(f"{cls.__module__}.{cls.__name__}", cls)
+    return "\n".join(out)
+
+
+def app_exports() -> dict[str, list[str]]:
+    """``sweeper.app.__all__`` by defining module: the modules in the order the package's
+    docstring names them (``:mod:`.status```), the others after them; names as listed."""
+    import re
+
+    import sweeper.app as app
+
+    order = [f"sweeper.app.{m}" for m in re.findall(r":mod:`\.(\w+)`", app.__doc__ or "")]
     by_module: dict[str, list[str]] = {}
     for name in app.__all__:
         by_module.setdefault(getattr(app, name).__module__, []).append(name)
-    for module, names in by_module.items():
-        out += [f"## `{module}`", ""]
-        for name in names:
-            member = getattr(app, name)
-            if dataclasses.is_dataclass(member):
-                fields = ", ".join(f"`{f.name}`" for f in dataclasses.fields(member))
-                out += [f"### class `{name}`", "", _markdown(member.__doc__), "",
-                        f"Fields: {fields}.", ""]
-            elif inspect.isfunction(member):
-                out += [f"### `{name}`", "", "```python",
-                        f"{name}{_plain_signature(member)}", "```", "",
-                        _markdown(member.__doc__), ""]
-    return "\n".join(out)
+    rank = {m: k for k, m in enumerate(order)}
+    return dict(sorted(by_module.items(), key=lambda kv: rank.get(kv[0], len(rank))))
+
+
+def _member_section(name: str, member: Any) -> list[str]:
+    if dataclasses.is_dataclass(member) and isinstance(member, type):
+        return [f"### class `{name}`", "", _markdown(class_doc(member)), "",
+                *_fields_table(member), *_class_members(member)]
+    if inspect.isfunction(member):
+        return [f"### `{name}`", "", "```python", f"{name}{_plain_signature(member)}", "```",
+                "", _markdown(member.__doc__), ""]
+    return []
+
+
+def class_doc(cls: type) -> str:
+    """The class's own docstring ("" for the one dataclasses writes: ``Name(field, ...)``)."""
+    doc = cls.__doc__ or ""
+    return "" if doc.startswith(f"{cls.__name__}(") else doc
+
+
+def field_comments(cls: type) -> dict[str, str]:
+    """The ``#:`` comment lines right above each field of ``cls`` in its source."""
+    try:
+        lines = inspect.getsource(cls).splitlines()
+    except (OSError, TypeError):
+        return {}
+    found: dict[str, str] = {}
+    pending: list[str] = []
+    for line in lines:
+        text = line.strip()
+        if text.startswith("#:"):
+            pending.append(text[2:].strip())
+            continue
+        head = text.split(":", 1)[0]
+        if pending and ":" in text and head.isidentifier():
+            found[head] = " ".join(pending)
+        pending = []
+    return found
+
+
+def _fields_table(cls: type) -> list[str]:
+    fields = dataclasses.fields(cls)
+    if not fields:
+        return []
+    comments = field_comments(cls)
+    rows = ["| field | type | what |", "|---|---|---|"]
+    rows += [f"| `{f.name}` | {_code(str(f.type))} | {_cell(_markdown(comments.get(f.name)))} |"
+             for f in fields]
+    return [*rows, ""]
+
+
+def _class_members(cls: type) -> list[str]:
+    """The public properties and methods a dataclass adds to its fields."""
+    out: list[str] = []
+    for name, member in public_members(cls):
+        if isinstance(member, property):
+            line = f"{name}  # -> {inspect.signature(_function_of(member)).return_annotation}"
+        else:
+            sig = _plain_signature(member)
+            line = f"{name}{sig.replace(parameters=list(sig.parameters.values())[1:])}"
+        out += [f"`{cls.__name__}.{line}`: {_markdown(docstring_of(member)) or '-'}", ""]
+    return out
+
+
+#: Where :func:`held_values` stops: the spec has its own reference page (reference/spec.md).
+HELD_ELSEWHERE = "sweeper.spec"
+
+
+def _named_dataclasses(cls: type) -> Iterator[type]:
+    """The dataclasses of ``sweeper`` that the annotations of ``cls``'s fields name."""
+    import re
+
+    names = vars(sys.modules[cls.__module__])
+    for f in dataclasses.fields(cls):
+        for word in re.findall(r"[A-Za-z_]\w*", str(f.type)):
+            found = names.get(word)
+            if isinstance(found, type) and dataclasses.is_dataclass(found) \
+                    and found.__module__.startswith("sweeper.") \
+                    and not found.__module__.startswith(HELD_ELSEWHERE):
+                yield found
+
+
+def held_values(roots: Sequence[Any], depth: int = 2) -> list[type]:
+    """The dataclasses outside ``sweeper.app`` (and the spec) that the fields of the
+    dataclasses in ``roots`` name, and up to ``depth`` levels down those their fields name,
+    in the order met. ``sweeper.app``'s own dataclasses are looked through, not counted."""
+    seen: list[type] = []
+    level = [r for r in roots if dataclasses.is_dataclass(r) and isinstance(r, type)]
+    done: set[type] = set(level)
+    for _ in range(depth):
+        found_here: list[type] = []
+        while level:
+            for found in _named_dataclasses(level.pop(0)):
+                if found in done:
+                    continue
+                done.add(found)
+                if found.__module__.startswith("sweeper.app"):
+                    level.append(found)  # one of the page's own: look through it
+                else:
+                    found_here.append(found)
+        seen += found_here
+        level = list(found_here)
+    return seen
 
 
 def _markdown(doc: str | None) -> str:

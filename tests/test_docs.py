@@ -173,3 +173,40 @@ def test_the_examples_page_shows_every_spec_of_search_spaces(gen: ModuleType) ->
         assert f"sweeper run search_spaces/{path.name}" in page
         assert path.read_text().splitlines()[0].startswith("#"), \
             f"{path.name} has no leading comment saying what it shows"
+
+
+def test_the_app_reference_documents_every_export_and_what_its_views_hold(
+        gen: ModuleType) -> None:
+    import sweeper.app as app
+
+    page = gen.app_page()
+    exported = gen.app_exports()
+    assert sorted(n for names in exported.values() for n in names) == sorted(app.__all__)
+    # The modules in the order the package's docstring lists them: status before results.
+    modules = list(exported)
+    assert modules.index("sweeper.app.status") < modules.index("sweeper.app.results")
+    undocumented = []
+    for name in app.__all__:
+        member = getattr(app, name)
+        if dataclasses.is_dataclass(member):
+            assert f"### class `{name}`" in page, name
+            doc = gen.class_doc(member)
+            for f in dataclasses.fields(member):
+                assert f"| `{f.name}` |" in page, f"{name}.{f.name}"
+        else:
+            assert f"### `{name}`" in page and f"\n{name}(" in page, name
+            doc = member.__doc__ or ""
+        if not doc.strip():
+            undocumented.append(name)
+    assert undocumented == [], f"sweeper.app exports without a docstring: {undocumented}"
+    from sweeper.report import Rung
+    from sweeper.study.values import IndexStatus
+
+    held = gen.held_values([app.StatusView, app.SweepList])
+    assert IndexStatus in held and Rung in held
+    assert not [c for c in held if c.__module__.startswith(("sweeper.spec", "sweeper.app"))]
+    for cls in held:
+        assert f"### class `{cls.__module__}.{cls.__name__}`" in page
+    # A field's ``#:`` comment is its description on the page.
+    assert "| `finished_indexes` | `int` | Indexes whose latest attempt is COMPLETE or " \
+           "PRUNED. |" in page

@@ -1,7 +1,8 @@
 """The application layer: one typed function per user action, callable from Python and
-notebooks as from the CLI. Each takes typed options and returns a frozen view model that the
-CLI renders (a table for people, the view model's ``asdict`` for ``--format json``); errors are
-:class:`sweeper.errors.SweeperError` subclasses, turned into exit codes by the CLI alone.
+notebooks as from the CLI. Each takes typed options and returns a frozen view model; the
+functions beside it render it as the CLI prints it (a table for people, a JSON document for
+``--format json``: :func:`status_record`, :func:`list_record`, ``BestView.document``). Errors
+are :class:`sweeper.errors.SweeperError` subclasses, turned into exit codes by the CLI alone.
 
 - :mod:`.options`: the shared options (:class:`StorageOptions`, :class:`ClusterOptions`,
   :class:`LaunchOptions`);
@@ -15,12 +16,14 @@ CLI renders (a table for people, the view model's ``asdict`` for ``--format json
 - :mod:`.status`: :func:`status` -> :class:`StatusView`, rendered by :func:`status_record`
   (JSON) and :func:`status_lines` (text);
 - :mod:`.listing`: :func:`list_sweeps` -> :class:`SweepList` (``list``);
-- :mod:`.results`: :func:`best` -> :class:`BestView`, :func:`export`, :func:`write_export`,
-  :func:`serve_dashboard`.
+- :mod:`.results`: :func:`best` -> :class:`BestView` (:func:`best_table`), :func:`export`,
+  :func:`write_export`, :func:`serve_dashboard`;
+- :mod:`.importing`: :func:`import_config` -> :class:`ImportView` (``import katib|wandb``).
 """
 
 from __future__ import annotations
 
+from sweeper.app.importing import ImportView, import_config, import_lines
 from sweeper.app.launch import Launched, conclude, launch, resume, summary_record, summary_text
 from sweeper.app.listing import SweepList, list_record, list_sweeps, list_table
 from sweeper.app.manage import (
@@ -38,7 +41,14 @@ from sweeper.app.manage import (
 )
 from sweeper.app.options import ClusterOptions, JobOverrides, LaunchOptions, StorageOptions
 from sweeper.app.proxy import ProxyOptions, SecurityOptions, serve_proxy
-from sweeper.app.results import BestView, best, export, serve_dashboard, write_export
+from sweeper.app.results import (
+    BestView,
+    best,
+    best_table,
+    export,
+    serve_dashboard,
+    write_export,
+)
 from sweeper.app.status import (
     IndexView,
     StatusOptions,
@@ -55,6 +65,7 @@ __all__ = [
     "DeleteOptions",
     "DeletionPlan",
     "DeletionReport",
+    "ImportView",
     "IndexView",
     "JobOverrides",
     "LaunchOptions",
@@ -68,11 +79,14 @@ __all__ = [
     "StorageOptions",
     "SweepList",
     "best",
+    "best_table",
     "cancel",
     "conclude",
     "delete",
     "export",
     "follow_logs",
+    "import_config",
+    "import_lines",
     "launch",
     "list_record",
     "list_sweeps",

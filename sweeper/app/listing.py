@@ -42,6 +42,8 @@ def list_record(view: SweepList) -> list[dict[str, Any]]:
 
 
 def list_table(view: SweepList) -> str:
+    """The table for people: one row per study, its trials by state, best value and last
+    activity."""
     return format_table(
         ["name", "method", "finished", *(s.lower() for s in STATES), "best",
          "last activity (UTC)"],

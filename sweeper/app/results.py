@@ -1,6 +1,7 @@
 """``best``, ``export`` and ``dashboard``: a stored sweep's results, for people and scripts.
 
-:func:`best` returns a :class:`BestView` (its records are the export's trial records);
+:func:`best` returns a :class:`BestView` (its records are the export's trial records),
+rendered by :func:`best_table` and ``BestView.document``;
 :func:`export` the export document (:mod:`sweeper.export`), :func:`write_export` writes it
 whole or not at all; :func:`serve_dashboard` runs optuna-dashboard on the sweep's storage."""
 
@@ -26,7 +27,7 @@ from sweeper.artifacts import (
 )
 from sweeper.errors import PortInUseError, SweeperError, SweepFailedError
 from sweeper.export import export_document, to_csv, to_json, trial_export_record
-from sweeper.report import best_trials
+from sweeper.report import best_trials, format_table
 from sweeper.study import Sweep
 from sweeper.study.urls import redact, resolve_storage_url
 
@@ -38,15 +39,22 @@ class BestView:
     """The best trial (every Pareto-optimal one for multi-objective sweeps) as export
     records, and what ``download_dir`` received: ``(trial number, path)`` pairs."""
 
+    #: The sweep's name.
     study: str
+    #: minimize or maximize, per objective.
     directions: tuple[str, ...]
+    #: The objectives' metrics, in order.
     metrics: tuple[str, ...]
+    #: The spec's parameters, in order.
     parameters: tuple[str, ...]
+    #: One export record per trial (docs/export-formats.md): number, index, values, params...
     records: tuple[dict[str, Any], ...]
+    #: ``(trial number, path)`` of every artifact ``download_dir`` received.
     downloaded: tuple[tuple[int, str], ...] = field(default=())
 
     @property
     def multi_objective(self) -> bool:
+        """More than one objective: ``records`` is the Pareto front."""
         return len(self.metrics) > 1
 
     def document(self) -> dict[str, Any]:
@@ -72,6 +80,13 @@ def best(name: str, storage: StorageOptions = StorageOptions(),
     return BestView(sweep.name, tuple(o.direction for o in sweep.spec.objectives), metrics,
                     tuple(p.name for p in sweep.spec.parameters),
                     tuple(trial_export_record(t, list(metrics)) for t in trials), got)
+
+
+def best_table(view: BestView) -> str:
+    """``best --format table``: one row per trial, its number, index, values and params."""
+    return format_table(["trial", "index", *view.metrics, *view.parameters], [
+        [r["number"], r["index"], *(r["values"] or {}).values(),
+         *(r["params"].get(n) for n in view.parameters)] for r in view.records])
 
 
 def _download(sweep: Sweep, url: str, trials: list[FrozenTrial],

@@ -36,28 +36,49 @@ class IndexView:
     """One index's row: its latest trial, how it is shown (``preempted`` included), what it
     spent, and under a scheduler its rung; under PBT its lineage."""
 
+    #: The index's latest trial, from the index table.
     status: IndexStatus
+    #: The state shown: the trial's, or ``PREEMPTED`` where the attempt was preempted.
     state: str
+    #: What the index spent (the ``usage`` of ``--format json``).
     usage: dict[str, Any]
+    #: Under a scheduler: the trial's rung and pause.
     rung: RungTrial | None = None
+    #: Under PBT: the trial's lineage (``sweeper:pbt``), as stored.
     pbt: Any = None
 
 
 @dataclass(frozen=True)
 class StatusView:
+    """What ``status`` shows of a sweep: its identity and counts, its stop, the code snapshot
+    it runs, what it spent (:class:`~sweeper.spending.Spending`), one :class:`IndexView` per
+    index, and where the spec has them the scheduler's rungs, PBT lineages and the cluster's
+    workloads. What a part of sweeper adds to the status is a field holding its own view (as
+    ``spending`` and ``cluster`` do), rendered by :func:`status_record` and
+    :func:`status_lines`."""
+
     name: str
+    #: The spec's ``method:`` (grid, random, tpe, ...).
     method: str
     #: None: open-ended (as many indexes as the budget pays for).
     indexes: int | None
+    #: The objectives' metrics, in order: the names of each row's values.
     metrics: tuple[str, ...]
+    #: Indexes whose latest attempt is COMPLETE or PRUNED.
     finished_indexes: int
+    #: Every trial (every attempt of every index) counted by state.
     trials_by_state: dict[str, int]
+    #: The recorded stop (a stop rule that fired, or a budget), if any.
     stop: StopState | None
+    #: The code snapshot the sweep runs (``sha256:...``), when it ships one.
     code: str | None
+    #: What the sweep spent, against its budget and price.
     spending: Spending
+    #: One row per index, by index.
     rows: tuple[IndexView, ...]
     #: The scheduler's rungs (``scheduler:`` with rungs), else None.
     rungs: tuple[Rung, ...] | None = None
+    #: A PBT sweep: each row's ``pbt`` holds its lineage.
     pbt: bool = False
     #: What runs the sweep on a cluster (None: not asked for, or never launched there).
     cluster: Description | None = None

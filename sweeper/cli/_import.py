@@ -5,13 +5,11 @@ commands that check and run it (a Katib trial runs on Kubernetes, in its image).
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import click
 
-from sweeper.cli._common import errors
+from sweeper.app.importing import import_config, import_lines
+from sweeper.cli._common import errors, say
 from sweeper.cli._group import cli
-from sweeper.errors import SweeperError
 
 
 @cli.group("import")
@@ -20,22 +18,11 @@ def import_() -> None:
 
 
 def _import(kind: str, source: str, output: str | None) -> None:
-    from sweeper.importers import import_config
-
-    imported = import_config(kind, source)
-    for note in imported.notes:
-        click.echo(f"note: {note}", err=True)
-    if output is None or output == "-":
-        click.echo(imported.text, nl=False)
-        return
-    target = Path(output)
-    try:
-        target.write_text(imported.text, encoding="utf-8")
-    except OSError as e:
-        raise SweeperError(f"cannot write {output}: {e.strerror}") from None
-    n = len(imported.notes)
-    click.echo(f"wrote {output} ({n} {'note' if n == 1 else 'notes'} on what did not map): "
-               f"{imported.next_steps(output)}", err=True)
+    view = import_config(kind, source, None if output in (None, "-") else output)
+    for line in import_lines(view):
+        say(line)
+    if view.written is None:
+        click.echo(view.text, nl=False)
 
 
 _output = click.option("--output", "-o", type=click.Path(dir_okay=False, allow_dash=True),

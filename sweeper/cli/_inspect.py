@@ -11,13 +11,13 @@ import click
 
 from sweeper.app.options import ClusterOptions, StorageOptions
 from sweeper.app.results import best as app_best
+from sweeper.app.results import best_table, export_text, serve_dashboard, write_export
 from sweeper.app.results import export as app_export
-from sweeper.app.results import export_text, serve_dashboard, write_export
 from sweeper.app.status import StatusOptions, status_lines, status_record
 from sweeper.app.status import status as app_status
 from sweeper.cli._common import cluster_options, errors, say, storage_options
 from sweeper.cli._group import cli
-from sweeper.report import dumps, format_table
+from sweeper.report import dumps
 
 
 @cli.command()
@@ -62,9 +62,7 @@ def best(name: str, storage: StorageOptions, fmt: str, download_dir: str | None)
     for number, path in view.downloaded:
         say(f"trial #{number}: {path}")
     if fmt == "table":
-        click.echo(format_table(["trial", "index", *view.metrics, *view.parameters], [
-            [r["number"], r["index"], *(r["values"] or {}).values(),
-             *(r["params"].get(n) for n in view.parameters)] for r in view.records]))
+        click.echo(best_table(view))
         return
     click.echo(dumps(view.document(), fmt))
 

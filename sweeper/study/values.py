@@ -108,6 +108,10 @@ def parse_state(value: Any) -> StopState | None:
 
 @dataclass(frozen=True)
 class IndexStatus:
+    """One index of a sweep as ``status`` reads it from the index table (one query): its
+    latest attempt's state, trial number, values (in the objectives' order) and failure
+    reason, and how many attempts it took."""
+
     index: int
     state: str  # state of the latest attempt, or "PENDING" when nothing exists yet (adaptive)
     attempts: int

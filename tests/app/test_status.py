@@ -10,7 +10,7 @@ import pytest
 
 from sweeper.app.listing import list_record, list_sweeps, list_table
 from sweeper.app.options import StorageOptions
-from sweeper.app.results import best, export, write_export
+from sweeper.app.results import best, best_table, export, write_export
 from sweeper.app.status import StatusOptions, status, status_lines, status_record
 from sweeper.errors import StudyNotFoundError, SweepFailedError
 from sweeper.spec import parse_spec_dict
@@ -59,6 +59,9 @@ def test_best_and_export_return_the_trials_records(
     losses = [t["values"]["loss"] for t in doc["trials"]]
     assert view.records[0]["values"]["loss"] == min(losses)
     assert view.document()["study"] == "app-best" and not view.multi_objective
+    table = best_table(view).splitlines()
+    assert table[0].split() == ["trial", "index", "loss", "x", "opt"] and len(table) == 3
+    assert table[2].split()[0] == str(view.records[0]["number"])
     out = tmp_path / "trials.json"
     write_export(doc, "json", out)
     assert [t["number"] for t in json.loads(out.read_text())["trials"]] == [0, 1]
@@ -74,3 +77,47 @@ def test_list_names_every_sweep_of_the_storage(
     record = list_record(view)
     assert record[0]["finished_indexes"] == 2 and record[0]["sweeper"] is True
     assert "app-list" in list_table(view).splitlines()[2]
+
+
+def test_status_costs_the_same_few_statements_for_any_number_of_trials(
+        sqlite_url: str) -> None:
+    """status reads the index table through the index store (grouped queries), never the
+    trials one by one: a sweep of 60 indexes costs what one of 3 costs."""
+    import sqlalchemy as sa
+
+    storage = open_storage(sqlite_url)
+    for name, trials in (("few", 3), ("many", 60)):
+        create_or_resume(storage, parse_spec_dict(quadratic_spec(name, trials=trials),
+                                                  source="<test>"))
+
+    def statements(name: str) -> int:
+        seen: list[str] = []
+
+        def count(*args: object) -> None:
+            seen.append(str(args[2]))
+
+        sa.event.listen(sa.engine.Engine, "before_cursor_execute", count)
+        try:
+            view = status(name, StatusOptions(StorageOptions(sqlite_url), kubernetes=False))
+        finally:
+            sa.event.remove(sa.engine.Engine, "before_cursor_execute", count)
+        assert len(view.rows) == view.indexes and view.trials_by_state == {
+            "WAITING": view.indexes}
+        return len(seen)
+
+    assert statements("many") == statements("few")
+
+
+def test_status_shows_no_cluster_for_a_local_sweep_and_a_required_one_fails(
+        sqlite_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from sweeper.errors import BackendError
+
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "no-kubeconfig"))
+    monkeypatch.setenv("HOME", str(tmp_path))
+    create_or_resume(open_storage(sqlite_url),
+                     parse_spec_dict(quadratic_spec("local", trials=1), source="<test>"))
+    storage = StorageOptions(sqlite_url)
+    assert status("local", StatusOptions(storage)).cluster is None  # never launched there
+    with pytest.raises(BackendError) as raised:
+        status("local", StatusOptions(storage, kubernetes=True))
+    assert raised.value.exit_code == 3
