@@ -20,10 +20,10 @@ logger = logging.getLogger(__name__)
 def history_so_far(trial: optuna.Trial) -> dict[str, list[list[float]]]:
     """A promoted trial's metric history before its pause, which its reports extend (empty for
     a trial that never paused: a retry is a new trial)."""
-    if RUNG_ATTR not in trial.user_attrs:
+    attrs = trial.user_attrs  # (a deep copy: read once)
+    if RUNG_ATTR not in attrs:
         return {}
-    return {k: [list(p) for p in v] for k, v in
-            (trial.user_attrs.get(protocol.HISTORY_ATTR) or {}).items()}
+    return {k: [list(p) for p in v] for k, v in (attrs.get(protocol.HISTORY_ATTR) or {}).items()}
 
 
 def restore_checkpoint(mirror: CheckpointMirror | None, ctx: TrialContext) -> str | None:

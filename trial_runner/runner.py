@@ -217,11 +217,11 @@ def run_claimed(sweep: Sweep, index: int, got: Claimed, objective: Callable[[Tri
         pruner = scheduler_pruner(sweep) if spec.scheduler.enabled else make_pruner(spec)
         study = sweep.runner_study(make_sampler(spec, index), pruner)
         trial = _open(study, trial_id, taken)
-        number = trial.number
-        if trial.user_attrs.get(PAUSED_ATTR) and not promotion:  # not the index's to run
-            return _pause(sweep, index, trial_id, number, trial.user_attrs.get(RUNG_ATTR, 0),
+        number, attrs = trial.number, trial.user_attrs  # (a deep copy: read once)
+        if attrs.get(PAUSED_ATTR) and not promotion:  # not the index's to run
+            return _pause(sweep, index, trial_id, number, attrs.get(RUNG_ATTR, 0),
                           unrun=got.segment)
-        rung = trial.user_attrs.get(RUNG_ATTR)
+        rung = attrs.get(RUNG_ATTR)
         if trial_hook is not None:
             trial_hook(trial_id, LogHeader(index, attempt, number,
                                            rung if promotion else None))
