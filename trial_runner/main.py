@@ -344,9 +344,16 @@ def serve(sweep: Sweep, objective: Callable[[TrialContext], Any],
     def send(msg: messages.Message) -> None:
         res.write(messages.encode_message(msg))
 
+    current: list[int] = []  # the index whose log has the output now (empty: the worker's)
+
     def output_to(index: int) -> None:
-        if log_dir:
+        if log_dir and current != [index]:  # a trial's header finds its index's log open
             _redirect_output(os.path.join(log_dir, protocol.index_log_name(index)))
+            current[:] = [index]
+
+    def to_own_log() -> None:
+        _redirect_output(own_log)
+        current.clear()
 
     send(messages.Ready())
     try:
@@ -365,11 +372,11 @@ def serve(sweep: Sweep, objective: Callable[[TrialContext], Any],
 
             def ended(outcome: Outcome) -> None:
                 _log_outcome(outcome)  # the last line of the trial's part of its index log
-                _redirect_output(own_log)  # what comes until the next header is the worker's
+                to_own_log()  # what comes until the next header is the worker's
 
             outcome = run_scheduled(sweep, index, objective, settings, trial_hook=started,
                                     log=ended)
-            _redirect_output(own_log)
+            to_own_log()
             if outcome.exit_code == protocol.EXIT_CONFIG:  # the reason first: it stops the run
                 send(messages.Error(outcome.message))
             send(messages.Done(index, outcome.exit_code, outcome.state.value,
