@@ -4,8 +4,8 @@ promotion, before a PBT member's next interval; the backends before they hand ou
 
 What the figures mean and how the gate decides is :mod:`sweeper.accounting` (pure); this
 module reads the rows (``IndexStore.ledger``: one query; the gate reads
-``IndexStore.ledger_sums``, the closed segments summed by the database and only the running
-trials' rows, so its cost does not grow with what travels) and records the budget's stop
+``IndexStore.ledger_sums`` instead, where the database sums the closed segments and only the
+running trials' rows travel) and records the budget's stop
 (``protocol.STOP_ATTR``, rule ``budget``) the first time the gate says no, so the runners,
 the backends and ``sweeper status`` all see that the sweep ended on its budget, as after a
 stop rule. A larger budget launched again lifts that stop (:mod:`sweeper.study.sql.record`).
