@@ -163,24 +163,25 @@ WHERE t.study_id = :s AND t.state <> 'RUNNING' AND a.key LIKE '{USAGE_ATTR_PREFI
 """,
     "postgresql": f"""
 SELECT j->>'ending' AS ending,
-       CASE WHEN json_typeof(j->'gpus') = 'number'
+       CASE WHEN jsonb_typeof(j->'gpus') = 'number'
             THEN (j->>'gpus')::float8 ELSE 0.0::float8 END AS gpus,
-       CASE WHEN json_typeof(j->'cpus') = 'number'
+       CASE WHEN jsonb_typeof(j->'cpus') = 'number'
             THEN (j->>'cpus')::float8 ELSE 0.0::float8 END AS cpus,
-       CASE WHEN json_typeof(j->'wall_s') = 'number' AND (j->>'wall_s')::float8 <= {_MAX_WALL_S}
+       CASE WHEN jsonb_typeof(j->'wall_s') = 'number' AND (j->>'wall_s')::float8 <= {_MAX_WALL_S}
             THEN FLOOR(GREATEST(0.0::float8, (j->>'wall_s')::float8) * 1000.0::float8
                        + 0.5::float8)::bigint ELSE 0 END AS ms,
-       CASE WHEN json_typeof(j->'steps') = 'number' AND ABS((j->>'steps')::float8) <= {_MAX_STEPS}
+       CASE WHEN jsonb_typeof(j->'steps') = 'number' AND ABS((j->>'steps')::float8) <= {_MAX_STEPS}
             THEN TRUNC((j->>'steps')::float8)::bigint ELSE 0 END AS steps,
-       CASE WHEN (json_typeof(j->'wall_s') = 'number' AND (j->>'wall_s')::float8 > {_MAX_WALL_S})
-              OR (json_typeof(j->'steps') = 'number'
+       CASE WHEN (jsonb_typeof(j->'wall_s') = 'number' AND (j->>'wall_s')::float8 > {_MAX_WALL_S})
+              OR (jsonb_typeof(j->'steps') = 'number'
                   AND ABS((j->>'steps')::float8) > {_MAX_STEPS}) THEN 1 ELSE 0 END AS odd
 FROM (
-  SELECT a.value_json::json AS j
+  SELECT a.value_json::jsonb AS j
   FROM trial_user_attributes a JOIN trials t ON t.trial_id = a.trial_id
   WHERE t.study_id = :s AND t.state <> 'RUNNING' AND a.key LIKE '{USAGE_ATTR_PREFIX}%'
+  OFFSET 0
 ) x
-WHERE json_typeof(j) = 'object' AND json_typeof(j->'ending') = 'string'
+WHERE jsonb_typeof(j) = 'object' AND jsonb_typeof(j->'ending') = 'string'
   AND j->>'ending' IN ({_ENDINGS})
 """,
 }
