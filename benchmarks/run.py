@@ -47,6 +47,7 @@ SIZES: dict[str, dict[str, Any]] = {
         "px_conn_w": 4, "px_conn_n": 8, "px_conn_t": 0.1,
         "px_cap_w": 2, "px_cap_n": 4, "px_cap_t": 0.05,
         "snap_mb": 1, "snap_repeats": 1,
+        "gate_segments": (200, 400), "gate_repeats": 1,
     },
     "quick": {
         "n": [200], "t": 0.5, "w": 8, "repeats": 1,
@@ -63,6 +64,7 @@ SIZES: dict[str, dict[str, Any]] = {
         "px_conn_w": 32, "px_conn_n": 128, "px_conn_t": 0.5,
         "px_cap_w": 16, "px_cap_n": 64, "px_cap_t": 0.5,
         "snap_mb": 10, "snap_repeats": 2,
+        "gate_segments": (5_000,), "gate_repeats": 3,
     },
     "default": {
         "n": [200, 600], "t": 0.5, "w": 8, "repeats": 1,
@@ -79,6 +81,7 @@ SIZES: dict[str, dict[str, Any]] = {
         "px_conn_w": 64, "px_conn_n": 640, "px_conn_t": 0.5,
         "px_cap_w": 64, "px_cap_n": 640, "px_cap_t": 0.5,
         "snap_mb": 10, "snap_repeats": 3,
+        "gate_segments": (5_000, 20_000), "gate_repeats": 5,
     },
     "full": {
         "n": [200, 2_000], "t": 0.5, "w": 8, "repeats": 2,
@@ -96,11 +99,12 @@ SIZES: dict[str, dict[str, Any]] = {
         "px_conn_w": 64, "px_conn_n": 640, "px_conn_t": 0.5,
         "px_cap_w": 64, "px_cap_n": 640, "px_cap_t": 0.5,
         "snap_mb": 10, "snap_repeats": 5,
+        "gate_segments": (5_000, 20_000, 50_000), "gate_repeats": 7,
     },
 }
 
 SECTIONS = ("startup", "scaling", "duplicates", "connections", "overhead", "quality",
-            "methods", "parallel", "proxy", "compute", "snapshots")
+            "methods", "parallel", "proxy", "compute", "snapshots", "gate")
 
 
 def _section(name: str) -> Callable[[dict[str, Any], Callable[[str], None]],

@@ -15,6 +15,11 @@ segment counts once.
 :class:`Totals` sums usages by ending; :class:`Budget` says how much of the sweep's budget
 is spent and whether new work may start (:func:`decide`); :class:`Cost` turns hours into
 money.
+
+Closed segments are summed exactly (:class:`UsageSum`: whole milliseconds of wall time, as
+stored, and steps, as integers, by ending, GPUs and CPUs), and turned into hours once per
+group: the totals are the same bits in any order of the segments, whether they are summed
+here or by the database (the budget gate's aggregate, :mod:`sweeper.study.sql.ledger`).
 """
 
 from __future__ import annotations
@@ -33,9 +38,10 @@ if TYPE_CHECKING:
     from sweeper.spec import SweepSpec
 
 __all__ = ["BUDGET_RULE", "Budget", "BudgetDecision", "Cost", "Ending", "Figures",
-           "OpenSegment", "Totals", "Usage", "budget_of", "committed", "cost_of", "decide",
-           "ending_of_signal", "is_usage_key", "spec_resources", "trial_record",
-           "trial_resources", "trial_usages", "usage_key"]
+           "OpenSegment", "Totals", "Usage", "UsageSum", "budget_of", "committed",
+           "committed_after", "cost_of", "decide", "ending_of_signal", "is_usage_key",
+           "spec_resources", "trial_record", "trial_resources", "trial_usages", "usage_key",
+           "wall_ms"]
 
 #: The stop rule recorded (``protocol.STOP_ATTR``) when the budget is spent.
 BUDGET_RULE = "budget"
@@ -232,6 +238,64 @@ class Figures:
         return out
 
 
+def wall_ms(wall_s: float) -> int:
+    """A closed segment's wall time in whole milliseconds (:meth:`Usage.encode` stores it
+    rounded to them), the unit closed segments are summed in: integers add up exactly, in any
+    order. The database's aggregate computes the same (``w * 1000.0 + 0.5``, truncated)."""
+    return int(wall_s * 1000.0 + 0.5)
+
+
+#: Hours per millisecond's count: ``ms / MS_PER_HOUR``.
+MS_PER_HOUR = 3_600_000.0
+
+
+@dataclass(frozen=True)
+class UsageSum:
+    """Closed segments of one ending and one (GPUs, CPUs), summed exactly: their wall time in
+    whole milliseconds (:func:`wall_ms`), their steps, how many. The figures follow from
+    these integers (GPU-hours: GPUs times hours), so a sum made by the database, one made
+    here, or parts of each added together, give the same bits."""
+
+    ending: Ending
+    gpus: float
+    cpus: float
+    wall_ms: int = 0
+    steps: int = 0
+    segments: int = 0
+
+    @classmethod
+    def of(cls, usage: Usage) -> UsageSum:
+        return cls(usage.ending, usage.gpus, usage.cpus, wall_ms(usage.wall_s), usage.steps, 1)
+
+    @property
+    def key(self) -> tuple[Ending, float, float]:
+        return self.ending, self.gpus, self.cpus
+
+    def __add__(self, other: UsageSum) -> UsageSum:
+        return UsageSum(self.ending, self.gpus, self.cpus, self.wall_ms + other.wall_ms,
+                        self.steps + other.steps, self.segments + other.segments)
+
+    @property
+    def figures(self) -> Figures:
+        hours = self.wall_ms / MS_PER_HOUR
+        return Figures(self.gpus * self.wall_ms / MS_PER_HOUR,
+                       0.0 if self.gpus else self.cpus * self.wall_ms / MS_PER_HOUR,
+                       self.steps, hours, self.segments)
+
+
+def _by_ending(sums: Iterable[UsageSum]) -> dict[Ending, Figures]:
+    """The figures of ``sums`` by ending: sums of the same group merged (exactly), then each
+    group's figures added in one fixed order (ending, GPUs, CPUs)."""
+    merged: dict[tuple[Ending, float, float], UsageSum] = {}
+    for s in sums:
+        merged[s.key] = merged[s.key] + s if s.key in merged else s
+    order = {e: k for k, e in enumerate(Ending)}
+    by: dict[Ending, Figures] = {}
+    for s in sorted(merged.values(), key=lambda s: (order[s.ending], s.gpus, s.cpus)):
+        by[s.ending] = by.get(s.ending, Figures()) + s.figures
+    return by
+
+
 def trial_usages(user_attrs: Mapping[str, Any]) -> list[Usage]:
     """The closed segments a trial's user attrs hold."""
     got = (Usage.parse(v) for k, v in user_attrs.items() if is_usage_key(k))
@@ -264,10 +328,13 @@ class Totals:
 
     @classmethod
     def of(cls, closed: Iterable[Usage], running: Iterable[Usage] = ()) -> Totals:
-        by: dict[Ending, Figures] = {}
-        for usage in closed:
-            by[usage.ending] = by.get(usage.ending, Figures()) + Figures.of(usage)
-        return cls(by, _sum(Figures.of(u) for u in running))
+        return cls.summed((UsageSum.of(u) for u in closed), running)
+
+    @classmethod
+    def summed(cls, closed: Iterable[UsageSum], running: Iterable[Usage] = ()) -> Totals:
+        """The totals of closed segments summed already (by the database, or here) and of
+        the running ones."""
+        return cls(_by_ending(closed), _sum(Figures.of(u) for u in running))
 
     def ended(self, *endings: Ending) -> Figures:
         return _sum(self.by_ending.get(e, Figures()) for e in endings)
@@ -333,12 +400,20 @@ def cost_of(spec: SweepSpec) -> Cost | None:
 
 def committed(running: Sequence[Usage], finished: Sequence[Usage], unit: str,
               cost: Cost | None) -> float:
+    """What the running segments are expected to use still, in ``unit``, after the
+    ``finished`` segments (:func:`committed_after`)."""
+    return committed_after(running, Totals.of(finished).closed, unit, cost)
+
+
+def committed_after(running: Sequence[Usage], finished: Figures, unit: str,
+                    cost: Cost | None) -> float:
     """What the running segments are expected to use still, in ``unit``: each as much as
-    the finished segments used on average, less what it used so far (nothing while no
-    segment has finished: there is nothing to expect from)."""
-    if not running or not finished:
+    the finished segments (their figures summed: ``Totals.finished``) used on average, less
+    what it used so far (nothing while no segment has finished: there is nothing to expect
+    from)."""
+    if not running or not finished.segments:
         return 0.0
-    mean = sum(Figures.of(u).amount(unit, cost) for u in finished) / len(finished)
+    mean = finished.amount(unit, cost) / finished.segments
     return sum(max(0.0, mean - Figures.of(u).amount(unit, cost)) for u in running)
 
 

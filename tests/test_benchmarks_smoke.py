@@ -18,7 +18,7 @@ from tests.conftest import PG_ADMIN_URL, REPO
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 
 SECTIONS = {"startup", "scaling", "duplicates", "connections", "overhead", "quality",
-            "methods", "parallel", "proxy", "compute", "snapshots"}
+            "methods", "parallel", "proxy", "compute", "snapshots", "gate"}
 
 
 def test_tiny_run_writes_every_item(pg_admin: sa.Engine, tmp_path: Path) -> None:

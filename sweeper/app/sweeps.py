@@ -5,7 +5,9 @@ creating anything ("no sweep named X" says where it looked and what is there).""
 from __future__ import annotations
 
 import difflib
+from collections.abc import Callable
 from dataclasses import dataclass, replace
+from typing import Any
 
 from sweeper.app.options import StorageOptions
 from sweeper.errors import StorageMissingError, StudyNotFoundError
@@ -30,13 +32,29 @@ def load_spec_file(path: str, *, check_entrypoint: bool, overrides: tuple[str, .
     if check_entrypoint and spec.trial.entrypoint:
         from sweeper.entrypoint import load_entrypoint
 
-        load_entrypoint(spec.trial.entrypoint, source=spec.source, base_dir=spec.base_dir)
+        fn = load_entrypoint(spec.trial.entrypoint, source=spec.source, base_dir=spec.base_dir)
+        if spec.budget.steps is not None:
+            _reports_steps(spec.trial.entrypoint, fn, path, overrides)
     if check_entrypoint and spec.trial.command and \
             not (image_paths and named_image(spec) is not None):
         from sweeper.spec.paths import check_command
 
         check_command(spec)
     return spec
+
+
+def _reports_steps(entrypoint: str, fn: Callable[..., Any], path: str,
+                   overrides: tuple[str, ...]) -> None:
+    """A ``steps`` budget of an entrypoint that certainly reports no step is never spent:
+    refused at ``budget.steps`` (undecided programs are left to the run-time rule)."""
+    from sweeper.spec import field_error
+    from sweeper.step_reports import silent_entrypoint
+
+    why = silent_entrypoint(fn)
+    if why is not None:
+        raise field_error(path, ("budget", "steps"), f"{entrypoint} {why}, so the trials "
+                          "report no steps and a steps budget is never spent: report steps, "
+                          "or give the budget in gpu_hours or cpu_hours", overrides)
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from sweeper.spec.checks import Checks
+from sweeper.spec._metrics import format_may_name
+from sweeper.spec.checks import Checks, clip
 from sweeper.spec.model import BUDGET_UNITS, ON_EXHAUSTED, BudgetSpec, CostSpec, TrialSpec
 from sweeper.spec.yamldoc import Path_
 
@@ -59,9 +60,24 @@ def budget_spec(v: Checks, value: Any, path: Path_, *, cost: CostSpec | None,
     if unit == "cpu_hours" and gpus:
         raise v.err(where, f"the trials use GPUs (trial.resources.gpu: {gpus:g}), whose time "
                            "counts as GPU-hours: use gpu_hours")
+    steps_reported(v, unit, trial, where)
     on_exhausted = v.choice(m.get("on_exhausted", "finish"), (*path, "on_exhausted"),
                             ON_EXHAUSTED)
     return BudgetSpec(**{unit: amount}, on_exhausted=on_exhausted)  # type: ignore[arg-type]
+
+
+def steps_reported(v: Checks, unit: str, trial: TrialSpec, where: Path_) -> None:
+    """A ``steps`` budget of a command whose ``metrics.format`` can never read a metric named
+    ``step`` is never spent (the command's reports are its ``step`` metric): refused. Whether
+    an entrypoint reports steps is decided where it is loaded (``sweeper.step_reports``)."""
+    fmt = trial.metrics.format
+    if unit != "steps" or trial.command is None or fmt is None:
+        return
+    if not format_may_name(fmt, "step"):
+        raise v.err(where, f"trial.metrics.format {clip(fmt)} never reads a metric named "
+                           "'step' (its name group cannot match it), so the trials report no "
+                           "steps and a steps budget is never spent: let the name group match "
+                           "step, or give the budget in gpu_hours or cpu_hours")
 
 
 def budget_with_trials(v: Checks, budget: BudgetSpec, trials: int, parallelism: int) -> None:

@@ -97,3 +97,72 @@ def wandb_keys(v: Checks, value: Any, path: Path_, values: set[str] | frozenset[
                                             "joined by dots, no spaces)")
         out.append((str(name), text))
     return tuple(out)
+
+
+#: ``(?P<NAME>`` opening a named group.
+_NAMED_GROUP_RE = re.compile(r"\(\?P<(\w+)>")
+#: A group's opening that makes what it holds depend on its surroundings: a lookaround, a
+#: backreference, a conditional, a comment, or flags scoped to a part of the pattern.
+_CONTEXT_OPENERS = re.compile(r"\(\?(?:[=!#(]|<[=!]|P=|[aiLmsux]*-|[aiLmsux]+:)")
+#: Escapes that depend on the surroundings (word boundaries, anchors, backreferences).
+_CONTEXT_ESCAPES = frozenset("123456789bBAZg")
+
+
+def format_may_name(fmt: str, metric: str) -> bool:
+    """Whether the ``metrics.format`` regex ``fmt`` can read a metric called ``metric``: its
+    ``name`` group, on its own with the regex's flags, matches ``metric`` in full. False only
+    when that is certain; a group whose match depends on its surroundings (a lookaround, an
+    anchor, a backreference, scoped flags, a verbose regex) may always."""
+    regex = re.compile(fmt)
+    if regex.flags & re.VERBOSE or _CONTEXT_OPENERS.search(fmt):
+        return True
+    body = _group_body(fmt, "name")
+    if body is None or _depends_on_surroundings(body):
+        return True
+    try:
+        return re.compile(body, regex.flags).fullmatch(metric) is not None
+    except re.error:
+        return True
+
+
+def _pieces(pattern: str) -> list[tuple[int, str]]:
+    """The pattern as (position, piece): an escape, a character class, or one character."""
+    out, i = [], 0
+    while i < len(pattern):
+        j = i + 1
+        if pattern[i] == "\\":
+            j = i + 2
+        elif pattern[i] == "[":
+            if pattern.startswith("^", j):
+                j += 1
+            if pattern.startswith("]", j):  # a ] first is a member
+                j += 1
+            while j < len(pattern) and pattern[j] != "]":
+                j += 2 if pattern[j] == "\\" else 1
+            j += 1
+        out.append((i, pattern[i:j]))
+        i = j
+    return out
+
+
+def _group_body(pattern: str, group: str) -> str | None:
+    """What the named ``group`` holds, as written (None: not found)."""
+    start, depth = None, 0
+    for i, piece in _pieces(pattern):
+        if piece == "(":
+            m = _NAMED_GROUP_RE.match(pattern, i)
+            if start is None and m is not None and m.group(1) == group:
+                start, depth = m.end(), 0
+            depth += 1
+        elif piece == ")" and start is not None:
+            depth -= 1
+            if depth == 0:
+                return pattern[start:i]
+    return None
+
+
+def _depends_on_surroundings(body: str) -> bool:
+    for _, piece in _pieces(body):
+        if piece in ("^", "$") or (piece[0] == "\\" and piece[1:2] in _CONTEXT_ESCAPES):
+            return True
+    return False

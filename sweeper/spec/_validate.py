@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from sweeper.errors import SpecError
 from sweeper.spec import registry
 from sweeper.spec._artifacts import artifacts_section
 from sweeper.spec._budget import budget_spec, budget_with_trials, cost_spec
@@ -83,6 +84,18 @@ def load_spec(path: str | Path, overrides: Sequence[str] = ()) -> SweepSpec:
     p = Path(path)
     text = read_text(p)
     return anchored(parse_spec(text, source=str(p), overrides=overrides), p)
+
+
+def field_error(path: str | Path, field: Path_, message: str,
+                overrides: Sequence[str] = ()) -> SpecError:
+    """The error at ``field`` of the spec file ``path`` (its line, or ``--set FIELD`` when an
+    override wrote it), for a check made after validation: one that reads the trial's
+    program."""
+    p = Path(path)
+    _, doc = load_yaml(read_text(p), str(p))
+    if overrides:
+        doc.overridden.update(o.path for o in parse_overrides(overrides, str(p)))
+    return doc.error(field, message)
 
 
 def parse_spec(text: str, source: str = "<spec>", overrides: Sequence[str] = ()) -> SweepSpec:

@@ -3,7 +3,9 @@ question every starter of new work asks (a runner before a new attempt of an ind
 promotion, before a PBT member's next interval; the backends before they hand out an index).
 
 What the figures mean and how the gate decides is :mod:`sweeper.accounting` (pure); this
-module reads the rows (``IndexStore.ledger``: one query) and records the budget's stop
+module reads the rows (``IndexStore.ledger``: one query; the gate reads
+``IndexStore.ledger_sums`` instead, where the database sums the closed segments and only the
+running trials' rows travel) and records the budget's stop
 (``protocol.STOP_ATTR``, rule ``budget``) the first time the gate says no, so the runners,
 the backends and ``sweeper status`` all see that the sweep ended on its budget, as after a
 stop rule. A larger budget launched again lifts that stop (:mod:`sweeper.study.sql.record`).
@@ -26,8 +28,9 @@ from sweeper.accounting import (
     OpenSegment,
     Totals,
     Usage,
+    UsageSum,
     budget_of,
-    committed,
+    committed_after,
     cost_of,
     decide,
     is_usage_key,
@@ -35,10 +38,10 @@ from sweeper.accounting import (
 from sweeper.protocol import SEGMENT_ATTR
 from sweeper.study.record import Sweep
 from sweeper.study.store import IndexStore
-from sweeper.study.values import LedgerRow
+from sweeper.study.values import FINISHED, LedgerRow, LedgerSums
 
-__all__ = ["BUDGET_RULE", "BudgetDecision", "Ledger", "decision_of", "may_start",
-           "read_ledger", "sweep_ledger"]
+__all__ = ["BUDGET_RULE", "Balance", "BudgetDecision", "Ledger", "decision_of", "may_start",
+           "read_balance", "read_ledger", "sweep_ledger"]
 
 
 @dataclass(frozen=True)
@@ -57,6 +60,21 @@ class Ledger:
     @property
     def finished_segments(self) -> tuple[Usage, ...]:
         return tuple(u for u in self.closed if u.ending.finished)
+
+    @property
+    def balance(self) -> Balance:
+        return Balance(self.totals, self.running, self.finished_trials)
+
+
+@dataclass(frozen=True)
+class Balance:
+    """What the budget gate decides from: the sweep's totals, its running segments so far,
+    how many trials completed or were pruned. The same from the whole ledger
+    (:attr:`Ledger.balance`) as from the database's sums (:func:`read_balance`)."""
+
+    totals: Totals
+    running: tuple[Usage, ...]
+    finished_trials: int
 
 
 def _now() -> datetime:
@@ -134,17 +152,31 @@ def sweep_ledger(sweep: Sweep) -> Ledger:
     return read_ledger(sweep.storage.ledger(sweep.study_id))
 
 
+def read_balance(sums: LedgerSums, now: datetime | None = None) -> Balance:
+    """The gate's balance from ``IndexStore.ledger_sums``: the database's sums of the closed
+    segments plus the segments the running trials closed, summed alike; their open segments
+    up to ``now``."""
+    closed, running = _split(list(sums.rows), now or _now())
+    summed = [UsageSum(Ending(c.ending), c.gpus, c.cpus, c.wall_ms, c.steps, c.segments)
+              for c in sums.closed]
+    totals = Totals.summed([*summed, *(UsageSum.of(u) for _, u in closed)],
+                           (u for _, u in running))
+    finished = sums.finished_trials + len({r.number for r in sums.rows if r.state in FINISHED})
+    return Balance(totals, tuple(u for _, u in running), finished)
+
+
 def decision_of(sweep: Sweep, book: Ledger) -> BudgetDecision:
     """What the gate would say given ``book``, recording nothing (``status`` asks this)."""
     budget = budget_of(sweep.spec)
     return BudgetDecision(True, "no budget") if budget is None else \
-        _decision(budget, book, sweep)
+        _decision(budget, book.balance, sweep)
 
 
-def _decision(budget: Budget, book: Ledger, sweep: Sweep) -> BudgetDecision:
+def _decision(budget: Budget, book: Balance, sweep: Sweep) -> BudgetDecision:
     cost = cost_of(sweep.spec)
     decision = decide(budget, book.totals,
-                      committed(book.running, book.finished_segments, budget.unit, cost), cost)
+                      committed_after(book.running, book.totals.finished, budget.unit, cost),
+                      cost)
     if budget.unit == "steps" and book.finished_trials and not book.totals.spent.steps:
         return BudgetDecision(False, "budget.steps: trials finished without reporting a step "
                                      "(ctx.report(step, ...), or a `step` metric of a command): "
@@ -171,7 +203,7 @@ def may_start(sweep: Sweep, store: IndexStore | None = None) -> BudgetDecision:
         if not state.stopped:
             return BudgetDecision(True, "budget ignored (--ignore-stop)", budget)
         return BudgetDecision(False, state.reason, budget)
-    decision = _decision(budget, read_ledger(store.ledger(sweep.study_id)), sweep)
+    decision = _decision(budget, read_balance(store.ledger_sums(sweep.study_id)), sweep)
     if not decision.may_start:
         store.record_stop(sweep.study_id, BUDGET_RULE, decision.reason)
     return decision

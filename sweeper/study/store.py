@@ -29,6 +29,7 @@ from sweeper.study.values import (
     Created,
     IndexStatus,
     LedgerRow,
+    LedgerSums,
     RungTrial,
     StopState,
     StudyStats,
@@ -131,6 +132,12 @@ class IndexStore(Protocol):
     def ledger(self, study_id: int) -> list[LedgerRow]:
         """Every closed segment of the study's trials and the open segment of each RUNNING
         one (with the highest step it reported): one query."""
+
+    def ledger_sums(self, study_id: int) -> LedgerSums:
+        """What the budget gate reads, in one statement: the closed segments of the trials
+        that are not RUNNING summed by the database, the RUNNING trials' ledger rows, and
+        how many trials finished. Only the running trials' rows travel: the closed segments
+        are summed where they are stored."""
 
     # ---- a running trial's writes
 

@@ -188,3 +188,31 @@ class LedgerRow:
     value: str
     last_step: int | None = None
     resumed_from: int | None = None
+
+
+@dataclass(frozen=True)
+class ClosedSum:
+    """Closed segments of one ending (``Ending`` value) and one (GPUs, CPUs), summed by the
+    database: wall time in whole milliseconds, steps, how many (``accounting.UsageSum``)."""
+
+    ending: str
+    gpus: float
+    cpus: float
+    wall_ms: int
+    steps: int
+    segments: int
+
+
+@dataclass(frozen=True)
+class LedgerSums:
+    """What the budget gate reads (``IndexStore.ledger_sums``), in one statement: the closed
+    segments of the trials that are not RUNNING, summed (``closed``); every ledger row of the
+    RUNNING trials (their open segment and the ones they closed: read one by one, as
+    ``IndexStore.ledger`` rows, because an open segment whose close is written counts once,
+    closed); and how many trials that have a closed segment completed or were pruned. Where
+    a stored segment is not what sweeper writes (not a JSON object, a number out of range),
+    ``closed`` is empty and ``rows`` holds the whole ledger, read as ever."""
+
+    closed: tuple[ClosedSum, ...]
+    rows: tuple[LedgerRow, ...]
+    finished_trials: int

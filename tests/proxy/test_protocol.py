@@ -304,3 +304,18 @@ def test_the_ledger_and_the_budget_stop_through_the_proxy(proxy_url: str,
     assert not may_start(sweep).may_start
     state = open_storage(storage_url).stop_state(sweep.study_id)
     assert state is not None and state.rule == BUDGET_RULE
+
+
+def test_the_budget_gates_sums_are_made_on_the_proxys_side(server: ProxyServer,
+                                                         storage_url: str) -> None:
+    from sweeper.study.ledger import read_balance, read_ledger
+    from tests.support.ledger_sweeps import NOW, mixed_sweep
+
+    sweep = mixed_sweep(storage_url)
+    seen = _statements(server)
+    via = open_storage(server.url)
+    sums = via.ledger_sums(sweep.study_id)
+    assert sums == open_storage(storage_url).ledger_sums(sweep.study_id)
+    assert len(sums.rows) == 5  # only the RUNNING trials' rows came over the wire
+    assert any("GROUP BY ending, gpus, cpus" in s for s in seen)  # summed by the server
+    assert read_balance(sums, NOW) == read_ledger(via.ledger(sweep.study_id), NOW).balance

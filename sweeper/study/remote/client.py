@@ -255,6 +255,7 @@ class ProxyStorage(GrpcStorageProxyOnChannel):
     brake = _remote(IndexStore.brake)
     record_stop = _remote(IndexStore.record_stop)
     ledger = _remote(IndexStore.ledger)
+    ledger_sums = _remote(IndexStore.ledger_sums)
     set_trial_user_attrs = _remote(IndexStore.set_trial_user_attrs)
     write_trial = _remote(IndexStore.write_trial)
     state_counts = _remote(IndexStore.state_counts)

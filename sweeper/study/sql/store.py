@@ -31,6 +31,7 @@ from sweeper.study.values import (
     Created,
     IndexStatus,
     LedgerRow,
+    LedgerSums,
     RungTrial,
     StopState,
     StudyStats,
@@ -108,6 +109,9 @@ class SqlStore(RetryingRDBStorage):
 
     def ledger(self, study_id: int) -> list[LedgerRow]:
         return ledger.ledger(self, study_id)
+
+    def ledger_sums(self, study_id: int) -> LedgerSums:
+        return ledger.ledger_sums(self, study_id)
 
     # ---- a running trial's writes
 
