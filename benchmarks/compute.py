@@ -26,6 +26,12 @@ of that seed: the ceil(N/10)-th best, over its N trials, of the best score a tri
 any step (synthetic: the noise-free curve; digits: the reported validation loss). So ``none``
 always reaches it, and "reaching the same score" means finding a configuration as good as the
 best tenth of the sample.
+
+The real runs cost minutes a seed, so the section runs few; the simulated rows (INFO) replay
+the same rules (``benchmarks.schedule_sim``) on more seeds' configurations: the curve task's
+with its noise, the digits task's on their learning curves, trained in this process with the
+example's own code (``benchmarks.digits_curves``). Each comes with a check against the real
+runs of the seeds both have.
 """
 
 from __future__ import annotations
