@@ -319,7 +319,9 @@ def digits_sim(size: dict[str, Any]) -> tuple[SimTask, DigitsCurves]:
              "paused and resumed reseeds its dropout and batch order at the resume, so the "
              "replay of continuous curves approximates the promoted trials: see the check "
              f"against the real runs); the first bracket's rungs fall after epochs {rungs}, as "
-             "digits reports epoch e as step e - 1; the budget is counted in epochs")
+             "digits reports epoch e as step e - 1; the budgeted rules' budget, the "
+             "simulated sweeper hyperband's epochs, is counted in epochs (the real runs' gate "
+             "counts sweeper's steps, one fewer than the epochs per configuration started)")
     return SimTask("digits", trained.measures, size["trials"], pool["trials"], size["steps"],
                    size["w"], offset=1, where=where), trained
 
