@@ -26,10 +26,17 @@ of that seed: the ceil(N/10)-th best, over its N trials, of the best score a tri
 any step (synthetic: the noise-free curve; digits: the reported validation loss). So ``none``
 always reaches it, and "reaching the same score" means finding a configuration as good as the
 best tenth of the sample.
+
+The real runs cost minutes a seed, so the section runs few; the simulated rows (INFO) replay
+the same rules (``benchmarks.schedule_sim``) on more seeds' configurations: the curve task's
+with its noise, the digits task's on their learning curves, trained in this process with the
+example's own code (``benchmarks.digits_curves``). Each comes with a check against the real
+runs of the seeds both have.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import tempfile
 import time
@@ -52,16 +59,21 @@ from benchmarks.compute_figures import (
     REDUCTION_FACTOR,
     TOP_FRACTION,
     VARIANTS,
+    SimTask,
     budget_rows,
+    curve_check,
     figures,
     ledger_row,
     not_in_effect,
     notes_for,
     rows_for,
+    sim_schedule,
     simulated,
     simulation_check,
 )
 from benchmarks.compute_plain import plain_run
+from benchmarks.digits_curves import DigitsCurves
+from benchmarks.schedule_sim import Measure, curve_measures, rung_steps
 
 #: The variants that run on a task (PBT's perturbations need a space a checkpoint can take).
 TASK_VARIANTS = {"curve": VARIANTS, "digits": tuple(v for v in VARIANTS if v != "pbt")}
@@ -254,28 +266,81 @@ def summarise(task: str, sized: dict[str, Any], per_seed: list[dict[str, Any]],
             notes_for(task, per_seed, variants, idle))
 
 
-#: Seeds of the simulated rows (at least the real runs' own).
-SIM_SEEDS = 20
+#: Seeds of the simulated rows (at least the real runs' own): the curve task's, and the
+#: digits task's (whose curves are trained: about 20 s a seed here).
+SIM_SEEDS = {"curve": 20, "digits": 10}
 
 
-def curve_configs(size: dict[str, Any], seed: int) -> list[dict[str, Any]]:
-    """The configurations the curve runs of ``seed`` train (sweeper's planned random sets)."""
+def task_configs(task: str, size: dict[str, Any], seed: int) -> list[dict[str, Any]]:
+    """The configurations the runs of ``task`` and ``seed`` train (sweeper's planned random
+    sets), ``size["trials"]`` of them."""
     from sweeper.space import random_point
     from sweeper.spec import parse_spec_dict
 
-    spec = parse_spec_dict(spec_for("curve", "none", size, seed, "/tmp"), source="<compute>")
+    spec = parse_spec_dict(spec_for(task, "none", size, seed, "/tmp"), source="<compute>")
     return [random_point(spec, i) for i in range(spec.trials)]
 
 
-def simulate_curve(size: dict[str, Any], per_seed: list[dict[str, Any]]
-                   ) -> tuple[list[Row], list[str]]:
-    """The simulated rows on the curve task's configurations, and the check that the
-    simulation reproduces the real ASHA runs."""
-    configs_of = partial(curve_configs, size)
-    pool_of = partial(curve_configs, {**size, "trials": trials_of("budget_asha", size)})
-    rows, notes = simulated(configs_of, max(SIM_SEEDS, size["seeds"]), size["steps"], size["w"],
-                            pool_of)
-    return rows, [*notes, simulation_check(per_seed, configs_of, size["steps"], size["w"])]
+def curve_configs(size: dict[str, Any], seed: int) -> list[dict[str, Any]]:
+    """The configurations the curve runs of ``seed`` train."""
+    return task_configs("curve", size, seed)
+
+
+def _pool(size: dict[str, Any]) -> dict[str, Any]:
+    """``size`` with budgeted ASHA's pool as its trials (whose first N are the others')."""
+    return {**size, "trials": trials_of("budget_asha", size)}
+
+
+def curve_sim(size: dict[str, Any]) -> SimTask:
+    """The curve task as the simulation replays it: the seeds' configurations and noise."""
+    pool = _pool(size)
+
+    def measures(seed: int) -> tuple[Measure, Measure]:
+        return curve_measures(task_configs("curve", pool, seed), seed)
+
+    return SimTask("curve", functools.cache(measures), size["trials"], pool["trials"],
+                   size["steps"], size["w"], where="on the seeds' own configurations and noise")
+
+
+def digits_sim(size: dict[str, Any]) -> tuple[SimTask, DigitsCurves]:
+    """The digits task as the simulation replays it: learning curves of the seeds'
+    configurations, trained here (:mod:`benchmarks.digits_curves`) as far as a rule asks."""
+    pool = _pool(size)
+
+    def fixed(seed: int) -> dict[str, Any]:
+        params = spec_for("digits", "none", size, seed, "/tmp")["trial"]["fixed"]
+        return {k: v for k, v in params.items() if k != "ledger"}
+
+    trained = DigitsCurves(functools.cache(partial(task_configs, "digits", pool)), fixed)
+    rungs = ", ".join(map(str, rung_steps(0, sim_schedule(size["steps"], 1, offset=1))))
+    where = (f"on learning curves of the seeds' own configurations: each trained in this "
+             f"process with the digits example's own code (build and fit), continuously, "
+             f"for as many of its {size['steps']} epochs as a rule asks (a real trial that is "
+             "paused and resumed reseeds its dropout and batch order at the resume, so the "
+             "replay of continuous curves approximates the promoted trials: see the check "
+             f"against the real runs); the first bracket's rungs fall after epochs {rungs}, as "
+             "digits reports epoch e as step e - 1; the budgeted rules' budget, the "
+             "simulated sweeper hyperband's epochs, is counted in epochs (the real runs' gate "
+             "counts sweeper's steps, one fewer than the epochs per configuration started)")
+    return SimTask("digits", trained.measures, size["trials"], pool["trials"], size["steps"],
+                   size["w"], offset=1, where=where), trained
+
+
+def simulate(task: str, size: dict[str, Any], per_seed: list[dict[str, Any]],
+             log: Callable[[str], None]) -> tuple[list[Row], list[str]]:
+    """The simulated rows of ``task`` on ``SIM_SEEDS`` seeds' configurations (at least the
+    real runs'), and the checks that the simulation reproduces the real runs."""
+    seeds = max(SIM_SEEDS[task], size["seeds"])
+    if task == "curve":
+        sim = curve_sim(size)
+        rows, notes = simulated(sim, seeds)
+        return rows, [*notes, simulation_check(sim, per_seed)]
+    sim, trained = digits_sim(size)
+    log(f"compute: digits simulated on {seeds} seeds' learning curves")
+    rows, notes = simulated(sim, seeds)
+    spent = (f"compute digits, simulated: its curves took {trained.epochs} epochs of training "
+             f"in {trained.seconds:.0f} s here ({seeds} seeds).")
+    return rows, [*notes, spent, simulation_check(sim, per_seed), curve_check(sim, per_seed)]
 
 
 def run(sizes: dict[str, Any], log: Callable[[str], None]) -> tuple[list[Row], dict[str, Any]]:
@@ -308,8 +373,8 @@ def run(sizes: dict[str, Any], log: Callable[[str], None]) -> tuple[list[Row], d
             rows += budget_rows(task, sized, per_seed)
         raw["notes"] += notes
         raw["tasks"][task] = per_seed
-        if task == "curve" and missing is None:
-            sim_rows, sim_notes = simulate_curve(sized, per_seed)
+        if missing is None:
+            sim_rows, sim_notes = simulate(task, sized, per_seed, log)
             rows += sim_rows
             raw["notes"] += sim_notes
     check = undisturbed(partial(ledger_check, task_size(size, "curve")), "compute ledger", log)

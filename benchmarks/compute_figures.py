@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from benchmarks import curves, schedule_sim
@@ -281,12 +282,34 @@ SIMULATED = {"no pruning": ("none", 1), "sweeper successive_halving": ("stopping
 SIM_FRACTIONS = (TOP_FRACTION, 0.03)
 
 
-def sim_schedule(steps: int, brackets: int | None,
-                 min_resource: int = MIN_RESOURCE) -> schedule_sim.Schedule:
-    """The section's schedule; ``brackets`` None: as many as Optuna's HyperbandPruner makes."""
+def sim_schedule(steps: int, brackets: int | None, min_resource: int = MIN_RESOURCE,
+                 offset: int = 0) -> schedule_sim.Schedule:
+    """The section's schedule; ``brackets`` None: as many as Optuna's HyperbandPruner makes;
+    ``offset``: see :class:`benchmarks.schedule_sim.Schedule`."""
     one = schedule_sim.Schedule(min_resource, steps, REDUCTION_FACTOR)
     count = brackets or len(schedule_sim.rung_steps(0, one)) + 1  # a bracket per first rung
-    return schedule_sim.Schedule(min_resource, steps, REDUCTION_FACTOR, count)
+    return schedule_sim.Schedule(min_resource, steps, REDUCTION_FACTOR, count, offset)
+
+
+@dataclass(frozen=True)
+class SimTask:
+    """A task as the simulation replays it: ``measures(seed)``, the (reported value, judged
+    score) of the seed's pool of ``pool`` configurations, of which the fixed-N rules train the
+    first ``n``; ``steps`` each, W ``workers``; ``offset``: see
+    :class:`benchmarks.schedule_sim.Schedule`; ``where``: what the rows say of the task."""
+
+    name: str
+    measures: Callable[[int], tuple[schedule_sim.Measure, schedule_sim.Measure]]
+    n: int
+    pool: int
+    steps: int
+    workers: int
+    offset: int = 0
+    where: str = ""
+
+    def schedule(self, brackets: int | None, min_resource: int = MIN_RESOURCE
+                 ) -> schedule_sim.Schedule:
+        return sim_schedule(self.steps, brackets, min_resource, self.offset)
 
 
 #: The simulated budgeted rules: label -> (brackets (None: hyperband's count), min_resource).
@@ -297,51 +320,56 @@ SIM_BUDGETED = {"sweeper budgeted ASHA": (1, MIN_RESOURCE),
                 "budgeted ASHA with min_resource 3 (simulated only)": (1, 3)}
 
 
-def _simulate_seed(configs: list[dict[str, float]], pool: list[dict[str, float]], seed: int,
-                   steps: int, workers: int) -> dict[str, list[curves.Event]]:
+def _simulate_seed(task: SimTask, seed: int) -> dict[str, list[curves.Event]]:
     """Every simulated rule's events on one seed: the budgeted ones after hyperband's."""
-    out = {label: schedule_sim.on_curves(configs, seed, policy, sim_schedule(steps, brackets),
-                                         workers)
+    value, score = task.measures(seed)
+    out = {label: schedule_sim.simulate(task.n, value, score, policy, task.schedule(brackets),
+                                        task.workers)
            for label, (policy, brackets) in SIMULATED.items()}
     budget = len(out["sweeper hyperband"])
     for label, (brackets, first) in SIM_BUDGETED.items():
-        out[label] = schedule_sim.on_curves(pool, seed, "promotion",
-                                            sim_schedule(steps, brackets, first), workers, budget)
+        out[label] = schedule_sim.simulate(task.pool, value, score, "promotion",
+                                           task.schedule(brackets, first), task.workers, budget)
     return out
 
 
-def simulated(configs_of: Callable[[int], list[dict[str, float]]], seeds: int, steps: int,
-              workers: int, pool_of: Callable[[int], list[dict[str, float]]] | None = None
-              ) -> tuple[list[Row], list[str]]:
-    """Every simulated rule on ``seeds`` seeds' configurations (``configs_of(seed)``, the sets
-    the real runs train; ``pool_of(seed)``: the budgeted rules' pool, whose first N they are),
-    per target: mean epochs to it and the seeds that reached it; the budgeted rules' medians
-    (:func:`budget_rows`' figures) in a note."""
+def sim_targets(task: SimTask, seed: int) -> list[float]:
+    """Each of the seed's N configurations' best score at any step, trained to the end: what
+    the seed's targets are the top fractions of (as the real runs' no-pruning run)."""
+    score = task.measures(seed)[1]
+    return [min(score(i, k) for k in range(1, task.steps + 1)) for i in range(task.n)]
+
+
+def simulated(task: SimTask, seeds: int) -> tuple[list[Row], list[str]]:
+    """Every simulated rule on ``seeds`` seeds of ``task`` (the configurations the real runs
+    train, the budgeted rules' pool after them), per target: mean epochs to it and the seeds
+    that reached it; the budgeted rules' medians (:func:`budget_rows`' figures) in a note."""
     to: dict[tuple[str, float], list[int | None]] = {}
     total: dict[str, list[int]] = {}
     best: dict[str, list[float]] = {}
     for seed in range(seeds):
-        configs = configs_of(seed)
-        finals = [curves.quality(c, steps) for c in configs]
-        pool = pool_of(seed) if pool_of is not None else configs
-        for label, events in _simulate_seed(configs, pool, seed, steps, workers).items():
+        finals = sim_targets(task, seed)
+        for label, events in _simulate_seed(task, seed).items():
             total.setdefault(label, []).append(len(events))
             best.setdefault(label, []).append(min(e.score for e in events))
             for frac in SIM_FRACTIONS:
                 target = curves.top_fraction_score(finals, frac)
                 to.setdefault((label, frac), []).append(curves.epochs_to_target(events, target))
-    n = len(configs_of(0))
-    rows = [_simulated_row(to, total, frac, seeds, n, steps, workers)
-            for frac in SIM_FRACTIONS]
-    note = ("compute, simulated: the same rules replayed without processes or a database "
-            "(benchmarks/schedule_sim.py) on the seeds' own configurations and noise; epochs in "
-            "all, mean: " + "; ".join(f"{k} {statistics.fmean(v):.0f}" for k, v in total.items())
+    rows = [_simulated_row(task, to, total, frac, seeds) for frac in SIM_FRACTIONS]
+    note = (f"compute{_of(task)}, simulated: the same rules replayed without processes or a "
+            f"database (benchmarks/schedule_sim.py) {task.where}; epochs in all, mean: "
+            + "; ".join(f"{k} {statistics.fmean(v):.0f}" for k, v in total.items())
             + ". Each cell is the mean epochs to the target over the seeds that reached it.")
-    return rows, [note, _budget_note(to, best, seeds)]
+    return rows, [note, _budget_note(task, to, best, seeds)]
 
 
-def _simulated_row(to: dict[tuple[str, float], list[int | None]], total: dict[str, list[int]],
-                   frac: float, seeds: int, n: int, steps: int, workers: int) -> Row:
+def _of(task: SimTask) -> str:
+    """The task in a simulated row's or note's name (the curve task's are the unnamed ones)."""
+    return "" if task.name == "curve" else f" {task.name}"
+
+
+def _simulated_row(task: SimTask, to: dict[tuple[str, float], list[int | None]],
+                   total: dict[str, list[int]], frac: float, seeds: int) -> Row:
     """The row of one target: each rule's mean epochs to it, and promotion ASHA's against
     hyperband's on the seeds both reached it."""
     parts = []
@@ -353,15 +381,16 @@ def _simulated_row(to: dict[tuple[str, float], list[int | None]], total: dict[st
                                    to[("sweeper hyperband", frac)], strict=True)
             if a is not None and h is not None]
     ratio = sum(a for a, _ in both) / sum(h for _, h in both) if both else float("nan")
-    return Row(f"compute, simulated: epochs to the top {frac:.0%} (curve, N={n} x "
-               f"{steps} steps, W={workers}, {seeds} seeds)",
+    return Row(f"compute, simulated: epochs to the top {frac:.0%} ({task.name}, N={task.n} x "
+               f"{task.steps} steps, W={task.workers}, {seeds} seeds)",
                "; ".join(parts) + f"; promotion ASHA / hyperband {ratio:.2f}x on the "
                f"{len(both)} seeds both reached it", "-", "INFO",
-               {"fraction": frac, "ratio": ratio, "paired_seeds": len(both)})
+               {"task": task.name, "fraction": frac, "ratio": ratio, "paired_seeds": len(both),
+                "seeds": seeds})
 
 
-def _budget_note(to: dict[tuple[str, float], list[int | None]], best: dict[str, list[float]],
-                 seeds: int) -> str:
+def _budget_note(task: SimTask, to: dict[tuple[str, float], list[int | None]],
+                 best: dict[str, list[float]], seeds: int) -> str:
     """The simulated budgeted rules as the real rows judge them: median epochs to the top
     10 %, seeds that reached it, the median seed's best loss."""
     def median_hits(label: str) -> str:
@@ -369,7 +398,8 @@ def _budget_note(to: dict[tuple[str, float], list[int | None]], best: dict[str, 
         return f"{statistics.median(hits) if hits else float('nan'):.0f} ({len(hits)}/{seeds})"
 
     labels = ["sweeper hyperband", "sweeper promotion ASHA", *SIM_BUDGETED]
-    return ("compute, simulated, at equal budget (the budgeted rules get sweeper hyperband's "
+    return (f"compute{_of(task)}, simulated, at equal budget (the budgeted rules get sweeper "
+            "hyperband's "
             f"epochs on the seed, a pool of {POOL_FACTOR}N): median epochs to the top "
             f"{TOP_FRACTION:.0%} (seeds that reached it): "
             + "; ".join(f"{label} {median_hits(label)}" for label in labels)
@@ -378,18 +408,41 @@ def _budget_note(to: dict[tuple[str, float], list[int | None]], best: dict[str, 
             + ".")
 
 
-def simulation_check(per_seed: list[dict[str, Any]],
-                     configs_of: Callable[[int], list[dict[str, float]]], steps: int,
-                     workers: int) -> str:
-    """Whether the simulation trains to the end the configurations the real ASHA runs did."""
+def simulation_check(task: SimTask, per_seed: list[dict[str, Any]]) -> str:
+    """Whether the simulation trains to the end the configurations the real ASHA runs did
+    (a real trial trained to the end reports step ``steps - offset``)."""
     same = []
     for seed, f in enumerate(per_seed):
-        real = {i for i, s, _ in f["runs"]["asha"]["events"] if s == steps}
-        sim = schedule_sim.trained_to_end(schedule_sim.on_curves(
-            configs_of(seed), seed, "promotion", sim_schedule(steps, 1), workers), steps)
+        real = {i for i, s, _ in f["runs"]["asha"]["events"] if s == task.steps - task.offset}
+        value, score = task.measures(seed)
+        sim = schedule_sim.trained_to_end(schedule_sim.simulate(
+            task.n, value, score, "promotion", task.schedule(1), task.workers), task.steps)
         same.append(real == sim)
-    return (f"compute curve, simulation against the real runs: given each seed's configurations "
-            f"and noise, the simulated promotion ASHA trains to the end the same configurations "
+    given = "configurations and noise" if task.name == "curve" else "configurations' curves"
+    return (f"compute {task.name}, simulation against the real runs: given each seed's {given}, "
+            f"the simulated promotion ASHA trains to the end the same configurations "
             f"as the real one in {sum(same)}/{len(same)} seeds (real runs interleave steps by "
             "wall clock, the simulation by ticks, so a tie in time can order two reports "
             "differently).")
+
+
+def curve_check(task: SimTask, per_seed: list[dict[str, Any]]) -> str:
+    """How far the simulated curves are from what the real runs' trials reported: the
+    no-pruning run's (trials never paused: the same training) and promotion ASHA's (a
+    resumed trial reseeds, so its epochs after a resume differ)."""
+    def apart(variant: str) -> list[float]:
+        out = []
+        for seed, f in enumerate(per_seed):
+            score = task.measures(seed)[1]
+            out += [abs(q - score(i, s + task.offset)) for i, s, q in f["runs"][variant]["events"]]
+        return out
+
+    none, asha = apart("none"), apart("asha")
+    moved = sorted(d for d in asha if d > 1e-6)
+    median = f"{statistics.median(moved):.4f}" if moved else "-"
+    return (f"compute {task.name}, curves against the real runs: the no-pruning run's "
+            f"{len(none)} reported losses differ from the simulated curves by at most "
+            f"{max(none, default=float('nan')):.1e}; of promotion ASHA's {len(asha)}, "
+            f"{len(asha) - len(moved)} are the curves' and {len(moved)} (after a resume: the "
+            f"real trial reseeds its dropout and batch order there, the curve trains on) "
+            f"differ by a median {median} (at most {max(moved, default=0.0):.4f}).")

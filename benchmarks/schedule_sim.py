@@ -3,7 +3,8 @@ trains how far, at W workers, without a database, processes or a clock of its ow
 
 The real runs (``benchmarks.compute``) cost minutes a seed, so the section runs a few seeds; the
 same rules, simulated, run many seeds and targets in seconds. Each is the rule as sweeper and
-Optuna apply it, on the synthetic family (``benchmarks.curves``) with the same noise:
+Optuna apply it, on a task's measures: the synthetic family (``benchmarks.curves``) with the
+same noise, or the digits MLP's learning curves (``benchmarks.digits_curves``):
 
 * ``none``: every configuration trains to ``max_resource``;
 * ``stopping``: Optuna's ``SuccessiveHalvingPruner`` (sweeper's ``successive_halving`` and, with
@@ -14,12 +15,14 @@ Optuna apply it, on the synthetic family (``benchmarks.curves``) with the same n
   ``n // eta`` there, otherwise it pauses; a free worker first resumes the best promotable
   paused trial, top rung first, and only then starts the next configuration.
 
-With ``brackets`` b > 1 configuration i belongs to bracket k (its first rung at
-``min_resource * eta**k``) with the weights of Optuna's ``HyperbandPruner``, and is ranked only
-among its bracket. Time runs in ticks: every busy worker trains one step a tick, in worker order;
-a worker freed in a tick takes its next job at the next. The figures' validation is
-:func:`benchmarks.compute_notes.simulation_check`: given a real run's configurations and seed,
-the simulation trains the same ones to the end.
+A program that reports its first epoch as step 0 (digits: epoch e as step e - 1) reaches a
+rung's step one epoch later than a program that counts from 1: ``offset`` 1, rungs after 2, 4
+and 10 epochs instead of 1, 3 and 9. With ``brackets`` b > 1 configuration i belongs to
+bracket k (its first rung at ``min_resource * eta**k``) with the weights of Optuna's
+``HyperbandPruner``, and is ranked only among its bracket. Time runs in ticks: every busy
+worker trains one step a tick, in worker order; a worker freed in a tick takes its next job at
+the next. The figures' validation is :func:`benchmarks.compute_figures.simulation_check`: given
+a real run's configurations and seed, the simulation trains the same ones to the end.
 """
 
 from __future__ import annotations
@@ -41,6 +44,8 @@ class Schedule:
     max_resource: int
     eta: int
     brackets: int = 1
+    #: The steps trained when the program reports step 0 (see the module's docstring).
+    offset: int = 0
 
 
 def bracket_weights(brackets: int, eta: int) -> list[int]:
@@ -61,9 +66,10 @@ def bracket_of(index: int, weights: Sequence[int]) -> int:
 
 
 def rung_steps(bracket: int, s: Schedule) -> tuple[int, ...]:
+    """The steps trained (``offset`` included) at which a trial of ``bracket`` meets a rung."""
     out, step = [], s.min_resource * s.eta ** bracket
     while step < s.max_resource:
-        out.append(step)
+        out.append(step + s.offset)
         step *= s.eta
     return tuple(out)
 
@@ -183,13 +189,17 @@ def simulate(n: int, value: Measure, score: Measure, policy: str, s: Schedule,
                 busy[w] = None
 
 
+def curve_measures(configs: Sequence[dict[str, float]], seed: int) -> tuple[Measure, Measure]:
+    """The synthetic family's measures: reported values with the curve task's noise
+    (``curves.noise(seed, index, step)``), scores the noise-free curve."""
+    return (lambda i, k: curves.quality(configs[i], k) + curves.noise(seed, i, k),
+            lambda i, k: curves.quality(configs[i], k))
+
+
 def on_curves(configs: Sequence[dict[str, float]], seed: int, policy: str, s: Schedule,
               workers: int, budget: int | None = None) -> list[curves.Event]:
-    """:func:`simulate` on the synthetic family: reported values with the curve task's noise
-    (``curves.noise(seed, index, step)``), scores the noise-free curve."""
-    return simulate(len(configs),
-                    lambda i, k: curves.quality(configs[i], k) + curves.noise(seed, i, k),
-                    lambda i, k: curves.quality(configs[i], k), policy, s, workers, budget)
+    """:func:`simulate` on the synthetic family (:func:`curve_measures`)."""
+    return simulate(len(configs), *curve_measures(configs, seed), policy, s, workers, budget)
 
 
 def trained_to_end(events: Sequence[curves.Event], max_resource: int) -> set[int]:

@@ -342,3 +342,35 @@ def test_the_ledger_row_passes_within_one_percent() -> None:
     check = {"unit": "CPU-hours", "per": "CPUs", "w": 8, "trials": 16, "durations": 1.0}
     assert compute_figures.ledger_row({**check, "ledger": 1.009}).status == "PASS"
     assert compute_figures.ledger_row({**check, "ledger": 0.98}).status == "MISS"
+
+
+# --------------------------------------------------------------------------- digits curves
+
+
+#: Two configurations (a pool of 8) of 3 epochs.
+DIGITS = {"w": 2, "step_s": 0.0, "trials": 2, "steps": 3, "seeds": 1}
+
+
+def test_digits_curves_are_the_example_trials_reports_and_the_same_for_a_seed() -> None:
+    from trial_runner.examples.digits import train
+
+    _, trained = compute.digits_sim(DIGITS)
+    curve = [trained.loss(0, 1, k) for k in (1, 2, 3)]
+    # trained by turns with another configuration, in another order: the same curve
+    _, again = compute.digits_sim(DIGITS)
+    assert [again.loss(0, 0, 1), again.loss(0, 1, 2), again.loss(0, 0, 3)][1] == curve[1]
+    # another seed's (its configurations and its torch seed) differ; asking for it drops
+    # seed 0's configurations in training: one asked for more trains again from the start
+    assert again.loss(1, 1, 3) != curve[2]
+    assert again.epochs == 3 + 2 + 3
+    assert [again.loss(0, 1, k) for k in (3, 1, 2)] == [curve[2], curve[0], curve[1]]
+    assert again.epochs == 3 + 2 + 3 + 3 and again.seconds > 0
+    # the example's trial of that configuration (never paused) reported the same losses
+    params = {**trained.fixed(0), **compute.task_configs(
+        "digits", {**DIGITS, "trials": compute.trials_of("budget_asha", DIGITS)}, 0)[1]}
+    seen: list[tuple[float, int]] = []
+    trial = types.SimpleNamespace(report=lambda v, s: seen.append((v, s)),
+                                  should_prune=lambda: False, set_user_attr=lambda k, v: None)
+    train(PlainContext(trial, params, 1, "val_loss"))  # type: ignore[arg-type]
+    assert seen == [(loss, step) for step, loss in enumerate(curve)]
+    assert params["epochs"] == 3 and params["seed"] == 0 and "ledger" not in params

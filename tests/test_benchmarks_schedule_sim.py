@@ -83,10 +83,58 @@ def test_the_simulation_check_compares_the_configurations_trained_to_the_end() -
     ends = schedule_sim.trained_to_end(sim, 9)
     same = [{"runs": {"asha": {"events": [[i, 9, 0.1] for i in ends]}}}]
     other = [{"runs": {"asha": {"events": [[i, 9, 0.1] for i in ends | {99}]}}}]
-    check = compute_figures.simulation_check
-    configs_of = partial(compute.curve_configs, size)
-    assert "in 1/1 seeds" in check(same, configs_of, 9, size["w"])
-    assert "in 0/1 seeds" in check(other, configs_of, 9, size["w"])
+    check = partial(compute_figures.simulation_check, compute.curve_sim(size))
+    assert "in 1/1 seeds" in check(same)
+    assert "in 0/1 seeds" in check(other)
+
+
+def test_a_program_that_reports_its_first_epoch_as_step_0_meets_each_rung_an_epoch_later(
+        ) -> None:
+    assert schedule_sim.rung_steps(0, schedule_sim.Schedule(1, 27, 3, offset=1)) == (2, 4, 10)
+    assert compute_figures.sim_schedule(27, None, offset=1).offset == 1
+    # a trial ranked at a rung has trained offset + the rung's step: with one rung (step 1 of
+    # 3) and offset 1, the first trials pause after 2 steps, not 1
+    s = schedule_sim.Schedule(min_resource=1, max_resource=3, eta=3, offset=1)
+    events = schedule_sim.simulate(3, lambda i, k: AT_1[i] if k == 2 else AT_1[i] - k,
+                                   lambda i, k: float(k), "promotion", s, 1)
+    assert [(e.index, e.step) for e in events] == [(0, 1), (0, 2), (1, 1), (1, 2), (2, 1),
+                                                    (2, 2), (1, 3)]
+
+
+#: A digits size small enough for a test: 3 configurations (a pool of 12) of 3 epochs.
+DIGITS = {"w": 2, "step_s": 0.0, "trials": 3, "steps": 3, "seeds": 1}
+
+
+def _real(sim: compute_figures.SimTask, seed: int, policy: str) -> list[list[float]]:
+    """A real run's ledger as the simulation would have it ([index, reported step, loss])."""
+    events = schedule_sim.simulate(sim.n, *sim.measures(seed), policy, sim.schedule(1), sim.workers)
+    return [[e.index, e.step - sim.offset, e.score] for e in events]
+
+
+def test_the_digits_simulation_reports_its_rows_with_their_seeds_and_checks_the_real_runs(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(compute.SIM_SEEDS, "digits", 2)
+    sim, _ = compute.digits_sim(DIGITS)
+    per_seed = [{"runs": {v: {"events": _real(sim, 0, p)}
+                          for v, p in (("none", "none"), ("asha", "promotion"))}}]
+    logged: list[str] = []
+    rows, notes = compute.simulate("digits", DIGITS, per_seed, logged.append)
+    assert [r.item for r in rows] == [
+        f"compute, simulated: epochs to the top {f:.0%} (digits, N=3 x 3 steps, W=2, 2 seeds)"
+        for f in compute_figures.SIM_FRACTIONS]
+    assert all(r.status == "INFO" and r.figures["seeds"] == 2 for r in rows)
+    assert all(r.figures["task"] == "digits" for r in rows)
+    # every simulated rule, with the seeds that reached the target
+    assert all(f"{label} " in rows[0].measured for label in
+               [*compute_figures.SIMULATED, *compute_figures.SIM_BUDGETED])
+    assert "/2)" in rows[0].measured and "(3/2)" not in rows[0].measured
+    text = " ".join(notes)
+    assert "compute digits, simulated: the same rules replayed" in text
+    assert "reseeds its dropout" in text and "compute digits, simulated, at equal budget" in text
+    assert "in 1/1 seeds" in text  # the ASHA run above is the simulation's own
+    assert "no-pruning run's 9 reported losses differ from the simulated curves by at most " \
+        "0.0e+00" in text
+    assert logged
 
 
 def test_a_budget_starts_configurations_from_the_pool_until_the_gate_says_no() -> None:
