@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import codecs
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -63,6 +63,27 @@ def split_attempts(text: str) -> list[Section]:
 def _ends(header: LogHeader | None, line: str) -> bool:
     """``line`` is the end line of the part ``header`` began."""
     return header is not None and parse_log_end(line) == (header.index, header.trial_number)
+
+
+def index_parts(chunks: Iterable[str], index: int) -> Iterator[str]:
+    """A slot's log as it is written (``chunks``: any cut) -> the parts of ``index`` in it,
+    line by line, each from its header to its end line; it stops once the slot starts a
+    later index of its own (a promoted segment of another index is skipped, not an end)."""
+    rest, part = "", None
+    for chunk in chunks:
+        lines = (rest + chunk).split("\n")
+        rest = lines.pop()
+        for line in lines:
+            header = parse_log_header(line)
+            if header is not None and header.index > index and header.promoted_from is None:
+                return
+            if header is not None:
+                part = header if header.index == index else None
+            if part is not None:
+                yield line + "\n"
+                part = None if _ends(part, line) else part
+    if part is not None and rest:
+        yield rest
 
 
 def attempts_of(sections: list[Section], index: int) -> list[Section]:

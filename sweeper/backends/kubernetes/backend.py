@@ -205,9 +205,10 @@ class KubernetesBackend:
         return delete_jobs(self.clients, self._ns(SweepRef(sweep.name, sweep)), sweep.name,
                            wait_s, required=required)
 
-    def describe(self, sweep: Sweep, *, required: bool) -> Description:
+    def describe(self, sweep: Sweep, *, required: bool,
+                 indexes: Sequence[int] = ()) -> Description:
         return workloads(self.clients, self._ns(SweepRef(sweep.name, sweep)), sweep,
-                         required=required)
+                         required=required, indexes=indexes)
 
     # ---------------------------------------------------------------- watching
 
@@ -279,12 +280,12 @@ class KubernetesBackend:
             pname = pod_name(pod)
             if pname not in w.seen_failures:
                 w.seen_failures.add(pname)
-                self.echo(f"index {pod_indexes(pod, info)}: pod {pname} {pod_exit(pod)}")
+                self.echo(f"{pod_indexes(pod, info)}: pod {pname} {pod_exit(pod)}")
                 reason, k = oom_reason(pod), pod_job_index(pod)
                 if reason is not None and k is not None:
                     failed = record_oom(sweep.storage, sweep.study_id, info.sweep_indexes(k),
                                         pod_attempt(pod), reason)
-                    self.echo(f"index {pod_indexes(pod, info)}: pod {pname} was OOM-killed: "
+                    self.echo(f"{pod_indexes(pod, info)}: pod {pname} was OOM-killed: "
                               f"over its memory limit; trial(s) "
                               f"{', '.join(f'#{n}' for n in failed) or '-'} marked FAIL")
 
@@ -295,7 +296,7 @@ class KubernetesBackend:
             for reason, message in stuck_reasons(pod):
                 if (pname, reason) not in w.warned:
                     w.warned.add((pname, reason))
-                    self.echo(f"warning: index {pod_indexes(pod, info)}: pod {pname} cannot "
+                    self.echo(f"warning: {pod_indexes(pod, info)}: pod {pname} cannot "
                               f"start: {reason}: {message}")
 
     def _report_failed_creates(self, w: _Watch) -> None:
@@ -320,7 +321,7 @@ class KubernetesBackend:
                 if exit_code(pod) == protocol.EXIT_CONFIG:
                     log = w.api.read_pod_log(w.namespace, pod_name(pod),
                                              container=m.log_container(pod), tail_lines=50)
-                    return f"{last_error_line(log)} (pod {pod_name(pod)}, index " \
+                    return f"{last_error_line(log)} (pod {pod_name(pod)}, " \
                            f"{pod_indexes(pod, info)})"
         except BackendError as e:
             return f"(could not read the pod log: {e})"
