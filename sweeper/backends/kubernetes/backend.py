@@ -47,7 +47,7 @@ from sweeper.backends.kubernetes.jobstatus import (
     pod_name,
     stuck_reasons,
 )
-from sweeper.backends.kubernetes.oom import oom_reason, record_oom
+from sweeper.backends.kubernetes.oom import oom_reason, record_oom, running_in_slot
 from sweeper.backends.kubernetes.ops import (
     cancel,
     cancelled,
@@ -283,11 +283,20 @@ class KubernetesBackend:
                 self.echo(f"{pod_indexes(pod, info)}: pod {pname} {pod_exit(pod)}")
                 reason, k = oom_reason(pod), pod_job_index(pod)
                 if reason is not None and k is not None:
-                    failed = record_oom(sweep.storage, sweep.study_id, info.sweep_indexes(k),
-                                        pod_attempt(pod), reason)
+                    failed = self._record_oom(sweep, info, k, pod, reason)
                     self.echo(f"{pod_indexes(pod, info)}: pod {pname} was OOM-killed: "
                               f"over its memory limit; trial(s) "
                               f"{', '.join(f'#{n}' for n in failed) or '-'} marked FAIL")
+
+    @staticmethod
+    def _record_oom(sweep: Sweep, info: JobInfo, k: int, pod: Obj, reason: str) -> list[int]:
+        """Fail what job index ``k``'s OOM-killed pod ran: its indexes' attempt of the pod;
+        a slot's (open-ended sweep) index that was running, its latest attempt."""
+        store, study_id = sweep.storage, sweep.study_id
+        if info.stride is not None:
+            return record_oom(store, study_id, running_in_slot(store, study_id, k, info.stride),
+                              None, reason)
+        return record_oom(store, study_id, info.sweep_indexes(k), pod_attempt(pod), reason)
 
     def _report_stuck(self, w: _Watch, info: JobInfo) -> None:
         """Warn (once) about pods that cannot start: a bad image, a missing Secret key."""
