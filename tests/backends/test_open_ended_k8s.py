@@ -1,16 +1,22 @@
 """An open-ended sweep (a budget, no ``trials``) on the local control plane (or a cluster of
 your own): one Indexed Job of ``parallelism`` pods (completions = parallelism), each a slot
 running index after index until the budget gate says no; the Job then completes, no pod
-replaced, no other Job created."""
+replaced, no other Job created. ``status`` and ``logs`` find an index in its slot's pod, and
+show only that index's part of the pod's log."""
 
 from __future__ import annotations
 
+import json
+import re
 from collections import Counter
+from typing import Any
 
 import pytest
 from optuna.trial import TrialState
 
 from sweeper import protocol
+from sweeper.backends.manifests import COMPLETION_INDEX
+from sweeper.runlogs import split_attempts
 from sweeper.study import load_sweep, open_storage
 from sweeper.study.ledger import sweep_ledger
 from tests.support.k8s_cluster import Cluster
@@ -59,3 +65,67 @@ budget: {{steps: {budget}}}
     assert set(started.values()) == {1} and len(started) == spent // STEPS > parallelism
     # each slot ran its own indexes j, j+2, j+4, ... in order: no index runs twice
     assert all(i < len(started) + parallelism for i in started)
+
+
+def _slot_of(pod: dict[str, Any]) -> int:
+    return int(pod["metadata"]["labels"][COMPLETION_INDEX])
+
+
+def test_status_and_logs_find_an_index_in_its_slots_pod(cluster: Cluster) -> None:
+    """Sweep index I ran in the pod of slot ``I % parallelism``: ``status`` names that pod,
+    ``logs --index I`` (and ``--follow``) show I's part of its log and nothing of the slot's
+    other indexes, and an index the sweep never reached has no log."""
+    name, parallelism = "k8s-open-logs", 2
+    spec = cluster.spec(f"""
+name: {name}
+method: tpe
+objective: {{metric: loss, direction: minimize}}
+parallelism: {parallelism}
+trial:
+  entrypoint: tests.support.k8s_objectives:slow
+  fixed: {{delay: 0.4}}
+  retries: 0
+parameters:
+  x: {{type: float, low: 0, high: 1}}
+budget: {{steps: 18}}
+""")
+    result = cluster.sweeper("run", spec, "--backend", "kubernetes")
+    assert result.exit_code == 0, result.output
+    slot_pods = {_slot_of(p): p["metadata"]["name"] for p in cluster.pods(name)}
+    assert sorted(slot_pods) == list(range(parallelism))
+
+    shown = cluster.sweeper("status", name, "--format", "json")
+    assert shown.exit_code == 0, shown.output
+    record = json.loads(shown.stdout)
+    rows = record["per_index"]
+    assert len(rows) > parallelism + 1, rows
+    assert {r["index"]: r["pod"] for r in rows} == \
+        {r["index"]: slot_pods[r["index"] % parallelism] for r in rows}
+    (job,) = record["kubernetes_jobs"]
+    assert job["slots"] == parallelism and job["completed_slots"] == [0, 1], job
+    table = cluster.sweeper("status", name)
+    assert table.exit_code == 0, table.output
+    assert "slots completed 0-1" in table.stdout and slot_pods[0] in table.stdout, table.stdout
+
+    last = max(r["index"] for r in rows)  # ran after others in its slot, the refusal after it
+    logs = cluster.sweeper("logs", name, "--index", str(last))
+    assert logs.exit_code == 0, logs.output
+    pod = slot_pods[last % parallelism]
+    assert logs.stderr.startswith(f"pod sweeper/{pod} "), logs.stderr
+    assert f"index {last} of slot {last % parallelism} (indexes" in logs.stderr, logs.stderr
+    (part,) = split_attempts(logs.stdout)
+    assert part.header is not None and part.header.index == last
+    assert f"objective output of index {last}" in logs.stdout
+    assert set(re.findall(r"\bindex (\d+)\b", logs.stdout)) == {str(last)}, logs.stdout
+    assert logs.stdout.rstrip().endswith(" ends ==="), logs.stdout  # the refusal left out
+
+    followed = cluster.sweeper("logs", name, "--index", str(last - parallelism), "--follow")
+    assert followed.exit_code == 0, followed.output
+    assert f"objective output of index {last - parallelism}" in followed.stdout
+    assert set(re.findall(r"\bindex (\d+)\b", followed.stdout)) == \
+        {str(last - parallelism)}, followed.stdout
+
+    never = cluster.sweeper("logs", name, "--index", str(last + 2 * parallelism))
+    assert never.exit_code == 3, never.output
+    assert f"index {last + 2 * parallelism} has not run in pod {slot_pods[last % parallelism]}" \
+        in never.stderr, never.stderr
