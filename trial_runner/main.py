@@ -175,7 +175,7 @@ def _main(argv: list[str] | None, inherited: InheritedSweep | None) -> int:
             storage.close()  # close connections cleanly: __main__ skips the final GC
     if gang is not None and not gang.local and args.index is None:
         try:
-            parts = _PodLog()
+            parts = PodLogParts()
             return run_slot(sweep, gang, objective, settings, parts.ended, parts.started)
         except Interrupted as e:
             logger.error("interrupted by %s; the trial is marked FAIL and will be retried", e)
@@ -201,7 +201,7 @@ def _run_indexes(sweep: Sweep, storage: Any, only: int | None,
         exchange = beside.current()
         if exchange is not None:
             exchange.wait_ready()  # the user's container is up: nothing is claimed before
-        parts = _PodLog()
+        parts = PodLogParts()
         if only is None and os.environ.get(protocol.ENV_INDEX_STRIDE):
             return run_chain(sweep, indexes, objective, settings, trial_hook=parts.started,
                              log=parts.ended, on_index=_set_job_id)
@@ -318,13 +318,13 @@ def _follower_code(spec: SweepSpec) -> int | None:
     return None
 
 
-class _PodLog:
+class PodLogParts:
     """A pod's runner cuts its log into its indexes' parts: a header before each attempt (or
     promoted segment), the outcome's line and an end line after it (``sweeper logs`` shows
     one index's parts of a pod that ran several: an open-ended sweep's slot, a promoter)."""
 
     def __init__(self) -> None:
-        self._open: protocol.LogHeader | None = None  # the part begun and not yet ended
+        self._open: protocol.LogHeader | None = None  # the part begun, not yet ended
 
     def started(self, trial_id: int, header: protocol.LogHeader) -> None:
         """The trial hook: the trial's ``JOB_ID`` (a promoted trial's own index, not this

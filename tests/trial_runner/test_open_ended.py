@@ -89,6 +89,35 @@ def test_budgeted_asha_starts_new_configurations_and_ends_with_its_paused_trials
     assert [s.index for s in table] == indexes
 
 
+def test_a_slots_log_holds_each_index_between_its_header_and_end_line(
+        sqlite_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """What a pod's runner writes (trial_runner.main's hooks): before each index's attempt
+    its header, after its outcome an end line; ``sweeper logs`` cuts the pod's log there."""
+    from sweeper.runlogs import split_attempts
+    from trial_runner.main import PodLogParts
+
+    spec = make_spec(name="open-log", method="tpe", trials=None, parallelism=2,
+                     budget={"steps": 10},
+                     trial={"entrypoint": "tests.support.asha_objectives:curve",
+                            "fixed": {"steps": 3}},
+                     parameters={"a": {"type": "int", "low": 0, "high": 8}})
+    sweep, _ = create_or_resume(open_storage(sqlite_url), spec)
+    parts = PodLogParts()
+    capsys.readouterr()
+    code = run_chain(sweep, range(1, spec.trials, 2), curve, settings(tmp_path),
+                     trial_hook=parts.started, log=parts.ended, on_index=lambda i: None)
+    assert code == protocol.EXIT_OK
+    out = capsys.readouterr().out
+    sections = split_attempts(out)
+    ran = sorted(t.user_attrs[protocol.INDEX_ATTR] for t in sweep.study().trials)
+    assert ran == [1, 3, 5, 7] and len(sections) == len(ran)  # 3 steps each: 4th refused
+    for index, section in zip(ran, sections, strict=True):
+        assert section.header is not None and section.header.index == index
+        lines = section.text.splitlines()
+        assert protocol.parse_log_header(lines[0]) == section.header
+        assert protocol.parse_log_end(lines[-1]) == (index, section.header.trial_number)
+
+
 def test_a_launch_again_runs_the_unfinished_then_fresh_indexes(storage_url: str,
                                                                tmp_path: Path) -> None:
     sweep, created = create_or_resume(open_storage(storage_url), _asha_spec(1000))
