@@ -223,7 +223,7 @@ class KubernetesBackend:
             self._observe(sweep, w, info)
             if w.braked:  # every attempt so far failed: no pod more (the brake)
                 w.api.delete_job(w.namespace, w.name, propagation_policy="Background")
-                return RunResult(finished=info.completed, messages=(
+                return RunResult(finished=self._outcome(sweep, info)[0], messages=(
                     f"deleted Job {where}: the sweep stopped at its start",))
             tick()
             if info.finished or info.state == "Deleting":
@@ -241,8 +241,19 @@ class KubernetesBackend:
                                 source=sweep.spec.source)
             messages.append(f"Job {where} failed: {info.reason or 'Failed'}"
                             + (f": {info.message}" if info.message else ""))
-        return RunResult(finished=info.completed, failed=info.unfinished(),
-                         messages=tuple(messages))
+        finished, failed = self._outcome(sweep, info)
+        return RunResult(finished=finished, failed=failed, messages=tuple(messages))
+
+    @staticmethod
+    def _outcome(sweep: Sweep, info: JobInfo) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """The sweep indexes the Job finished and those that failed for good: from its
+        status, or (an open-ended sweep's slots, whose status does not name indexes) from the
+        study's index table."""
+        if info.stride is None:
+            return info.completed, info.unfinished()
+        table = sweep.storage.index_table(sweep.study_id, sweep.spec.index_count)
+        return (tuple(s.index for s in table if s.state in ("COMPLETE", "PRUNED")),
+                tuple(s.index for s in table if s.state == "FAIL"))
 
     def _observe(self, sweep: Sweep, w: _Watch, info: JobInfo) -> None:
         """One look at the Job: new failed pods, pods that cannot start, stale trials."""

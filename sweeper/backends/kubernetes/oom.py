@@ -21,7 +21,6 @@ from optuna.trial import TrialState
 
 from sweeper.backends import manifests as m
 from sweeper.backends.kubernetes.client import Obj
-from sweeper.protocol import INDEX_ATTR, RUNG_ATTR
 from sweeper.study.store import IndexStore
 
 logger = logging.getLogger(__name__)
@@ -73,9 +72,10 @@ def record_oom(store: IndexStore, study_id: int, indexes: Sequence[int],
 
 
 def running_in_slot(store: IndexStore, study_id: int, slot: int, stride: int) -> list[int]:
-    """The indexes of an open-ended sweep's slot ``slot`` (``slot, slot+stride, ...``) with a
-    RUNNING trial in its first run (a promoted one may run in any pod): what the slot's pod
-    was running, one index at a time."""
-    running = store.get_all_trials(study_id, deepcopy=False, states=(TrialState.RUNNING,))
-    return sorted({int(i) for t in running if (i := t.user_attrs.get(INDEX_ATTR)) is not None
-                   and int(i) % stride == slot and RUNG_ATTR not in t.user_attrs})
+    """The indexes of an open-ended sweep's slot ``slot`` (``slot, slot+stride, ...``) whose
+    latest attempt is RUNNING in its first run (a promoted one, with a rung, may run in any
+    pod): what the slot's pod was running, one index at a time."""
+    promoted = {t.number for t in store.rung_trials(study_id, []) if t.rung is not None}
+    return [s.index for s in store.index_table(study_id, None)
+            if s.state == "RUNNING" and s.index % stride == slot
+            and s.trial_number not in promoted]
