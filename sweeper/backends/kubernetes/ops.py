@@ -199,14 +199,15 @@ def index_log(clients: ClientFactory, namespace: str, sweep_name: str, trials: i
 
 def _latest_log(api: KubeClient, namespace: str, runs: list[_PodRun], index: int
                 ) -> tuple[_PodRun, str, Section | None]:
-    """The newest pod whose log holds a part of ``index``, its log and the latest attempt's
-    part. None of them: a pod of that one index shows its whole log (a runner that failed
-    before its header); a slot has not run the index (yet), which is an error."""
+    """The pod that ran ``index`` most recently, its log and the latest attempt's part of it
+    (None: the log has no part of it, e.g. a runner that failed before its header: the whole
+    log is shown). A slot's pods (index after index): the newest whose log holds a part of
+    ``index`` (a pod replaced after it ran the index); none is an error (not run yet)."""
     newest, text = runs[-1], _read(api, namespace, runs[-1], index)
     section = pick(split_attempts(text), index, None)
-    if section is not None:
+    if section is not None or not newest.slotted:
         return newest, text, section
-    for run in reversed(runs[:-1]):  # a slot's pod replaced after it ran the index
+    for run in reversed(runs[:-1]):
         try:
             older = _read(api, namespace, run, index)
         except BackendError:
@@ -214,12 +215,9 @@ def _latest_log(api: KubeClient, namespace: str, runs: list[_PodRun], index: int
         section = pick(split_attempts(older), index, None)
         if section is not None:
             return run, older, section
-    if newest.slotted:
-        raise BackendError(f"index {index} has not run in pod {pod_name(newest.pod)} (Job "
-                           f"{newest.job}, {newest.runs}, one after the other) nor in an "
-                           f"earlier pod of its slot: not started yet, or never (the sweep "
-                           f"ended before it)")
-    return newest, text, None
+    raise BackendError(f"index {index} has not run in pod {pod_name(newest.pod)} (Job "
+                       f"{newest.job}, {newest.runs}, one after the other) nor in an earlier "
+                       f"pod of its slot: not started yet, or never (the sweep ended before it)")
 
 
 def _attempt_log(api: KubeClient, namespace: str, runs: list[_PodRun], index: int,
