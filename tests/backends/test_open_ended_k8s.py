@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from collections import Counter
 from typing import Any
 
@@ -129,3 +130,56 @@ budget: {{steps: 18}}
     assert never.exit_code == 3, never.output
     assert f"index {last + 2 * parallelism} has not run in pod {slot_pods[last % parallelism]}" \
         in never.stderr, never.stderr
+
+
+def test_logs_find_an_index_in_the_slot_pod_that_ran_it_before_it_was_replaced(
+        cluster: Cluster) -> None:
+    """A slot's pod killed while it runs index 1: the Job replaces it, and the new pod
+    replays the slot (index 0 a lookup, index 1 retried). Index 0's log is the first pod's
+    part; index 1's latest attempt is the new pod's, its first attempt the first pod's."""
+    if cluster.local is None:
+        pytest.skip("kills a container through the local node's containerd")
+    name = "k8s-open-replaced"
+    spec = cluster.spec(f"""
+name: {name}
+method: tpe
+objective: {{metric: loss, direction: minimize}}
+parallelism: 1
+trial:
+  entrypoint: tests.support.k8s_objectives:slow
+  fixed: {{delay: 2}}
+  retries: 1
+parameters:
+  x: {{type: float, low: 0, high: 1}}
+budget: {{steps: 8}}
+""")
+    started = cluster.sweeper("run", spec, "--backend", "kubernetes", "--detach")
+    assert started.exit_code == 0, started.output
+    deadline = time.monotonic() + cluster.patience(60)
+    while not any(t.state == TrialState.RUNNING for t in cluster.trials(name).get(1, [])):
+        assert time.monotonic() < deadline, cluster.trials(name)
+        time.sleep(0.2)
+    (first,) = cluster.pods(name)
+    cluster.kill_container(first)
+    job = cluster.wait_for_job(name, 90, lambda: cluster.pods(name))
+    assert job["status"].get("succeeded") == 1, job["status"]
+    pods = cluster.pods(name)
+    assert [p["status"]["phase"] for p in pods] == ["Failed", "Succeeded"]
+    old, new = (p["metadata"]["name"] for p in pods)
+    assert old == first["metadata"]["name"]
+
+    zero = cluster.sweeper("logs", name, "--index", "0")
+    assert zero.exit_code == 0, zero.output
+    assert zero.stderr.startswith(f"pod sweeper/{old} "), zero.stderr
+    assert "objective output of index 0" in zero.stdout
+    one = cluster.sweeper("logs", name, "--index", "1")
+    assert one.exit_code == 0, one.output
+    assert one.stderr.startswith(f"pod sweeper/{new} ") and "attempt 1," in one.stderr, \
+        one.stderr
+    assert "objective output of index 1" in one.stdout
+    killed = cluster.sweeper("logs", name, "--index", "1", "--attempt", "0")
+    assert killed.exit_code == 0, killed.output
+    assert killed.stderr.startswith(f"pod sweeper/{old} "), killed.stderr
+    assert "objective output of index 1" not in killed.stdout
+    assert [t.state for t in cluster.trials(name)[1]] == [TrialState.FAIL,
+                                                          TrialState.COMPLETE]
