@@ -335,13 +335,15 @@ class PodLogParts:
 
     def ended(self, outcome: Outcome) -> None:
         """The outcome's line, then the end line of the part it ends (none for an index that
-        ran nothing: already finished, not started)."""
+        ran nothing: already finished, not started). Both on stderr: the container runtime
+        reads stdout and stderr apart, so only lines of one stream keep their order in the
+        pod's log."""
         _log_outcome(outcome)
         part, self._open = self._open, None
         if part is not None and part.index == outcome.index:
-            sys.stderr.flush()
-            sys.stdout.write(protocol.encode_log_end(part))
             sys.stdout.flush()
+            sys.stderr.write(protocol.encode_log_end(part))
+            sys.stderr.flush()
 
 
 def _log_outcome(outcome: Outcome) -> None:

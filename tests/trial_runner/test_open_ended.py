@@ -107,8 +107,8 @@ def test_a_slots_log_holds_each_index_between_its_header_and_end_line(
     code = run_chain(sweep, range(1, spec.trials, 2), curve, settings(tmp_path),
                      trial_hook=parts.started, log=parts.ended, on_index=lambda i: None)
     assert code == protocol.EXIT_OK
-    out = capsys.readouterr().out
-    sections = split_attempts(out)
+    captured = capsys.readouterr()  # headers on stdout; outcome and end lines on stderr
+    sections = split_attempts("".join(_merged(captured.out, captured.err)))
     ran = sorted(t.user_attrs[protocol.INDEX_ATTR] for t in sweep.study().trials)
     assert ran == [1, 3, 5, 7] and len(sections) == len(ran)  # 3 steps each: 4th refused
     for index, section in zip(ran, sections, strict=True):
@@ -116,6 +116,18 @@ def test_a_slots_log_holds_each_index_between_its_header_and_end_line(
         lines = section.text.splitlines()
         assert protocol.parse_log_header(lines[0]) == section.header
         assert protocol.parse_log_end(lines[-1]) == (index, section.header.trial_number)
+
+
+def _merged(out: str, err: str) -> list[str]:
+    """A pod's log from the two streams: each end line (stderr) right before the next header
+    (stdout), as the runner writes them one after the other."""
+    ends = [line + "\n" for line in err.splitlines() if protocol.parse_log_end(line)]
+    merged: list[str] = []
+    for line in out.splitlines(keepends=True):
+        if protocol.parse_log_header(line) and merged and ends:
+            merged.append(ends.pop(0))
+        merged.append(line)
+    return merged + ends
 
 
 def test_a_launch_again_runs_the_unfinished_then_fresh_indexes(storage_url: str,
