@@ -313,6 +313,23 @@ def parse_log_header(line: str) -> LogHeader | None:
     return LogHeader(int(match[1]), int(match[2]), int(match[3]), rung)
 
 
+#: The line a pod's runner writes once an attempt's (or segment's) part of its log is over,
+#: after the outcome's line: what follows, until the next header, is the pod's own (looking
+#: for the next index, a promotion, the budget's answer), not that index's.
+_LOG_END_RE = re.compile(r"^=== sweeper: index (\d+), trial #(\d+) ends ===$")
+
+
+def encode_log_end(header: LogHeader) -> str:
+    """The end line of the part that ``header`` began; one line, newline included."""
+    return f"=== sweeper: index {header.index}, trial #{header.trial_number} ends ===\n"
+
+
+def parse_log_end(line: str) -> tuple[int, int] | None:
+    """Inverse of :func:`encode_log_end`: (index, trial number); None for any other line."""
+    match = _LOG_END_RE.match(line.strip())
+    return None if match is None else (int(match[1]), int(match[2]))
+
+
 # --------------------------------------------------------------------------- the index map
 #
 # An Indexed Job has completions 0..C-1. Job index k runs a chunk of ``per_pod`` consecutive

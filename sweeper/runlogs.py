@@ -6,7 +6,9 @@ attempt, and before each segment of an attempt that a promotion scheduler paused
 runner resumed (the header names the rung it was promoted from). A local index file collects
 every attempt and segment of its index, one after another, whichever worker ran it; a pod's log
 holds one attempt of one index, or several indexes with ``indexes_per_pod``, or (promotion) the
-segments of other indexes that its runner resumed. An attempt is shown with all its segments.
+segments of other indexes that its runner resumed, or (an open-ended sweep's slot) index after
+index; a pod's runner closes each part with an end line, so that what it logs between parts
+is no index's. An attempt is shown with all its segments.
 Pure except for :func:`read_local_log` and :func:`follow_file`, which read the file.
 """
 
@@ -14,12 +16,12 @@ from __future__ import annotations
 
 import codecs
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from sweeper.errors import SweeperError
-from sweeper.protocol import LogHeader, index_log_name, parse_log_header
+from sweeper.protocol import LogHeader, index_log_name, parse_log_end, parse_log_header
 
 
 @dataclass(frozen=True)
@@ -34,19 +36,54 @@ class Section:
 
 def split_attempts(text: str) -> list[Section]:
     """The log cut at its header lines. What comes before the first header (a runner starting)
-    belongs to the first attempt."""
+    belongs to the first attempt. A pod's runner ends each part with an end line
+    (:func:`sweeper.protocol.encode_log_end`): what follows it is the pod's own until the
+    next header, which it joins (looking for that index's trial); after the last part it
+    belongs to no index (the next index refused, the slot's end)."""
     sections: list[tuple[LogHeader | None, list[str]]] = [(None, [])]
+    gap: list[str] | None = None  # lines after an end line, None while a part is open
     for line in text.splitlines(keepends=True):
         header = parse_log_header(line)
-        if header is None:
-            sections[-1][1].append(line)
-        elif sections[-1][0] is None:
-            sections[-1] = (header, sections[-1][1] + [line])  # the preamble joins it
+        if header is not None:
+            if sections[-1][0] is None:
+                sections[-1] = (header, sections[-1][1] + [line])  # the preamble joins it
+            else:
+                sections.append((header, (gap or []) + [line]))
+            gap = None
+        elif gap is not None:
+            gap.append(line)
         else:
-            sections.append((header, [line]))
+            sections[-1][1].append(line)
+            gap = [] if _ends(sections[-1][0], line) else None
     if len(sections) == 1 and not sections[0][1]:
         return []
     return [Section(h, "".join(lines)) for h, lines in sections]
+
+
+def _ends(header: LogHeader | None, line: str) -> bool:
+    """``line`` is the end line of the part ``header`` began."""
+    return header is not None and parse_log_end(line) == (header.index, header.trial_number)
+
+
+def index_parts(chunks: Iterable[str], index: int) -> Iterator[str]:
+    """A slot's log as it is written (``chunks``: any cut) -> the parts of ``index`` in it,
+    line by line, each from its header to its end line; it stops once the slot starts a
+    later index of its own (a promoted segment of another index is skipped, not an end)."""
+    rest, part = "", None
+    for chunk in chunks:
+        lines = (rest + chunk).split("\n")
+        rest = lines.pop()
+        for line in lines:
+            header = parse_log_header(line)
+            if header is not None and header.index > index and header.promoted_from is None:
+                return
+            if header is not None:
+                part = header if header.index == index else None
+            if part is not None:
+                yield line + "\n"
+                part = None if _ends(part, line) else part
+    if part is not None and rest:
+        yield rest
 
 
 def attempts_of(sections: list[Section], index: int) -> list[Section]:

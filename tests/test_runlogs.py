@@ -57,6 +57,51 @@ def test_pick_an_attempt_of_one_index_in_a_pod_that_ran_several() -> None:
     assert pick(sections, 5, 1) is None and pick(sections, 6, None) is None
 
 
+def _end(index: int, number: int) -> str:
+    return protocol.encode_log_end(protocol.LogHeader(index, 0, number))
+
+
+def test_end_line_round_trips_and_is_not_a_header() -> None:
+    line = _end(7, 12)
+    assert line.endswith(" ends ===\n") and protocol.parse_log_end(line) == (7, 12)
+    assert protocol.parse_log_header(line) is None
+    assert protocol.parse_log_end(_h(7, 0, 12)) is None
+
+
+def test_a_slot_log_is_cut_at_its_end_lines() -> None:
+    """An open-ended sweep's slot runs index after index in one pod: what its runner logs
+    between two parts (the next index's claim) goes with the next part, what follows the
+    last part (the budget's refusal) with none, and an end line of another trial is text."""
+    text = ("start\n" + _h(1, 0, 1) + "one\n" + _end(1, 1) + "claim 3\n" + _h(3, 0, 4)
+            + "three\n" + _end(9, 9) + "still three\n" + _end(3, 4)
+            + "index 5 not started: the budget is spent\n")
+    sections = split_attempts(text)
+    assert [s.header.index for s in sections if s.header] == [1, 3]
+    assert sections[0].text == "start\n" + _h(1, 0, 1) + "one\n" + _end(1, 1)
+    assert sections[1].text == ("claim 3\n" + _h(3, 0, 4) + "three\n" + _end(9, 9)
+                                + "still three\n" + _end(3, 4))
+    assert "budget" not in "".join(s.text for s in sections)
+    assert pick(sections, 5, None) is None
+
+
+def test_index_parts_streams_one_index_of_a_slot_until_the_slot_goes_on() -> None:
+    """``logs --follow`` on a slot's pod: index 3's parts (its retry too, not a promoted
+    segment of another index), however the stream is cut, until index 5 begins."""
+    from sweeper.runlogs import index_parts
+
+    text = ("start\n" + _h(1, 0, 1) + "one\n" + _end(1, 1) + _h(3, 0, 2) + "three\n"
+            + _end(3, 2) + "gap\n" + _h(0, 0, 0, promoted_from=0) + "zero\n" + _end(0, 0)
+            + _h(3, 1, 4) + "three again\n" + _end(3, 4) + _h(5, 0, 6) + "five\n")
+    want = (_h(3, 0, 2) + "three\n" + _end(3, 2) + _h(3, 1, 4) + "three again\n"
+            + _end(3, 4))
+    for size in (1, 7, len(text)):
+        chunks = [text[i:i + size] for i in range(0, len(text), size)]
+        assert "".join(index_parts(iter(chunks), 3)) == want
+    assert "".join(index_parts(iter([text]), 7)) == ""  # the slot went on past it
+    running = _h(7, 0, 9) + "seven so far"  # no newline yet: the pod is still writing
+    assert "".join(index_parts(iter([running]), 7)) == running
+
+
 def test_an_attempt_is_picked_with_every_segment_it_ran_in() -> None:
     """Promotion (scheduler:): attempt 0 of index 4 ran to rung 0, was promoted (in a pod that
     ran index 5 first), and again; its segments come as one attempt, headers kept, nothing of

@@ -175,7 +175,8 @@ def _main(argv: list[str] | None, inherited: InheritedSweep | None) -> int:
             storage.close()  # close connections cleanly: __main__ skips the final GC
     if gang is not None and not gang.local and args.index is None:
         try:
-            return run_slot(sweep, gang, objective, settings, _log_outcome, _write_header)
+            parts = PodLogParts()
+            return run_slot(sweep, gang, objective, settings, parts.ended, parts.started)
         except Interrupted as e:
             logger.error("interrupted by %s; the trial is marked FAIL and will be retried", e)
             return protocol.EXIT_SIGNAL_BASE + e.signum
@@ -200,13 +201,14 @@ def _run_indexes(sweep: Sweep, storage: Any, only: int | None,
         exchange = beside.current()
         if exchange is not None:
             exchange.wait_ready()  # the user's container is up: nothing is claimed before
+        parts = PodLogParts()
         if only is None and os.environ.get(protocol.ENV_INDEX_STRIDE):
-            return run_chain(sweep, indexes, objective, settings, trial_hook=_write_header,
-                             log=_log_outcome, on_index=_set_job_id)
+            return run_chain(sweep, indexes, objective, settings, trial_hook=parts.started,
+                             log=parts.ended, on_index=_set_job_id)
         for index in indexes:
             os.environ[protocol.ENV_JOB_ID] = str(index)
             outcome = run_scheduled(sweep, index, objective, settings,
-                                    trial_hook=_write_header, log=_log_outcome)
+                                    trial_hook=parts.started, log=parts.ended)
             codes.append(outcome.exit_code)
     except Interrupted as e:
         logger.error("interrupted by %s; the trial is marked FAIL and will be retried", e)
@@ -316,11 +318,32 @@ def _follower_code(spec: SweepSpec) -> int | None:
     return None
 
 
-def _write_header(trial_id: int, header: protocol.LogHeader) -> None:
-    """The trial hook of a pod's runner: the trial's ``JOB_ID`` (a promoted trial's own
-    index, not this pod's) and its log header."""
-    os.environ[protocol.ENV_JOB_ID] = str(header.index)
-    _write_log_header(header)
+class PodLogParts:
+    """A pod's runner cuts its log into its indexes' parts: a header before each attempt (or
+    promoted segment), the outcome's line and an end line after it (``sweeper logs`` shows
+    one index's parts of a pod that ran several: an open-ended sweep's slot, a promoter)."""
+
+    def __init__(self) -> None:
+        self._open: protocol.LogHeader | None = None  # the part begun, not yet ended
+
+    def started(self, trial_id: int, header: protocol.LogHeader) -> None:
+        """The trial hook: the trial's ``JOB_ID`` (a promoted trial's own index, not this
+        pod's) and its log header."""
+        os.environ[protocol.ENV_JOB_ID] = str(header.index)
+        _write_log_header(header)
+        self._open = header
+
+    def ended(self, outcome: Outcome) -> None:
+        """The outcome's line, then the end line of the part it ends (none for an index that
+        ran nothing: already finished, not started). Both on stderr: the container runtime
+        reads stdout and stderr apart, so only lines of one stream keep their order in the
+        pod's log."""
+        _log_outcome(outcome)
+        part, self._open = self._open, None
+        if part is not None and part.index == outcome.index:
+            sys.stdout.flush()
+            sys.stderr.write(protocol.encode_log_end(part))
+            sys.stderr.flush()
 
 
 def _log_outcome(outcome: Outcome) -> None:

@@ -5,7 +5,7 @@ options. Everything else calls the :class:`~sweeper.backends.base.Backend` proto
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
@@ -106,16 +106,18 @@ def holders(sweep: Sweep, which: bool | None, cluster: ClusterOptions) -> list[B
     return [*found, cluster_backend]
 
 
-def describe(sweep: Sweep, which: bool | None, cluster: ClusterOptions) -> Description | None:
-    """What runs the sweep on a cluster now (``status``): None when not asked for
-    (``which`` False) or, by default, when it was never launched there or no cluster is
-    configured; never fatal unless ``which`` (a note in the description)."""
+def describe(sweep: Sweep, which: bool | None, cluster: ClusterOptions,
+             indexes: Sequence[int] = ()) -> Description | None:
+    """What runs the sweep on a cluster now, and which pod ran each of ``indexes``
+    (``status``): None when not asked for (``which`` False) or, by default, when it was
+    never launched there or no cluster is configured; never fatal unless ``which`` (a note
+    in the description)."""
     if which is False:
         return None
     backend = kubernetes(cluster, timeout_s=30.0 if which else 5.0)
     if which is None and not (launched_on_kubernetes(sweep) and backend.clients.configured()):
         return None
-    return backend.describe(sweep, required=bool(which))
+    return backend.describe(sweep, required=bool(which), indexes=indexes)
 
 
 def for_launch(kind: str, options: LaunchOptions, spec: SweepSpec, say: Say,

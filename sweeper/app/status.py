@@ -106,7 +106,8 @@ def status(name: str, options: StatusOptions = StatusOptions()) -> StatusView:
         trials_by_state=sweep.storage.state_counts(sweep.study_id),
         stop=sweep.storage.stop_state(sweep.study_id), code=code, spending=spent, rows=rows,
         rungs=tuple(rungs) if rungs is not None else None, pbt=lineages is not None,
-        cluster=describe(sweep, options.kubernetes, options.cluster))
+        cluster=describe(sweep, options.kubernetes, options.cluster,
+                         [s.index for s in table]))
 
 
 def _scheduler(sweep: Sweep) -> tuple[dict[int | None, RungTrial], list[Rung] | None]:
@@ -130,13 +131,25 @@ def _lineages(sweep: Sweep) -> dict[int | None, Any] | None:
 
 
 def _workload_record(w: Workload) -> dict[str, Any]:
-    return {"job": w.name, "namespace": w.namespace, "state": w.state, "reason": w.reason,
-            "active": w.active, "ready": w.ready, "succeeded": w.succeeded, "failed": w.failed,
-            "indexes": len(w.indexes), "completed_indexes": list(w.completed),
+    record: dict[str, Any] = {
+        "job": w.name, "namespace": w.namespace, "state": w.state, "reason": w.reason,
+        "active": w.active, "ready": w.ready, "succeeded": w.succeeded, "failed": w.failed}
+    if w.stride is not None:  # an open-ended sweep's Job: slots, each index after index
+        return {**record, "slots": len(w.indexes), "completed_slots": list(w.completed),
+                "failed_slots": list(w.failed_indexes)}
+    return {**record, "indexes": len(w.indexes), "completed_indexes": list(w.completed),
             "failed_indexes": list(w.failed_indexes)}
 
 
-def _index_record(view: StatusView, row: IndexView) -> dict[str, Any]:
+def _pods(view: StatusView) -> dict[int, str] | None:
+    """The pod that ran each index (None: the cluster was not read)."""
+    if view.cluster is None or view.cluster.note is not None:
+        return None
+    return dict(view.cluster.pods)
+
+
+def _index_record(view: StatusView, row: IndexView, pods: dict[int, str] | None
+                  ) -> dict[str, Any]:
     s = row.status
     record: dict[str, Any] = {
         "index": s.index, "state": row.state, "attempts": s.attempts,
@@ -148,6 +161,8 @@ def _index_record(view: StatusView, row: IndexView) -> dict[str, Any]:
         record["paused"] = bool(row.rung is not None and row.rung.paused)
     if view.pbt:
         record["pbt"] = row.pbt
+    if pods is not None:
+        record["pod"] = pods.get(s.index)
     return record
 
 
@@ -160,7 +175,8 @@ def status_record(view: StatusView) -> dict[str, Any]:
         "spending": spending_record(view.spending)}
     if view.cluster is not None and view.cluster.note is None:
         record["kubernetes_jobs"] = [_workload_record(w) for w in view.cluster.workloads]
-    record["per_index"] = [_index_record(view, row) for row in view.rows]
+    pods = _pods(view)
+    record["per_index"] = [_index_record(view, row, pods) for row in view.rows]
     if view.rungs is not None:
         record["rungs"] = [asdict(r) for r in view.rungs]
     return record
@@ -181,10 +197,13 @@ def _header_lines(view: StatusView) -> list[str]:
                      + view.stop.describe())
     for w in view.cluster.workloads if view.cluster is not None else ():
         reason = f" ({w.reason})" if w.reason else ""
+        what = "indexes" if w.stride is None else "slots"
         lines.append(f"Job {w.namespace}/{w.name}: {w.state}{reason}; pods active {w.active}, "
-                     f"succeeded {w.succeeded}, failed {w.failed}; indexes completed "
+                     f"succeeded {w.succeeded}, failed {w.failed}; {what} completed "
                      f"{ranges_of(list(w.completed)) or '-'}, failed "
-                     f"{ranges_of(list(w.failed_indexes)) or '-'} (of {len(w.indexes)})")
+                     f"{ranges_of(list(w.failed_indexes)) or '-'} (of {len(w.indexes)})"
+                     + (f"; slot j runs indexes j, j+{w.stride}, ... one after the other"
+                        if w.stride is not None else ""))
     return lines
 
 
@@ -200,7 +219,28 @@ def _clip(text: str, width: int) -> str:
 
 
 def _extra_columns(view: StatusView, headers: list[str], rows: list[list[Any]]) -> None:
-    """The columns only some sweeps have: rung, PBT lineage, code, failure reason."""
+    """The columns only some sweeps have: rung, PBT lineage, code, the pod (a cluster's),
+    failure reason."""
+    _scheduler_columns(view, headers, rows)
+    if len({r.status.code for r in view.rows if r.status.code}) > 1:  # 12 hex digits
+        headers.append("code")
+        for row, r in zip(rows, view.rows, strict=True):
+            row.append(r.status.code[7:19] if r.status.code else "")
+    pods = _pods(view)
+    if pods:
+        headers.append("pod")
+        for row, r in zip(rows, view.rows, strict=True):
+            row.append(pods.get(r.status.index, ""))
+    if any(r.status.fail_reason for r in view.rows):
+        headers.append("reason")
+        width = _reason_width(format_table(headers[:-1], rows))
+        for row, r in zip(rows, view.rows, strict=True):
+            reason = r.status.fail_reason
+            row.append(_clip(reason, width) if reason else "")
+
+
+def _scheduler_columns(view: StatusView, headers: list[str], rows: list[list[Any]]) -> None:
+    """A scheduler's rung column, PBT's lineage column."""
     if view.rungs is not None:
         headers.append("rung")
         for row, r in zip(rows, view.rows, strict=True):
@@ -211,16 +251,6 @@ def _extra_columns(view: StatusView, headers: list[str], rows: list[list[Any]]) 
         headers.append("pbt")
         for row, r in zip(rows, view.rows, strict=True):
             row.append(lineage(r.pbt))
-    if len({r.status.code for r in view.rows if r.status.code}) > 1:  # 12 hex digits
-        headers.append("code")
-        for row, r in zip(rows, view.rows, strict=True):
-            row.append(r.status.code[7:19] if r.status.code else "")
-    if any(r.status.fail_reason for r in view.rows):
-        headers.append("reason")
-        width = _reason_width(format_table(headers[:-1], rows))
-        for row, r in zip(rows, view.rows, strict=True):
-            reason = r.status.fail_reason
-            row.append(_clip(reason, width) if reason else "")
 
 
 def status_lines(view: StatusView) -> list[str]:

@@ -94,7 +94,9 @@ class Deleted:
 @dataclass(frozen=True)
 class Workload:
     """One thing that runs (or ran) a sweep's indexes: a Kubernetes Job, with its pods'
-    counts and the sweep indexes it covers, completed and failed."""
+    counts and the sweep indexes it covers, completed and failed; an open-ended sweep's Job
+    (``stride`` set) covers slots, each running index after index: ``indexes``,
+    ``completed`` and ``failed_indexes`` then hold slot numbers."""
 
     kind: str
     name: str
@@ -108,6 +110,8 @@ class Workload:
     indexes: tuple[int, ...]
     completed: tuple[int, ...]
     failed_indexes: tuple[int, ...]
+    #: An open-ended sweep's Job: the slots' stride (slot j runs indexes j, j+stride, ...).
+    stride: int | None = None
 
 
 @dataclass(frozen=True)
@@ -117,6 +121,9 @@ class Description:
 
     workloads: tuple[Workload, ...] = ()
     note: str | None = None
+    #: (index, pod): the pod that ran each index asked about most recently (a slot's pod
+    #: for an open-ended sweep: the newest pod of the index's slot).
+    pods: tuple[tuple[int, str], ...] = ()
 
 
 class Backend(Protocol):
@@ -162,6 +169,7 @@ class Backend(Protocol):
         """Remove what :meth:`holding` found (not the study)."""
         ...
 
-    def describe(self, sweep: Sweep, *, required: bool) -> Description:
-        """What runs the sweep here now."""
+    def describe(self, sweep: Sweep, *, required: bool,
+                 indexes: Sequence[int] = ()) -> Description:
+        """What runs the sweep here now, and where each of ``indexes`` ran."""
         ...

@@ -43,6 +43,9 @@ SWEEP_LABEL = "sweeper.dev/sweep"
 INDEX_MAP_ANNOTATION = "sweeper.dev/index-map"
 INDEXES_PER_POD_ANNOTATION = "sweeper.dev/indexes-per-pod"
 LAUNCH_ANNOTATION = "sweeper.dev/launch"
+#: An open-ended sweep's Job: each completion index j is a slot that runs the sweep indexes
+#: ``j, j+S, j+2S, ...`` (S, this annotation's value: the runner's ``SWEEPER_INDEX_STRIDE``).
+INDEX_STRIDE_ANNOTATION = "sweeper.dev/index-stride"
 #: A sparse index list longer than this would crowd the Job object (annotations are capped
 #: at 256 KiB, the whole object at ~1.5 MiB); past it a resume Job covers every index instead
 #: (runners of finished indexes exit 0 at once: the index protocol makes that safe).
@@ -146,6 +149,8 @@ def render_job(spec: SweepSpec, indexes: Sequence[int] | None = None, *, launch:
                    LAUNCH_ANNOTATION: str(launch)}
     if mapping is not None:
         annotations[INDEX_MAP_ANNOTATION] = protocol.encode_index_map(mapping)
+    if spec.open_ended:
+        annotations[INDEX_STRIDE_ANNOTATION] = str(completions)
     job_spec: dict[str, Any] = {
         "completionMode": "Indexed",
         "completions": completions,
@@ -222,7 +227,8 @@ def _pod_failure_policy() -> dict[str, Any]:
 
 
 __all__ = ["COMPLETION_INDEX", "CONTAINER_NAME", "DEFAULT_CPU", "DEFAULT_MEMORY",
-           "INDEXES_PER_POD_ANNOTATION", "INDEX_MAP_ANNOTATION", "KUEUE_QUEUE_LABEL",
+           "INDEXES_PER_POD_ANNOTATION", "INDEX_MAP_ANNOTATION", "INDEX_STRIDE_ANNOTATION",
+           "KUEUE_QUEUE_LABEL",
            "LAUNCH_ANNOTATION",
            "RUNNER_COMMAND", "RUN_AS", "S3_CREDENTIAL_KEYS", "SCRATCH", "SPEC_DIR", "SPEC_KEY",
            "SWEEP_LABEL", "checkpoint_warning", "index_map", "job_name", "labels",

@@ -38,6 +38,36 @@ def test_status_reads_every_index_and_renders_table_and_json(
     assert lines[1].splitlines()[0].split() == ["index", "state", "attempts", "trial", "loss"]
 
 
+def test_status_renders_the_pod_of_each_index_and_an_open_ended_jobs_slots(
+        sqlite_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What the Kubernetes backend describes (the real cluster's in tests/backends): a pod
+    column and ``"pod"`` per index; a slot Job's line and record count slots."""
+    import dataclasses
+
+    from sweeper.backends.base import Description, Workload
+
+    isolate(tmp_path, monkeypatch)
+    run_sweep(tmp_path, sqlite_url, quadratic_spec("app-pods", trials=3))
+    view = status("app-pods", StatusOptions(StorageOptions(sqlite_url), kubernetes=False))
+    slots = Workload("Job", "app-pods", "ns", "Complete", None, 0, 0, 2, 0, (0, 1), (0, 1), (),
+                     stride=2)
+    seen = dataclasses.replace(view, cluster=Description(
+        (slots,), pods=((0, "app-pods-0-aaaaa"), (1, "app-pods-1-bbbbb"),
+                        (2, "app-pods-0-aaaaa"))))
+    lines = status_lines(seen)
+    assert "slots completed 0-1, failed - (of 2); slot j runs indexes j, j+2, ..." in lines[1]
+    table = lines[2].splitlines()
+    assert table[0].split()[-1] == "pod"
+    assert [row.split()[-1] for row in table[2:]] == \
+        ["app-pods-0-aaaaa", "app-pods-1-bbbbb", "app-pods-0-aaaaa"]
+    record = status_record(seen)
+    assert [r["pod"] for r in record["per_index"]] == \
+        ["app-pods-0-aaaaa", "app-pods-1-bbbbb", "app-pods-0-aaaaa"]
+    (job,) = record["kubernetes_jobs"]
+    assert (job["slots"], job["completed_slots"], job["failed_slots"]) == (2, [0, 1], [])
+    assert "indexes" not in job and "pod" not in status_record(view)["per_index"][0]
+
+
 def test_status_of_a_sweep_that_is_not_there_names_it(sqlite_url: str) -> None:
     create_or_resume(open_storage(sqlite_url),
                      parse_spec_dict(quadratic_spec("other", trials=1), source="<test>"))

@@ -384,6 +384,7 @@ def test_an_open_ended_sweep_is_one_job_of_parallelism_slots() -> None:
         job = m.render_job(spec, indexes)
         assert job["spec"]["completions"] == job["spec"]["parallelism"] == 3
         assert m.INDEX_MAP_ANNOTATION not in job["metadata"]["annotations"]
+        assert job["metadata"]["annotations"][m.INDEX_STRIDE_ANNOTATION] == "3"
         env = {e["name"]: e.get("value")
                for e in job["spec"]["template"]["spec"]["containers"][0]["env"]}
         assert env[protocol.ENV_INDEX_STRIDE] == "3"

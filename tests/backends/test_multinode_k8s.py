@@ -164,6 +164,45 @@ def test_a_two_node_sweep_runs_through_jobset_and_survives_a_killed_rank(
         assert f"index {index}, attempt {attempt}" in logs.output, logs.output
 
 
+def test_an_open_ended_two_node_sweep_runs_gang_slots_until_its_budget_is_spent(
+        cluster: Cluster, markers: tuple[str, Path]) -> None:
+    """A budget and no ``trials``: one JobSet, whose gang (a slot) runs index after index
+    until the budget refuses the next one; the gang's followers are told, the JobSet
+    completes with no pod replaced, and ``status``/``logs`` find each index in the gang's
+    node-0 pod, each its part of the log."""
+    text = _spec("mn-open", markers[0]).replace("method: grid", "method: tpe") \
+        .replace("  x: {type: int, values: [0, 1]}", "  x: {type: float, low: 0, high: 1}") \
+        .replace("delay: 1.5", "delay: 0") + "budget: {steps: 5}\n"
+    result = cluster.sweeper("run", cluster.spec(text), "--backend", "kubernetes")
+    assert result.exit_code == 0, result.output
+    assert "created JobSet sweeper/mn-open: an open-ended sweep (index after index until " \
+           "the budget is spent) on 1 gang(s) of 2 pods" in result.output
+    assert result.output.strip().splitlines()[-1].startswith(
+        "stopped: stop rule budget fired at "), result.output
+    obj = _jobset(cluster, "mn-open")
+    assert obj is not None and [c["type"] for c in obj["status"]["conditions"]
+                                if c["status"] == "True"] == ["Completed"], obj
+    # 3 steps each (reports 0..3): index 1 starts with 3 of 5 spent, index 2 is refused
+    assert cluster.finished_per_index("mn-open") == {0: 1, 1: 1}
+    pods = cluster.pods("mn-open")
+    assert len(pods) == 2 and all(p["status"]["phase"] == "Succeeded" for p in pods)
+    (node0,) = [p["metadata"]["name"] for p in pods
+                if p["metadata"]["annotations"].get(m.COMPLETION_INDEX) == "0"]
+
+    shown = cluster.sweeper("status", "mn-open", "--format", "json")
+    assert shown.exit_code == 0, shown.output
+    assert [(r["index"], r["pod"]) for r in json.loads(shown.stdout)["per_index"]] == \
+        [(0, node0), (1, node0)]
+    for index in (0, 1):
+        logs = cluster.sweeper("logs", "mn-open", "--index", str(index))
+        assert logs.exit_code == 0, logs.output
+        assert logs.stderr.startswith(f"pod {NS}/{node0} "), logs.stderr
+        assert f"index {index}, attempt 0, trial #" in logs.stdout, logs.stdout
+        assert f"index {1 - index}, attempt" not in logs.stdout, logs.stdout
+    never = cluster.sweeper("logs", "mn-open", "--index", "2")
+    assert never.exit_code == 3 and "index 2 has not run in pod" in never.stderr, never.output
+
+
 def test_cancel_deletes_the_jobset_and_fails_its_running_trials(
         cluster: Cluster, markers: tuple[str, Path]) -> None:
     spec = cluster.spec(_spec("mn-cancel", markers[0]).replace("delay: 1.5", "delay: 30"))

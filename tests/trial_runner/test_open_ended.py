@@ -89,6 +89,47 @@ def test_budgeted_asha_starts_new_configurations_and_ends_with_its_paused_trials
     assert [s.index for s in table] == indexes
 
 
+def test_a_slots_log_holds_each_index_between_its_header_and_end_line(
+        sqlite_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """What a pod's runner writes (trial_runner.main's hooks): before each index's attempt
+    its header, after its outcome an end line; ``sweeper logs`` cuts the pod's log there."""
+    from sweeper.runlogs import split_attempts
+    from trial_runner.main import PodLogParts
+
+    spec = make_spec(name="open-log", method="tpe", trials=None, parallelism=2,
+                     budget={"steps": 10},
+                     trial={"entrypoint": "tests.support.asha_objectives:curve",
+                            "fixed": {"steps": 3}},
+                     parameters={"a": {"type": "int", "low": 0, "high": 8}})
+    sweep, _ = create_or_resume(open_storage(sqlite_url), spec)
+    parts = PodLogParts()
+    capsys.readouterr()
+    code = run_chain(sweep, range(1, spec.trials, 2), curve, settings(tmp_path),
+                     trial_hook=parts.started, log=parts.ended, on_index=lambda i: None)
+    assert code == protocol.EXIT_OK
+    captured = capsys.readouterr()  # headers on stdout; outcome and end lines on stderr
+    sections = split_attempts("".join(_merged(captured.out, captured.err)))
+    ran = sorted(t.user_attrs[protocol.INDEX_ATTR] for t in sweep.study().trials)
+    assert ran == [1, 3, 5, 7] and len(sections) == len(ran)  # 3 steps each: 4th refused
+    for index, section in zip(ran, sections, strict=True):
+        assert section.header is not None and section.header.index == index
+        lines = section.text.splitlines()
+        assert protocol.parse_log_header(lines[0]) == section.header
+        assert protocol.parse_log_end(lines[-1]) == (index, section.header.trial_number)
+
+
+def _merged(out: str, err: str) -> list[str]:
+    """A pod's log from the two streams: each end line (stderr) right before the next header
+    (stdout), as the runner writes them one after the other."""
+    ends = [line + "\n" for line in err.splitlines() if protocol.parse_log_end(line)]
+    merged: list[str] = []
+    for line in out.splitlines(keepends=True):
+        if protocol.parse_log_header(line) and merged and ends:
+            merged.append(ends.pop(0))
+        merged.append(line)
+    return merged + ends
+
+
 def test_a_launch_again_runs_the_unfinished_then_fresh_indexes(storage_url: str,
                                                                tmp_path: Path) -> None:
     sweep, created = create_or_resume(open_storage(storage_url), _asha_spec(1000))

@@ -77,7 +77,9 @@ def test_a_promoted_trial_runs_with_its_own_job_id_and_the_runner_gets_its_own_b
         sqlite_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A pod's runner (trial_runner.main: JOB_ID set to its index, the header hook): while a
     promoted trial of another index runs, JOB_ID is the trial's index; after it, the runner's."""
-    from trial_runner.main import _write_header  # the hook a pod's runner writes headers with
+    from trial_runner.main import PodLogParts  # the hooks of a pod's runner
+
+    parts = PodLogParts()
 
     seen: list[tuple[int, str]] = []
 
@@ -88,7 +90,8 @@ def test_a_promoted_trial_runs_with_its_own_job_id_and_the_runner_gets_its_own_b
     sweep, _ = create_or_resume(open_storage(sqlite_url), _spec())
     for i in range(9):
         monkeypatch.setenv(protocol.ENV_JOB_ID, str(i))
-        out = run_scheduled(sweep, i, objective, settings(tmp_path), trial_hook=_write_header)
+        out = run_scheduled(sweep, i, objective, settings(tmp_path), trial_hook=parts.started,
+                            log=parts.ended)
         assert out.exit_code == protocol.EXIT_OK
         assert os.environ[protocol.ENV_JOB_ID] == str(i)
     assert len(seen) == 9 + 4  # every index's first run, and four promotions (see above)

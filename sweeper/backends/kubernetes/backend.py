@@ -47,7 +47,7 @@ from sweeper.backends.kubernetes.jobstatus import (
     pod_name,
     stuck_reasons,
 )
-from sweeper.backends.kubernetes.oom import oom_reason, record_oom
+from sweeper.backends.kubernetes.oom import oom_reason, record_oom, running_in_slot
 from sweeper.backends.kubernetes.ops import (
     cancel,
     cancelled,
@@ -205,9 +205,10 @@ class KubernetesBackend:
         return delete_jobs(self.clients, self._ns(SweepRef(sweep.name, sweep)), sweep.name,
                            wait_s, required=required)
 
-    def describe(self, sweep: Sweep, *, required: bool) -> Description:
+    def describe(self, sweep: Sweep, *, required: bool,
+                 indexes: Sequence[int] = ()) -> Description:
         return workloads(self.clients, self._ns(SweepRef(sweep.name, sweep)), sweep,
-                         required=required)
+                         required=required, indexes=indexes)
 
     # ---------------------------------------------------------------- watching
 
@@ -222,7 +223,7 @@ class KubernetesBackend:
             self._observe(sweep, w, info)
             if w.braked:  # every attempt so far failed: no pod more (the brake)
                 w.api.delete_job(w.namespace, w.name, propagation_policy="Background")
-                return RunResult(finished=info.completed, messages=(
+                return RunResult(finished=self._outcome(sweep, info)[0], messages=(
                     f"deleted Job {where}: the sweep stopped at its start",))
             tick()
             if info.finished or info.state == "Deleting":
@@ -240,8 +241,19 @@ class KubernetesBackend:
                                 source=sweep.spec.source)
             messages.append(f"Job {where} failed: {info.reason or 'Failed'}"
                             + (f": {info.message}" if info.message else ""))
-        return RunResult(finished=info.completed, failed=info.unfinished(),
-                         messages=tuple(messages))
+        finished, failed = self._outcome(sweep, info)
+        return RunResult(finished=finished, failed=failed, messages=tuple(messages))
+
+    @staticmethod
+    def _outcome(sweep: Sweep, info: JobInfo) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """The sweep indexes the Job finished and those that failed for good: from its
+        status, or (an open-ended sweep's slots, whose status does not name indexes) from the
+        study's index table."""
+        if info.stride is None:
+            return info.completed, info.unfinished()
+        table = sweep.storage.index_table(sweep.study_id, sweep.spec.index_count)
+        return (tuple(s.index for s in table if s.state in ("COMPLETE", "PRUNED")),
+                tuple(s.index for s in table if s.state == "FAIL"))
 
     def _observe(self, sweep: Sweep, w: _Watch, info: JobInfo) -> None:
         """One look at the Job: new failed pods, pods that cannot start, stale trials."""
@@ -279,14 +291,23 @@ class KubernetesBackend:
             pname = pod_name(pod)
             if pname not in w.seen_failures:
                 w.seen_failures.add(pname)
-                self.echo(f"index {pod_indexes(pod, info)}: pod {pname} {pod_exit(pod)}")
+                self.echo(f"{pod_indexes(pod, info)}: pod {pname} {pod_exit(pod)}")
                 reason, k = oom_reason(pod), pod_job_index(pod)
                 if reason is not None and k is not None:
-                    failed = record_oom(sweep.storage, sweep.study_id, info.sweep_indexes(k),
-                                        pod_attempt(pod), reason)
-                    self.echo(f"index {pod_indexes(pod, info)}: pod {pname} was OOM-killed: "
+                    failed = self._record_oom(sweep, info, k, pod, reason)
+                    self.echo(f"{pod_indexes(pod, info)}: pod {pname} was OOM-killed: "
                               f"over its memory limit; trial(s) "
                               f"{', '.join(f'#{n}' for n in failed) or '-'} marked FAIL")
+
+    @staticmethod
+    def _record_oom(sweep: Sweep, info: JobInfo, k: int, pod: Obj, reason: str) -> list[int]:
+        """Fail what job index ``k``'s OOM-killed pod ran: its indexes' attempt of the pod;
+        a slot's (open-ended sweep) index that was running, its latest attempt."""
+        store, study_id = sweep.storage, sweep.study_id
+        if info.stride is not None:
+            return record_oom(store, study_id, running_in_slot(store, study_id, k, info.stride),
+                              None, reason)
+        return record_oom(store, study_id, info.sweep_indexes(k), pod_attempt(pod), reason)
 
     def _report_stuck(self, w: _Watch, info: JobInfo) -> None:
         """Warn (once) about pods that cannot start: a bad image, a missing Secret key."""
@@ -295,7 +316,7 @@ class KubernetesBackend:
             for reason, message in stuck_reasons(pod):
                 if (pname, reason) not in w.warned:
                     w.warned.add((pname, reason))
-                    self.echo(f"warning: index {pod_indexes(pod, info)}: pod {pname} cannot "
+                    self.echo(f"warning: {pod_indexes(pod, info)}: pod {pname} cannot "
                               f"start: {reason}: {message}")
 
     def _report_failed_creates(self, w: _Watch) -> None:
@@ -320,7 +341,7 @@ class KubernetesBackend:
                 if exit_code(pod) == protocol.EXIT_CONFIG:
                     log = w.api.read_pod_log(w.namespace, pod_name(pod),
                                              container=m.log_container(pod), tail_lines=50)
-                    return f"{last_error_line(log)} (pod {pod_name(pod)}, index " \
+                    return f"{last_error_line(log)} (pod {pod_name(pod)}, " \
                            f"{pod_indexes(pod, info)})"
         except BackendError as e:
             return f"(could not read the pod log: {e})"

@@ -70,7 +70,9 @@ def run_gangs(clients: ClientFactory, sweep: Sweep, settings: GangSettings, echo
     for key, value in ((protocol.LAUNCHES_ATTR, launch + 1), (protocol.BACKEND_ATTR,
                                                               "kubernetes")):
         sweep.storage.set_study_user_attr(sweep.study_id, key, value)
-    echo(f"created JobSet {ns}/{name}: {spec.trials} indexes on {js.slots(spec)} gang(s) of "
+    what = "an open-ended sweep (index after index until the budget is spent)" \
+        if spec.open_ended else f"{spec.trials} indexes"
+    echo(f"created JobSet {ns}/{name}: {what} on {js.slots(spec)} gang(s) of "
          f"{spec.trial.nodes} pods")
     return watch_unless_detached(f"JobSet {ns}/{name}", spec.name, settings.detach,
                                  lambda: _watch(api, sweep, name, settings, tick))

@@ -16,6 +16,7 @@ from typing import Any
 from sweeper import protocol
 from sweeper.backends import manifests as m
 from sweeper.backends.kubernetes.errors import first_line
+from sweeper.spec import MAX_INDEXES
 
 Obj = dict[str, Any]
 
@@ -33,7 +34,12 @@ _LOG_PREFIX_RE = re.compile(r"^\d{4}-\d\d-\d\d [\d:,.]+ [A-Z]+ [\w.]+: ")
 
 @dataclass(frozen=True)
 class JobInfo:
-    """A sweep Job as ``status``/``logs``/``cancel`` need it, indexes mapped to the sweep's."""
+    """A sweep Job as ``status``/``logs``/``cancel`` need it, indexes mapped to the sweep's.
+
+    An open-ended sweep's Job (``stride`` set) is made of slots: its completion index j runs
+    the sweep indexes ``j, j+stride, ...`` one after the other, as many as the budget pays
+    for, so what its status says of job indexes is said of slots: ``indexes``, ``completed``
+    and ``failed_indexes`` then hold slot numbers (a slot completes once its pod is through)."""
 
     name: str
     namespace: str
@@ -52,6 +58,8 @@ class JobInfo:
     mapping: tuple[int, ...] | None
     created: str
     trials: int
+    #: An open-ended sweep's Job: its slots' stride (None: job indexes map to sweep indexes).
+    stride: int | None = None
 
     @property
     def finished(self) -> bool:
@@ -62,11 +70,27 @@ class JobInfo:
         return self.state == "Running"
 
     def sweep_indexes(self, job_index: int) -> list[int]:
+        """The sweep indexes job index ``job_index`` runs ([] for a slot: as many as the
+        budget pays for, known to the study only)."""
+        if self.stride is not None:
+            return []
         return protocol.chunk(job_index, self.per_pod, self.mapping, self.trials)
 
     def job_index(self, index: int) -> int | None:
-        """The job index whose pod runs sweep index ``index`` (None: not in this Job)."""
+        """The job index whose pod runs sweep index ``index`` (None: not in this Job); in an
+        open-ended sweep's Job the slot ``index % stride``."""
+        if self.stride is not None:
+            return index % self.stride if 0 <= index < self.trials else None
         return protocol.job_index_of(index, self.per_pod, self.mapping, self.trials)
+
+    def runs(self, job_index: int) -> str:
+        """What job index ``job_index`` runs, in words: ``index 3``, ``indexes 4,5``, or a
+        slot's ``slot 1 (indexes 1, 5, 9, ...)``."""
+        if self.stride is not None:
+            k, s = job_index, self.stride
+            return f"slot {k} (indexes {k}, {k + s}, {k + 2 * s}, ...)"
+        indexes = self.sweep_indexes(job_index)
+        return f"index{'es' if len(indexes) > 1 else ''} {','.join(map(str, indexes)) or '?'}"
 
     def unfinished(self) -> tuple[int, ...]:
         """Sweep indexes that failed for good: a failed job index, or (the Job failed as a
@@ -117,10 +141,12 @@ def job_info(job: Obj, trials: int | None) -> JobInfo:
     launch = m.launch_of(sweep, meta.get("name", ""))
     state, reason, message = job_state(job)
     completions = int(spec.get("completions") or 0)
-    size = trials if trials is not None else \
-        (max(mapping) + 1 if mapping else completions * per_pod)
+    stride = ann.get(m.INDEX_STRIDE_ANNOTATION)
+    size = _size(trials, bool(stride), mapping, completions * per_pod)
 
     def mapped(job_indexes: Iterable[int]) -> tuple[int, ...]:
+        if stride:  # slots, not sweep indexes
+            return tuple(sorted(set(job_indexes)))
         return tuple(sorted({i for k in job_indexes
                              for i in protocol.chunk(k, per_pod, mapping, size)}))
     return JobInfo(
@@ -133,7 +159,17 @@ def job_info(job: Obj, trials: int | None) -> JobInfo:
         completed=mapped(parse_intervals(status.get("completedIndexes"))),
         failed_indexes=mapped(parse_intervals(status.get("failedIndexes"))),
         per_pod=per_pod, mapping=mapping, created=str(meta.get("creationTimestamp") or ""),
-        trials=size)
+        trials=size, stride=int(stride) if stride and stride.isdigit() else None)
+
+
+def _size(trials: int | None, slots: bool, mapping: tuple[int, ...] | None, dense: int) -> int:
+    """The sweep's size: ``trials``, else what the Job says (an open-ended sweep's ceiling,
+    the highest mapped index, or as many as its job indexes cover)."""
+    if trials is not None:
+        return trials
+    if slots:
+        return MAX_INDEXES
+    return max(mapping) + 1 if mapping else dense
 
 
 def _count(status: Obj, key: str) -> int:
@@ -160,11 +196,10 @@ def pod_job_index(pod: Obj) -> int | None:
 
 
 def pod_indexes(pod: Obj, info: JobInfo) -> str:
-    """The sweep indexes the pod ran, as ``"3"`` or ``"4,5"`` (``"?"`` when unknown)."""
+    """What the pod ran, in words (:meth:`JobInfo.runs`): ``index 3``, ``indexes 4,5``, a
+    slot's ``slot 1 (indexes 1, 5, 9, ...)``; ``index ?`` when unknown."""
     k = pod_job_index(pod)
-    if k is None:
-        return "?"
-    return ",".join(map(str, info.sweep_indexes(k))) or "?"
+    return "index ?" if k is None else info.runs(k)
 
 
 def pod_attempt(pod: Obj) -> int:

@@ -50,16 +50,18 @@ def _memory_limit(pod: Obj) -> str | None:
     return None
 
 
-def record_oom(store: IndexStore, study_id: int, indexes: Sequence[int], pod_attempt: int,
-               reason: str) -> list[int]:
+def record_oom(store: IndexStore, study_id: int, indexes: Sequence[int],
+               pod_attempt: int | None, reason: str) -> list[int]:
     """FAIL with ``reason`` each index's attempt that ran in the OOM-killed pod: the attempt
     whose number is the pod's (``pod_attempt``: how many pods of the index failed before it;
-    else the latest before it), while it is RUNNING. One already failed for a stale heartbeat
+    else the latest before it; None: the latest, a slot's pod retries in itself), while it
+    is RUNNING. One already failed for a stale heartbeat
     (the grace period ran out before the pod's failure reached the Job) keeps that reason:
     a finished trial's attributes are not rewritten. The numbers of the trials failed."""
     failed = []
     for index in indexes:
-        earlier = [a for a in store.attempts(study_id, index) if a.attempt <= pod_attempt]
+        earlier = [a for a in store.attempts(study_id, index)
+                   if pod_attempt is None or a.attempt <= pod_attempt]
         if not earlier:
             continue
         ran = max(earlier, key=lambda a: a.attempt)
@@ -67,3 +69,13 @@ def record_oom(store: IndexStore, study_id: int, indexes: Sequence[int], pod_att
             failed.append(ran.number)
             logger.info("trial #%d: %s", ran.number, reason)
     return failed
+
+
+def running_in_slot(store: IndexStore, study_id: int, slot: int, stride: int) -> list[int]:
+    """The indexes of an open-ended sweep's slot ``slot`` (``slot, slot+stride, ...``) whose
+    latest attempt is RUNNING in its first run (a promoted one, with a rung, may run in any
+    pod): what the slot's pod was running, one index at a time."""
+    promoted = {t.number for t in store.rung_trials(study_id, []) if t.rung is not None}
+    return [s.index for s in store.index_table(study_id, None)
+            if s.state == "RUNNING" and s.index % stride == slot
+            and s.trial_number not in promoted]

@@ -9,7 +9,7 @@ thousands of pods, and a namespace may hold other sweeps.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,12 +33,22 @@ from sweeper.backends.kubernetes.jobstatus import (
     JobInfo,
     job_info,
     pod_attempt,
+    pod_job_index,
     pod_name,
 )
 from sweeper.backends.kubernetes.promoted import Promoted, other_segments, started
 from sweeper.errors import BackendError
 from sweeper.protocol import INDEX_ATTR, RUNG_ATTR, LogHeader
-from sweeper.runlogs import Section, in_run_order, last_lines, pick, segments_of, split_attempts
+from sweeper.runlogs import (
+    Section,
+    attempts_of,
+    in_run_order,
+    index_parts,
+    last_lines,
+    pick,
+    segments_of,
+    split_attempts,
+)
 from sweeper.study import Sweep
 
 
@@ -65,6 +75,8 @@ class PodLog:
     segments: int = 1  # the parts the attempt ran in (promoted after a pause: more than one)
     #: The other pods that ran promoted segments of it (``scheduler:``), in ``text`` too.
     promoted_in: tuple[str, ...] = ()
+    #: A slot's pod (it runs index after index): what it runs, ``slot 1 (indexes 1, 4, ...)``.
+    slot: str | None = None
 
 
 @dataclass(frozen=True)
@@ -72,11 +84,23 @@ class _PodRun:
     key: tuple[int, int, str, str]  # (launch, pod attempt, created, name): oldest first
     pod: Obj
     job: str  # the Job's name
+    #: What the pod runs, in words: ``index 3``, ``slot 1 (indexes 1, 4, 7, ...)``.
+    runs: str = ""
+    #: The pod runs index after index, each its part of the log (an open-ended sweep's slot,
+    #: a multi-node gang): an index's log is its part of the pod that ran it.
+    slotted: bool = False
+
+
+def _run_of(pod: Obj, info: JobInfo, k: int) -> _PodRun:
+    created = str((pod.get("metadata") or {}).get("creationTimestamp") or "")
+    return _PodRun((info.launch, pod_attempt(pod), created, pod_name(pod)), pod, info.name,
+                   info.runs(k), slotted=info.stride is not None)
 
 
 def _pod_runs(clients: ClientFactory, namespace: str, sweep_name: str, trials: int | None,
               index: int) -> list[_PodRun]:
-    """Every pod that ran sweep index ``index`` (any of the sweep's Jobs), oldest first."""
+    """Every pod that ran sweep index ``index`` (any of the sweep's Jobs), oldest first; an
+    open-ended sweep's: every pod of the index's slot."""
     if trials is not None and not 0 <= index < trials:
         raise BackendError(f"index {index} is outside sweep {sweep_name} (0..{trials - 1})")
     api = KubeClient(clients, sweep_name)
@@ -87,11 +111,10 @@ def _pod_runs(clients: ClientFactory, namespace: str, sweep_name: str, trials: i
             continue
         selector = (f"{m.selector(sweep_name)},{JOB_NAME_LABEL}={info.name},"
                     f"{m.COMPLETION_INDEX}={k}")
-        for pod in api.list_pods(namespace, selector):
-            created = str((pod.get("metadata") or {}).get("creationTimestamp") or "")
-            runs.append(_PodRun((info.launch, pod_attempt(pod), created, pod_name(pod)),
-                                pod, info.name))
-    runs += _gang_runs(api, namespace, sweep_name, index)
+        runs += [_run_of(pod, info, k) for pod in api.list_pods(namespace, selector)]
+    runs += [g.run for g in _gangs(api.list_pods(
+        namespace, f"{m.selector(sweep_name)},{m.COMPLETION_INDEX}=0"), sweep_name)
+        if g.slot == index % g.replicas]
     if not runs:
         raise BackendError(f"no pod of sweep {sweep_name} ran index {index} in namespace "
                            f"{namespace} (the Job may have been deleted: finished Jobs are "
@@ -99,23 +122,33 @@ def _pod_runs(clients: ClientFactory, namespace: str, sweep_name: str, trials: i
     return sorted(runs, key=lambda r: r.key)
 
 
-def _gang_runs(api: KubeClient, namespace: str, sweep_name: str, index: int) -> list[_PodRun]:
-    """A multi-node sweep's node-0 pods of the gang that ran ``index`` (JobSet slot
-    ``index % replicas``): node 0's log holds the trial's runner and the leader rank."""
+@dataclass(frozen=True)
+class _GangPod:
+    """A multi-node sweep's node-0 pod of gang ``slot`` (of ``replicas``): node 0's log holds
+    the trial's runner and the leader rank of the indexes ``slot, slot+replicas, ...``."""
+
+    slot: int
+    replicas: int
+    run: _PodRun
+
+
+def _gangs(pods: list[Obj], sweep_name: str) -> list[_GangPod]:
+    """The node-0 pods of a multi-node sweep's gangs among ``pods``."""
     from sweeper.backends.jobset import JOB_INDEX, REPLICAS_LABEL, SET_NAME_LABEL
 
-    runs = []
-    for pod in api.list_pods(namespace, f"{m.selector(sweep_name)},{m.COMPLETION_INDEX}=0"):
+    gangs = []
+    for pod in pods:
         labels = (pod.get("metadata") or {}).get("labels") or {}
-        if JOB_INDEX not in labels or not str(labels.get(REPLICAS_LABEL, "")).isdigit():
-            continue  # a single-node Job's pod
-        if int(labels[JOB_INDEX]) != index % max(1, int(labels[REPLICAS_LABEL])):
-            continue
+        if JOB_INDEX not in labels or not str(labels.get(REPLICAS_LABEL, "")).isdigit() or \
+                pod_job_index(pod) != 0:
+            continue  # a single-node Job's pod, or a follower node
+        slot, replicas = int(labels[JOB_INDEX]), max(1, int(labels[REPLICAS_LABEL]))
         launch = m.launch_of(sweep_name, str(labels.get(SET_NAME_LABEL, ""))) or 0
         created = str((pod.get("metadata") or {}).get("creationTimestamp") or "")
-        runs.append(_PodRun((launch, 0, created, pod_name(pod)), pod,
-                            str(labels.get(JOB_NAME_LABEL, ""))))
-    return runs
+        gangs.append(_GangPod(slot, replicas, _PodRun(
+            (launch, 0, created, pod_name(pod)), pod, str(labels.get(JOB_NAME_LABEL, "")),
+            f"gang {slot} (indexes {slot}, {slot + replicas}, ...)", slotted=True)))
+    return gangs
 
 
 def _phase(run: _PodRun) -> str:
@@ -142,8 +175,7 @@ def index_log(clients: ClientFactory, namespace: str, sweep_name: str, trials: i
     api = KubeClient(clients, sweep_name)
     runs = _pod_runs(clients, namespace, sweep_name, trials, index)
     if attempt is None:
-        chosen, text = runs[-1], _read(api, namespace, runs[-1], index)
-        section = pick(split_attempts(text), index, None)
+        chosen, text, section = _latest_log(api, namespace, runs, index)
     else:
         chosen, text, section = _attempt_log(api, namespace, runs, index, attempt, sweep_name)
     h = section.header if section is not None else None
@@ -161,7 +193,31 @@ def index_log(clients: ClientFactory, namespace: str, sweep_name: str, trials: i
     shown = section.text if section is not None else text
     return PodLog(pod=pod_name(chosen.pod), job=chosen.job, phase=_phase(chosen),
                   attempt=chosen.key[1], text=last_lines(shown, tail_lines), header=h,
-                  segments=max(1, len(parts)), promoted_in=others)
+                  segments=max(1, len(parts)), promoted_in=others,
+                  slot=chosen.runs if chosen.slotted else None)
+
+
+def _latest_log(api: KubeClient, namespace: str, runs: list[_PodRun], index: int
+                ) -> tuple[_PodRun, str, Section | None]:
+    """The pod that ran ``index`` most recently, its log and the latest attempt's part of it
+    (None: the log has no part of it, e.g. a runner that failed before its header: the whole
+    log is shown). A slot's pods (index after index): the newest whose log holds a part of
+    ``index`` (a pod replaced after it ran the index); none is an error (not run yet)."""
+    newest, text = runs[-1], _read(api, namespace, runs[-1], index)
+    section = pick(split_attempts(text), index, None)
+    if section is not None or not newest.slotted:
+        return newest, text, section
+    for run in reversed(runs[:-1]):
+        try:
+            older = _read(api, namespace, run, index)
+        except BackendError:
+            continue  # its log is gone: look at the older pods
+        section = pick(split_attempts(older), index, None)
+        if section is not None:
+            return run, older, section
+    raise BackendError(f"index {index} has not run in pod {pod_name(newest.pod)} (Job "
+                       f"{newest.job}, {newest.runs}, one after the other) nor in an earlier "
+                       f"pod of its slot: not started yet, or never (the sweep ended before it)")
 
 
 def _attempt_log(api: KubeClient, namespace: str, runs: list[_PodRun], index: int,
@@ -184,17 +240,35 @@ def follow_index_log(clients: ClientFactory, namespace: str, sweep_name: str,
                      trials: int | None, index: int, *, tail_lines: int | None = None,
                      poll_s: float = 1.0) -> tuple[PodLog, Iterator[str]]:
     """The pod that ran ``index`` most recently (once it has started: this waits while it is
-    Pending) and its log as it is written, until its container ends."""
+    Pending) and its log as it is written, until its container ends. A slot's pod (it runs
+    index after index): the one whose log holds a part of ``index``, else the newest, and
+    only that index's parts of its log, from the start (``tail_lines`` counts the pod's
+    lines, not the index's), until the slot goes on to a later index."""
     api = KubeClient(clients, sweep_name)
     while True:
-        run = _pod_runs(clients, namespace, sweep_name, trials, index)[-1]
-        if _phase(run) != "Pending":
+        runs = _pod_runs(clients, namespace, sweep_name, trials, index)
+        if _phase(runs[-1]) != "Pending":
             break
         time.sleep(poll_s)
+    run = _holding(api, namespace, runs, index) if runs[-1].slotted else runs[-1]
     pod = PodLog(pod=pod_name(run.pod), job=run.job, phase=_phase(run),
-                 attempt=run.key[1], text="")
-    return pod, api.stream_pod_log(namespace, pod.pod, container=m.log_container(run.pod),
-                                   tail_lines=tail_lines)
+                 attempt=run.key[1], text="", slot=run.runs if run.slotted else None)
+    stream = api.stream_pod_log(namespace, pod.pod, container=m.log_container(run.pod),
+                                tail_lines=None if run.slotted else tail_lines)
+    return pod, index_parts(stream, index) if run.slotted else stream
+
+
+def _holding(api: KubeClient, namespace: str, runs: list[_PodRun], index: int) -> _PodRun:
+    """The newest of a slot's pods whose log holds a part of ``index``, else the newest (the
+    index has not started: it will there)."""
+    for run in reversed(runs):
+        try:
+            text = _read(api, namespace, run, index)
+        except BackendError:
+            continue
+        if any(s.header is not None for s in attempts_of(split_attempts(text), index)):
+            return run
+    return runs[-1]
 
 
 # --------------------------------------------------------------------------- cancel
@@ -221,23 +295,23 @@ def cancel(clients: ClientFactory, name: str, namespace: str, *, sweep: Sweep | 
     api = KubeClient(clients, name)
     jobs = sweep_jobs(clients, namespace, name, sweep.spec.trials if sweep else None)
     pods = api.list_pods(namespace, m.selector(name))
-    indexes: set[int] = set()
+    indexes: set[int] | None = set()  # None: any index (a slot's, a gang's)
     deleted = []
     for j in jobs:
         # Foreground: the Job object stays until the garbage collector has removed its pods,
         # so "the Job is gone" below means "its pods are gone" too.
         if api.delete_job(namespace, j.name, propagation_policy="Foreground"):
             deleted.append(j.name)
-        if not j.finished:
-            indexes.update(j.indexes)
+        if not j.finished and indexes is not None:
+            indexes = None if j.stride is not None else indexes | set(j.indexes)
     jobsets = _delete_jobsets(api, namespace, name)  # a multi-node sweep's gangs
-    if jobsets and sweep is not None:
-        indexes.update(range(sweep.spec.trials))
+    if jobsets:
+        indexes = None
     remaining = _wait_gone(api, namespace, deleted, wait_s, poll_s)
     remaining |= _wait_gone(api, namespace, jobsets, wait_s, poll_s, read=api.read_jobset)
     paused: list[int] = []
     failed: list[int] = []
-    if indexes and sweep is not None:
+    if indexes != set() and sweep is not None:
         paused, failed = stop_running(sweep, indexes)
     return CancelResult(jobs=tuple(deleted), pods=len(pods), failed_trials=tuple(failed),
                         unfinished=bool(remaining), jobsets=tuple(jobsets),
@@ -280,10 +354,10 @@ def rung_kept(user_attrs: Mapping[str, Any], *, scheduler: bool) -> int | None:
     return int(rung) if rung is not None else None
 
 
-def stop_running(sweep: Sweep, indexes: set[int]) -> tuple[list[int], list[int]]:
+def stop_running(sweep: Sweep, indexes: set[int] | None) -> tuple[list[int], list[int]]:
     """Put back paused the promoted RUNNING trials (of any index: a promotion runs in whichever
     pod of the sweep claimed it) and mark FAIL (cancelled) the other RUNNING trials of
-    ``indexes``; their trial numbers (paused, failed)."""
+    ``indexes`` (None: of any index); their trial numbers (paused, failed)."""
     scheduler = sweep.spec.scheduler.enabled
     paused: list[int] = []
     failed: list[int] = []
@@ -294,7 +368,7 @@ def stop_running(sweep: Sweep, indexes: set[int]) -> tuple[list[int], list[int]]
         if rung is not None:
             if sweep.storage.pause(trial_id_of(t), rung):
                 paused.append(t.number)
-        elif t.user_attrs.get(INDEX_ATTR) in indexes and \
+        elif (indexes is None or t.user_attrs.get(INDEX_ATTR) in indexes) and \
                 sweep.storage.mark_failed(trial_id_of(t), "cancelled (sweeper cancel)"):
             failed.append(t.number)
     return paused, failed
@@ -318,7 +392,9 @@ def shown_log(clients: ClientFactory, namespace: str, ref: SweepRef, index: int,
         f"pod attempt {log.attempt}"
     if log.segments > 1:  # promoted after a pause (scheduler:): each part has its header
         what += f", {log.segments} segments"
-    notes = [f"pod {namespace}/{log.pod} (Job {log.job}, index {index}, {what}, {log.phase})"]
+    of = f" of {log.slot}" if log.slot else ""
+    notes = [f"pod {namespace}/{log.pod} (Job {log.job}, index {index}{of}, {what}, "
+             f"{log.phase})"]
     if log.promoted_in:
         notes.append(f"promoted segments from pod(s) {', '.join(log.promoted_in)}")
     if sweep is None:
@@ -334,9 +410,15 @@ def follow_shown(clients: ClientFactory, namespace: str, ref: SweepRef, index: i
     """:func:`follow_index_log`, the pod named first."""
     pod, stream = follow_index_log(clients, namespace, ref.name, ref.trials, index,
                                    tail_lines=tail)
-    say(f"pod {namespace}/{pod.pod} (Job {pod.job}, index {index}, {pod.phase}; following)")
+    of = f" of {pod.slot}" if pod.slot else ""
+    say(f"pod {namespace}/{pod.pod} (Job {pod.job}, index {index}{of}, {pod.phase}; "
+        f"following)")
+    written = False
     for text in stream:
         write(text)
+        written = True
+    if pod.slot and not written:
+        say(f"pod {pod.pod} ended without running index {index} (the sweep ended before it)")
 
 
 def cancelled(result: CancelResult, name: str, namespace: str, wait_s: float) -> Cancelled:
@@ -392,16 +474,46 @@ def delete_jobs(clients: ClientFactory, namespace: str, name: str, wait_s: float
     return Deleted(tuple(lines))
 
 
-def workloads(clients: ClientFactory, namespace: str, sweep: Sweep, *,
-              required: bool) -> Description:
-    """The sweep's Jobs as :class:`Workload` values; unreadable is a note unless
+def workloads(clients: ClientFactory, namespace: str, sweep: Sweep, *, required: bool,
+              indexes: Sequence[int] = ()) -> Description:
+    """The sweep's Jobs as :class:`Workload` values, and the pod that ran each of
+    ``indexes`` most recently (:func:`index_pods`); unreadable is a note unless
     ``required``."""
     try:
         jobs = sweep_jobs(clients, namespace, sweep.name, sweep.spec.trials)
+        pods = index_pods(KubeClient(clients, sweep.name).list_pods(
+            namespace, m.selector(sweep.name)), jobs, sweep.name, indexes) if indexes else {}
     except BackendError as e:
         if required:
             raise
         return Description(note=f"Kubernetes Jobs not shown: {e}")
     return Description(tuple(
         Workload("Job", j.name, j.namespace, j.state, j.reason, j.active, j.ready, j.succeeded,
-                 j.failed, j.indexes, j.completed, j.failed_indexes) for j in jobs))
+                 j.failed, j.indexes, j.completed, j.failed_indexes, j.stride) for j in jobs),
+        pods=tuple(sorted(pods.items())))
+
+
+def index_pods(pods: list[Obj], jobs: list[JobInfo], sweep_name: str,
+               indexes: Sequence[int]) -> dict[int, str]:
+    """Pure: the name of the pod among ``pods`` (the sweep's) that ran each of ``indexes``
+    most recently (as :func:`index_log` picks it, without reading logs: of an open-ended
+    sweep's slot, or a gang, the newest pod); an index no pod ran is left out."""
+    by_name = {j.name: j for j in jobs}
+    newest: dict[tuple[str, int], _PodRun] = {}
+    for pod in pods:
+        job = by_name.get(str(((pod.get("metadata") or {}).get("labels") or {})
+                              .get(JOB_NAME_LABEL, "")))
+        k = pod_job_index(pod)
+        if job is not None and k is not None:
+            run = _run_of(pod, job, k)
+            newest[(job.name, k)] = max(newest.get((job.name, k), run), run,
+                                        key=lambda r: r.key)
+    gangs = _gangs(pods, sweep_name)
+    found = {}
+    for i in indexes:
+        runs = [newest[(j.name, k)] for j in jobs
+                if (k := j.job_index(i)) is not None and (j.name, k) in newest]
+        runs += [g.run for g in gangs if g.slot == i % g.replicas]
+        if runs:
+            found[i] = pod_name(max(runs, key=lambda r: r.key).pod)
+    return found

@@ -145,7 +145,8 @@ class LocalBackend:
                 removed.append(f"removed the local {what} {path}")
         return Deleted(tuple(removed))
 
-    def describe(self, sweep: Sweep, *, required: bool) -> Description:
+    def describe(self, sweep: Sweep, *, required: bool,
+                 indexes: Sequence[int] = ()) -> Description:
         """Nothing: a local sweep runs only inside the command that runs it."""
         return Description()
 

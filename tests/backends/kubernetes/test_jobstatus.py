@@ -83,6 +83,26 @@ def test_job_info_dense_job_without_the_sweep_size() -> None:
     assert info.active_job and not info.finished and info.unfinished() == ()
 
 
+def test_an_open_ended_job_speaks_in_slots() -> None:
+    """An open-ended sweep's Job: completion index j is the slot of indexes j, j+S, ...; its
+    status's indexes are slots, and any sweep index maps to its slot's pods."""
+    from tests.support.helpers import make_spec
+
+    spec = make_spec(name="open", method="tpe", trials=None, parallelism=3,
+                     budget={"steps": 100})
+    job = m.render_job(spec, None)
+    assert job["metadata"]["annotations"][m.INDEX_STRIDE_ANNOTATION] == "3"
+    job["status"] = {"completedIndexes": "0,2", "failedIndexes": "1", "succeeded": 2}
+    info = job_info(job, spec.trials)
+    assert info.stride == 3 and info.indexes == (0, 1, 2)
+    assert info.completed == (0, 2) and info.failed_indexes == (1,)
+    assert [info.job_index(i) for i in (0, 2, 3, 7, 11)] == [0, 2, 0, 1, 2]
+    assert info.job_index(-1) is None and info.job_index(spec.trials) is None
+    assert info.sweep_indexes(1) == []  # the study knows which: as many as the budget paid
+    assert pod_indexes(_pod(1), info) == "slot 1 (indexes 1, 4, 7, ...)"
+    assert job_info(job, None).job_index(7) == 1  # without the storage too
+
+
 def test_job_state_conditions_and_deletion() -> None:
     assert job_state({}) == ("Running", None, None)
     complete = {"status": {"conditions": [
@@ -115,9 +135,9 @@ def test_pod_exit_without_a_container_exit() -> None:
 def test_pod_indexes_and_attempts() -> None:
     info = job_info(m.render_job(_spec(extra="kubernetes: {indexes_per_pod: 3}"),
                                  list(range(10)), launch=0), 10)
-    assert pod_job_index(_pod(2)) == 2 and pod_indexes(_pod(2), info) == "6,7,8"
-    assert pod_indexes(_pod(3), info) == "9"
-    assert pod_job_index(_pod(None)) is None and pod_indexes(_pod(None), info) == "?"
+    assert pod_job_index(_pod(2)) == 2 and pod_indexes(_pod(2), info) == "indexes 6,7,8"
+    assert pod_indexes(_pod(3), info) == "index 9"
+    assert pod_job_index(_pod(None)) is None and pod_indexes(_pod(None), info) == "index ?"
     labelled = {"metadata": {"labels": {m.COMPLETION_INDEX: "1"}}}
     assert pod_job_index(labelled) == 1
     assert pod_job_index({"metadata": {"annotations": {m.COMPLETION_INDEX: "x"}}}) is None

@@ -12,7 +12,7 @@ from optuna.trial import TrialState
 from sweeper._optuna_compat import trial_id_of
 from sweeper.backends import manifests as m
 from sweeper.backends.kubernetes.oom import oom_reason, record_oom
-from sweeper.protocol import INDEX_ATTR
+from sweeper.protocol import INDEX_ATTR, RUNG_ATTR
 from sweeper.study import create_or_resume, open_storage
 from tests.support.helpers import make_spec
 
@@ -68,3 +68,25 @@ def test_a_newer_attempt_than_the_pod_is_left_alone(sweep: Any) -> None:
     assert record_oom(store, sweep.study_id, [0], 0, "OOMKilled: over") == []
     states = [a.state for a in store.attempts(sweep.study_id, 0)]
     assert states == [TrialState.FAIL, TrialState.RUNNING]
+
+
+def test_a_slot_pod_fails_the_index_of_its_slot_it_was_running(sqlite_url: str) -> None:
+    """An open-ended sweep's slot pod runs index after index: the OOM kill fails the latest
+    attempt of the slot's running index, not another slot's, not a promoted trial's."""
+    from sweeper.backends.kubernetes.oom import running_in_slot
+
+    spec = make_spec(name="oom-open", method="tpe", trials=None, parallelism=2,
+                     budget={"steps": 100})
+    sweep, _ = create_or_resume(open_storage(sqlite_url), spec)
+    store = sweep.storage
+    study = sweep.study()
+    for _ in range(4):
+        study.ask()  # RUNNING
+    for index, t in zip((1, 2, 3, 5), sweep.study().trials, strict=True):
+        store.set_trial_user_attr(trial_id_of(t), INDEX_ATTR, index)
+    by_index = {t.user_attrs[INDEX_ATTR]: t for t in sweep.study().trials}
+    store.set_trial_user_attr(trial_id_of(by_index[5]), RUNG_ATTR, 0)  # promoted
+    assert running_in_slot(store, sweep.study_id, 1, 2) == [1, 3]
+    assert running_in_slot(store, sweep.study_id, 0, 2) == [2]
+    assert record_oom(store, sweep.study_id, [3], None, "OOMKilled: over") == \
+        [by_index[3].number]

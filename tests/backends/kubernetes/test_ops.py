@@ -1,6 +1,7 @@
 """What ``sweeper cancel`` does with the RUNNING trials of a sweep whose Jobs it deleted
 (sweeper.backends.kubernetes.ops): the decision, and its writes on a SQLite store;
-tests/backends/test_cancel_promotion_k8s.py runs the command on the cluster."""
+tests/backends/test_cancel_promotion_k8s.py runs the command on the cluster. Which pod ran
+each index, as ``status`` names it (tests/backends/test_open_ended_k8s.py on the cluster)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,10 @@ import pytest
 from optuna.trial import TrialState
 
 from sweeper._optuna_compat import trial_id_of
-from sweeper.backends.kubernetes.ops import rung_kept, stop_running
+from sweeper.backends import manifests as m
+from sweeper.backends.kubernetes import job_info
+from sweeper.backends.kubernetes.jobstatus import INDEX_FAILURE_COUNT, JOB_NAME_LABEL
+from sweeper.backends.kubernetes.ops import index_pods, rung_kept, stop_running
 from sweeper.protocol import ATTEMPT_ATTR, INDEX_ATTR, PAUSED_ATTR, RUNG_ATTR
 from sweeper.study import create_or_resume, open_storage
 from tests.support.helpers import make_spec
@@ -58,3 +62,29 @@ def test_promoted_trials_of_any_index_go_back_paused_the_others_of_the_jobs_fail
     assert trials[1].user_attrs["sweeper:fail_reason"] == "cancelled (sweeper cancel)"
     assert trials[2].state == TrialState.RUNNING  # not the deleted Jobs' index, not promoted
     assert stop_running(sweep, {0, 1, 2}) == ([], [number[2]])  # nothing twice
+
+
+def _pod(job: str, k: int, name: str, created: str, failures: int = 0) -> dict[str, Any]:
+    return {"metadata": {"name": name, "creationTimestamp": created,
+                         "labels": {JOB_NAME_LABEL: job, m.COMPLETION_INDEX: str(k)},
+                         "annotations": {INDEX_FAILURE_COUNT: str(failures)}}}
+
+
+def test_index_pods_names_the_newest_pod_of_each_indexs_slot_or_job_index() -> None:
+    open_spec = make_spec(name="open", method="tpe", trials=None, parallelism=2,
+                          budget={"steps": 100})
+    slots = job_info(m.render_job(open_spec, None), open_spec.trials)
+    pods = [_pod(slots.name, 0, "open-0-a", "2026-01-01T00:00:00Z"),
+            _pod(slots.name, 1, "open-1-a", "2026-01-01T00:00:00Z"),
+            _pod(slots.name, 1, "open-1-b", "2026-01-01T00:01:00Z", failures=1),  # replaced
+            _pod("another-sweeps-job", 0, "x-0", "2026-01-01T00:00:00Z")]
+    assert index_pods(pods, [slots], "open", [0, 1, 2, 5, 8]) == {
+        0: "open-0-a", 1: "open-1-b", 2: "open-0-a", 5: "open-1-b", 8: "open-0-a"}
+
+    planned = make_spec(name="plan", trials=4, parallelism=2)
+    first = job_info(m.render_job(planned, None, launch=0), planned.trials)
+    resume = job_info(m.render_job(planned, [1, 3], launch=1), planned.trials)
+    pods = [_pod(first.name, k, f"plan-{k}", "2026-01-01T00:00:00Z") for k in range(4)] + \
+        [_pod(resume.name, 1, "plan-r1-1", "2026-01-01T01:00:00Z")]  # job index 1: index 3
+    assert index_pods(pods, [first, resume], "plan", range(4)) == {
+        0: "plan-0", 1: "plan-1", 2: "plan-2", 3: "plan-r1-1"}
