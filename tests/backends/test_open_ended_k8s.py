@@ -29,22 +29,28 @@ NAME = "k8s-open"
 STEPS = 3
 
 
-def test_an_open_ended_sweep_is_one_indexed_job_until_its_budget_is_spent(
-        cluster: Cluster) -> None:
-    budget, parallelism = 15, 2
-    spec = cluster.spec(f"""
-name: {NAME}
+def _open_spec(cluster: Cluster, name: str, *, parallelism: int, steps: int,
+               delay: float = 0.4, retries: int = 0) -> str:
+    """An open-ended sweep (a steps budget, no ``trials``) of ``k8s_objectives:slow``."""
+    return cluster.spec(f"""
+name: {name}
 method: tpe
 objective: {{metric: loss, direction: minimize}}
 parallelism: {parallelism}
 trial:
   entrypoint: tests.support.k8s_objectives:slow
-  fixed: {{delay: 0.4}}
-  retries: 0
+  fixed: {{delay: {delay}}}
+  retries: {retries}
 parameters:
   x: {{type: float, low: 0, high: 1}}
-budget: {{steps: {budget}}}
+budget: {{steps: {steps}}}
 """)
+
+
+def test_an_open_ended_sweep_is_one_indexed_job_until_its_budget_is_spent(
+        cluster: Cluster) -> None:
+    budget, parallelism = 15, 2
+    spec = _open_spec(cluster, NAME, parallelism=parallelism, steps=budget)
     result = cluster.sweeper("run", spec, "--backend", "kubernetes")
     assert result.exit_code == 0, result.output
     assert "open-ended" in result.output
@@ -77,19 +83,7 @@ def test_status_and_logs_find_an_index_in_its_slots_pod(cluster: Cluster) -> Non
     ``logs --index I`` (and ``--follow``) show I's part of its log and nothing of the slot's
     other indexes, and an index the sweep never reached has no log."""
     name, parallelism = "k8s-open-logs", 2
-    spec = cluster.spec(f"""
-name: {name}
-method: tpe
-objective: {{metric: loss, direction: minimize}}
-parallelism: {parallelism}
-trial:
-  entrypoint: tests.support.k8s_objectives:slow
-  fixed: {{delay: 0.4}}
-  retries: 0
-parameters:
-  x: {{type: float, low: 0, high: 1}}
-budget: {{steps: 18}}
-""")
+    spec = _open_spec(cluster, name, parallelism=parallelism, steps=18)
     result = cluster.sweeper("run", spec, "--backend", "kubernetes")
     assert result.exit_code == 0, result.output
     slot_pods = {_slot_of(p): p["metadata"]["name"] for p in cluster.pods(name)}
@@ -140,19 +134,7 @@ def test_logs_find_an_index_in_the_slot_pod_that_ran_it_before_it_was_replaced(
     if cluster.local is None:
         pytest.skip("kills a container through the local node's containerd")
     name = "k8s-open-replaced"
-    spec = cluster.spec(f"""
-name: {name}
-method: tpe
-objective: {{metric: loss, direction: minimize}}
-parallelism: 1
-trial:
-  entrypoint: tests.support.k8s_objectives:slow
-  fixed: {{delay: 2}}
-  retries: 1
-parameters:
-  x: {{type: float, low: 0, high: 1}}
-budget: {{steps: 8}}
-""")
+    spec = _open_spec(cluster, name, parallelism=1, steps=8, delay=2, retries=1)
     started = cluster.sweeper("run", spec, "--backend", "kubernetes", "--detach")
     assert started.exit_code == 0, started.output
     deadline = time.monotonic() + cluster.patience(60)
