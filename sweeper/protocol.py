@@ -93,6 +93,11 @@ SEGMENT_ATTR = "sweeper:segment"
 USAGE_ATTR_PREFIX = "sweeper:usage:"
 #: Study user attr: how many Kubernetes Jobs this sweep has launched (the next resume's N).
 LAUNCHES_ATTR = "sweeper:k8s_launches"
+#: Study user attr: the launch ``sweeper cancel`` cancelled (``LAUNCHES_ATTR``'s value then),
+#: written before it deletes the launch's Jobs. A runner that the deletion's SIGTERM stops
+#: reads it: its attempt was stopped by sweeper, not preempted (the next launch raises
+#: ``LAUNCHES_ATTR``, so the mark no longer matches).
+CANCELLED_ATTR = "sweeper:k8s_cancelled"
 #: Study user attr: the backend of the latest launch (``local`` or ``kubernetes``), so that
 #: ``sweeper logs`` and ``resume`` know where the sweep ran.
 BACKEND_ATTR = "sweeper:backend"

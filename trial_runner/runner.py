@@ -33,8 +33,10 @@ from sweeper.accounting import Ending, OpenSegment, Usage, ending_of_signal, tri
 from sweeper.artifacts import cached_artifact_store
 from sweeper.errors import SpecError, StorageError
 from sweeper.protocol import (
+    CANCELLED_ATTR,
     FAILED_FOR_GOOD_ATTR,
     FIXED_PARAMS_ATTR,
+    LAUNCHES_ATTR,
     PAUSED_ATTR,
     RUNG_ATTR,
     SEGMENT_ATTR,
@@ -299,7 +301,7 @@ def _run_trial(sweep: Sweep, study: optuna.Study, trial: optuna.Trial, index: in
         segment.close_into(writer, Ending.FAILED)
         writer.flush_quietly()  # the reports before the FAIL (which closes the trial)
         if spec.stop.max_failed_trials is not None and \
-                _final(code, attempt - _preempted_before(sweep, index, trial_id),
+                _final(code, attempt - _interrupted_before(sweep, index, trial_id),
                        spec.trial.retries):
             storage.set_trial_user_attr(trial_id, FAILED_FOR_GOOD_ATTR, True)
         return fail_trial(storage, index, trial_id, number, reason, code)
@@ -324,11 +326,12 @@ def _run_trial(sweep: Sweep, study: optuna.Study, trial: optuna.Trial, index: in
         with watch:
             return _evaluate(study, ctx, objective, writer, fail, segment, own=own)
     except Interrupted as e:
-        segment.close_into(writer, Ending.PAUSED if isinstance(e, BudgetSpent)
-                           else ending_of_signal(e.signum))
+        ending = _interrupted_ending(sweep, e)
+        segment.close_into(writer, ending)
         writer.flush_quietly()
         if RUNG_ATTR not in trial.user_attrs:  # a promotion is put back (run_claimed)
-            fail_trial(storage, index, trial_id, number, _interrupted(e), protocol.EXIT_RETRY)
+            fail_trial(storage, index, trial_id, number, _interrupted(e, ending),
+                       protocol.EXIT_RETRY)
         raise
     except (StorageError, SpecError):
         raise
@@ -342,12 +345,36 @@ def _run_trial(sweep: Sweep, study: optuna.Study, trial: optuna.Trial, index: in
             timer.cancel()
 
 
-def _interrupted(e: Interrupted) -> str:
+def _interrupted_ending(sweep: Sweep, e: Interrupted) -> Ending:
+    """How an interrupted attempt's segment ends: paused when sweeper stopped it (its own
+    SIGINT, a spent budget, or the SIGTERM of deleting a launch that ``sweeper cancel``
+    marked cancelled first), preempted when the SIGTERM came from anywhere else."""
+    if isinstance(e, BudgetSpent):
+        return Ending.PAUSED
+    ending = ending_of_signal(e.signum)
+    if ending == Ending.PREEMPTED and _launch_cancelled(sweep):
+        return Ending.PAUSED
+    return ending
+
+
+def _launch_cancelled(sweep: Sweep) -> bool:
+    """Whether ``sweeper cancel`` marked the current launch (``protocol.CANCELLED_ATTR``).
+    Unknown (the database unreachable while the pod stops) reads as not cancelled."""
+    try:
+        attrs = sweep.storage.get_study_user_attrs(sweep.study_id)
+    except Exception:  # noqa: BLE001 - a pod being stopped records what it can
+        logger.warning("could not read whether the sweep was cancelled; recorded as preempted")
+        return False
+    mark = attrs.get(CANCELLED_ATTR)
+    return mark is not None and mark == attrs.get(LAUNCHES_ATTR, 0)
+
+
+def _interrupted(e: Interrupted, ending: Ending) -> str:
     """The FAIL reason of an interrupted attempt (each starts "interrupted by": not the
     trial's own failure, for the brake)."""
     if isinstance(e, BudgetSpent):
         return f"interrupted by {e}; resumable"
-    why = "preempted" if ending_of_signal(e.signum) == Ending.PREEMPTED else "stopped"
+    why = "preempted" if ending == Ending.PREEMPTED else "stopped"
     return f"interrupted by {e} ({why}); resumable"
 
 
@@ -416,13 +443,17 @@ def _pruned(study: optuna.Study, writer: ReportWriter, segment: Segment, trial_i
         return finish_pruned(study, trial_id, index, number, trial=own)
 
 
-def _preempted_before(sweep: Sweep, index: int, trial_id: int) -> int:
-    """How many earlier attempts of ``index`` were preempted: they used no retry (read only
+def _interrupted_before(sweep: Sweep, index: int, trial_id: int) -> int:
+    """How many earlier attempts of ``index`` were interrupted, not failed: preempted, or
+    stopped by sweeper (``sweeper cancel``, its own SIGINT); they used no retry (read only
     when ``stop.max_failed_trials`` asks whether a failure was the index's last)."""
     earlier = [a for a in sweep.storage.attempts(sweep.study_id, index) if a.trial_id != trial_id]
-    return sum(1 for a in earlier if any(
-        u.ending == Ending.PREEMPTED
-        for u in trial_usages(sweep.storage.get_trial(a.trial_id).user_attrs)))
+    interrupted = 0
+    for a in earlier:
+        endings = {u.ending for u in trial_usages(sweep.storage.get_trial(a.trial_id).user_attrs)}
+        if Ending.FAILED not in endings and endings & {Ending.PREEMPTED, Ending.PAUSED}:
+            interrupted += 1
+    return interrupted
 
 
 def _final(code: int, attempt: int, retries: int) -> bool:

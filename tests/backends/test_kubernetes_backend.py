@@ -24,6 +24,7 @@ from click.testing import Result
 from optuna.trial import TrialState
 
 from sweeper._optuna_compat import trial_id_of
+from sweeper.accounting import Ending, trial_usages
 from sweeper.backends import manifests as m
 from sweeper.backends.kubernetes import ClientFactory, KubernetesBackend, job_info, parse_intervals
 from sweeper.study import create_or_resume, open_storage
@@ -249,6 +250,12 @@ def test_detach_cancel_and_sparse_resume(cluster: Cluster) -> None:
     assert "sweeper resume k8s-slow" in cancelled.output
     assert cluster.jobs("k8s-slow") == [] and cluster.pods("k8s-slow") == []
     assert TrialState.RUNNING not in states()
+    # Deleting the Job sent its pods SIGTERM; sweeper cancel had marked the launch first, so
+    # their runners recorded their attempts as stopped by sweeper, not as preempted.
+    failed = [t for ts in cluster.trials("k8s-slow").values() for t in ts
+              if t.state == TrialState.FAIL]
+    endings = {u.ending for t in failed for u in trial_usages(t.user_attrs)}
+    assert Ending.PAUSED in endings and Ending.PREEMPTED not in endings, endings
     missing = [i for i, n in cluster.finished_per_index("k8s-slow").items() if n == 0]
     missing += [i for i in range(6) if i not in cluster.trials("k8s-slow")]
     missing = sorted(missing)

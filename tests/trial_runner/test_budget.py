@@ -197,9 +197,49 @@ def test_a_sigterm_from_outside_is_recorded_as_preemption(storage_url: str,
     assert os.getpid()  # the runner process itself is not touched
 
 
-def test_a_preempted_attempt_uses_no_retry(storage_url: str, tmp_path: Path) -> None:
-    """retries: 1 after a preemption still leaves one retry: the failure after it is not the
-    index's last (what stop.max_failed_trials counts)."""
+@pytest.mark.parametrize("mark", ["current", "earlier"])
+def test_a_sigterm_of_a_launch_sweeper_cancel_marked_is_recorded_as_stopped(
+        storage_url: str, tmp_path: Path, mark: str) -> None:
+    """Deleting a cancelled launch's pods sends them SIGTERM too: with the launch marked by
+    ``sweeper cancel`` the attempt was stopped by sweeper (paused, as a local SIGINT), not
+    preempted; a mark of an earlier launch does not apply to this one."""
+    import signal
+
+    from sweeper.backends.kubernetes.ops import mark_cancelled
+    from trial_runner.outcome import Interrupted
+
+    spec = make_spec(method="random", trials=2)
+    sweep, _ = create_or_resume(open_storage(storage_url), spec)
+    sweep.storage.set_study_user_attr(sweep.study_id, protocol.LAUNCHES_ATTR, 1)
+    mark_cancelled(sweep)
+    if mark == "earlier":  # a resume launched again after that cancel
+        sweep.storage.set_study_user_attr(sweep.study_id, protocol.LAUNCHES_ATTR, 2)
+
+    def deleted(ctx: TrialContext) -> float:
+        ctx.report(1, loss=1.0)
+        raise Interrupted(signal.SIGTERM)
+
+    with pytest.raises(Interrupted):
+        run_index(sweep, 0, deleted, settings(tmp_path))
+    (trial,) = [t for t in sweep.study().trials if t.state == TrialState.FAIL]
+    (seg,) = usages(sweep)[trial.number]
+    totals = sweep_ledger(sweep).totals
+    if mark == "current":
+        assert "(stopped)" in trial.user_attrs[protocol.FAIL_REASON_ATTR]
+        assert seg.ending == Ending.PAUSED
+        assert (totals.preempted.segments, totals.finished.segments) == (0, 1)
+    else:
+        assert "(preempted)" in trial.user_attrs[protocol.FAIL_REASON_ATTR]
+        assert seg.ending == Ending.PREEMPTED
+        assert totals.preempted.segments == 1
+
+
+@pytest.mark.parametrize("signum", ["SIGTERM", "SIGINT"])
+def test_a_preempted_or_stopped_attempt_uses_no_retry(storage_url: str, tmp_path: Path,
+                                                      signum: str) -> None:
+    """retries: 1 after a preemption (SIGTERM from outside) or sweeper's own stop (SIGINT)
+    still leaves one retry: the failure after it is not the index's last (what
+    stop.max_failed_trials counts)."""
     import signal
 
     from trial_runner.outcome import Interrupted
@@ -211,7 +251,7 @@ def test_a_preempted_attempt_uses_no_retry(storage_url: str, tmp_path: Path) -> 
     def attempt(ctx: TrialContext) -> float:
         ctx.report(1, loss=1.0)
         if ctx.attempt == 0:
-            raise Interrupted(signal.SIGTERM)
+            raise Interrupted(getattr(signal, signum))
         raise ValueError("nope")
 
     with pytest.raises(Interrupted):

@@ -38,7 +38,7 @@ from sweeper.backends.kubernetes.jobstatus import (
 )
 from sweeper.backends.kubernetes.promoted import Promoted, other_segments, started
 from sweeper.errors import BackendError
-from sweeper.protocol import INDEX_ATTR, RUNG_ATTR, LogHeader
+from sweeper.protocol import CANCELLED_ATTR, INDEX_ATTR, LAUNCHES_ATTR, RUNG_ATTR, LogHeader
 from sweeper.runlogs import (
     Section,
     attempts_of,
@@ -291,8 +291,10 @@ def cancel(clients: ClientFactory, name: str, namespace: str, *, sweep: Sweep | 
     and (given the ``sweep`` record) mark the RUNNING trials of their indexes FAIL so that a
     resume retries them at once instead of waiting for their heartbeats to go stale; under a
     scheduler a promoted one goes back to WAITING, paused at its rung, instead
-    (:func:`rung_kept`)."""
+    (:func:`rung_kept`). The launch is marked cancelled first (:func:`mark_cancelled`)."""
     api = KubeClient(clients, name)
+    if sweep is not None:
+        mark_cancelled(sweep)
     jobs = sweep_jobs(clients, namespace, name, sweep.spec.trials if sweep else None)
     pods = api.list_pods(namespace, m.selector(name))
     indexes: set[int] | None = set()  # None: any index (a slot's, a gang's)
@@ -316,6 +318,15 @@ def cancel(clients: ClientFactory, name: str, namespace: str, *, sweep: Sweep | 
     return CancelResult(jobs=tuple(deleted), pods=len(pods), failed_trials=tuple(failed),
                         unfinished=bool(remaining), jobsets=tuple(jobsets),
                         paused_trials=tuple(paused))
+
+
+def mark_cancelled(sweep: Sweep) -> None:
+    """Record that the sweep's current launch is being cancelled, before its pods get the
+    deletion's SIGTERM: their runners then record their attempts as stopped by sweeper (as
+    ``sweeper run``'s SIGINT is locally), not as preempted (``protocol.CANCELLED_ATTR``)."""
+    storage = sweep.storage
+    launch = storage.get_study_user_attrs(sweep.study_id).get(LAUNCHES_ATTR, 0)
+    storage.set_study_user_attr(sweep.study_id, CANCELLED_ATTR, launch)
 
 
 def _delete_jobsets(api: KubeClient, namespace: str, name: str) -> list[str]:

@@ -151,8 +151,9 @@ class LocalBackend:
         return Description()
 
     def _record_launch(self, sweep: Sweep) -> None:
-        """Where this sweep ran and logged (``sweeper logs`` and ``resume`` read it)."""
-        for key, value in ((protocol.BACKEND_ATTR, self.name),
+        """Where this sweep ran and logged (``sweeper logs`` and ``resume`` read it); an
+        earlier launch's cancel mark no longer applies."""
+        for key, value in ((protocol.BACKEND_ATTR, self.name), (protocol.CANCELLED_ATTR, None),
                            (protocol.LOG_DIR_ATTR, str(self.log_dir.resolve())),
                            (protocol.CHECKPOINT_DIR_ATTR,
                             str(checkpoint_root() / sweep.state_key))):
