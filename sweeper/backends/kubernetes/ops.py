@@ -11,6 +11,8 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime, timezone
+from functools import partial
 from typing import Any
 
 from optuna.trial import TrialState
@@ -493,7 +495,8 @@ def workloads(clients: ClientFactory, namespace: str, sweep: Sweep, *, required:
     try:
         jobs = sweep_jobs(clients, namespace, sweep.name, sweep.spec.trials)
         pods = index_pods(KubeClient(clients, sweep.name).list_pods(
-            namespace, m.selector(sweep.name)), jobs, sweep.name, indexes) if indexes else {}
+            namespace, m.selector(sweep.name)), jobs, sweep.name, indexes,
+            started=partial(latest_start, sweep)) if indexes else {}
     except BackendError as e:
         if required:
             raise
@@ -504,27 +507,63 @@ def workloads(clients: ClientFactory, namespace: str, sweep: Sweep, *, required:
         pods=tuple(sorted(pods.items())))
 
 
+def latest_start(sweep: Sweep, index: int) -> datetime | None:
+    """When the latest attempt of ``index`` started (naive UTC, the runner's clock), if it
+    did."""
+    attempts = sweep.storage.attempts(sweep.study_id, index)
+    if not attempts:
+        return None
+    return sweep.storage.get_trial(attempts[-1].trial_id).datetime_start
+
+
 def index_pods(pods: list[Obj], jobs: list[JobInfo], sweep_name: str,
-               indexes: Sequence[int]) -> dict[int, str]:
-    """Pure: the name of the pod among ``pods`` (the sweep's) that ran each of ``indexes``
-    most recently (as :func:`index_log` picks it, without reading logs: of an open-ended
-    sweep's slot, or a gang, the newest pod); an index no pod ran is left out."""
+               indexes: Sequence[int],
+               started: Callable[[int], datetime | None] | None = None) -> dict[int, str]:
+    """Pure but for ``started``: the name of the pod among ``pods`` (the sweep's) that ran
+    each of ``indexes`` most recently, without reading logs. Of an open-ended sweep's slot
+    that had more than one pod (one replaced after a failure or a preemption), the newest pod
+    created by the time the index's latest attempt started (``started(index)``, naive UTC;
+    asked only there); else, and of a gang, the newest pod. An index no pod ran is left
+    out."""
     by_name = {j.name: j for j in jobs}
-    newest: dict[tuple[str, int], _PodRun] = {}
+    of_job_index: dict[tuple[str, int], list[_PodRun]] = {}
     for pod in pods:
         job = by_name.get(str(((pod.get("metadata") or {}).get("labels") or {})
                               .get(JOB_NAME_LABEL, "")))
         k = pod_job_index(pod)
         if job is not None and k is not None:
-            run = _run_of(pod, job, k)
-            newest[(job.name, k)] = max(newest.get((job.name, k), run), run,
-                                        key=lambda r: r.key)
+            of_job_index.setdefault((job.name, k), []).append(_run_of(pod, job, k))
     gangs = _gangs(pods, sweep_name)
     found = {}
     for i in indexes:
-        runs = [newest[(j.name, k)] for j in jobs
-                if (k := j.job_index(i)) is not None and (j.name, k) in newest]
+        runs = [_ran(of_job_index[(j.name, k)], i, started) for j in jobs
+                if (k := j.job_index(i)) is not None and (j.name, k) in of_job_index]
         runs += [g.run for g in gangs if g.slot == i % g.replicas]
         if runs:
             found[i] = pod_name(max(runs, key=lambda r: r.key).pod)
     return found
+
+
+def _ran(runs: list[_PodRun], index: int,
+         started: Callable[[int], datetime | None] | None) -> _PodRun:
+    """Of the pods of one Job index, the one that ran ``index``: the newest, or of a slot's
+    pods the newest created by the index's start (clocks agree to the second: a pod's
+    creation time has no finer unit)."""
+    newest = max(runs, key=lambda r: r.key)
+    if len(runs) == 1 or not newest.slotted or started is None:
+        return newest
+    at = started(index)
+    if at is None:
+        return newest
+    before = [r for r in runs if (created := _created(r.pod)) is not None and created <= at]
+    return max(before, key=lambda r: r.key) if before else newest
+
+
+def _created(pod: Obj) -> datetime | None:
+    """A pod's creation time, naive UTC (its metadata's RFC 3339 timestamp)."""
+    raw = str((pod.get("metadata") or {}).get("creationTimestamp") or "")
+    try:
+        return datetime.fromisoformat(raw.replace("Z", "+00:00")).astimezone(
+            timezone.utc).replace(tzinfo=None)
+    except ValueError:
+        return None

@@ -5,6 +5,7 @@ each index, as ``status`` names it (tests/backends/test_open_ended_k8s.py on the
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 import pytest
@@ -14,7 +15,7 @@ from sweeper._optuna_compat import trial_id_of
 from sweeper.backends import manifests as m
 from sweeper.backends.kubernetes import job_info
 from sweeper.backends.kubernetes.jobstatus import INDEX_FAILURE_COUNT, JOB_NAME_LABEL
-from sweeper.backends.kubernetes.ops import index_pods, rung_kept, stop_running
+from sweeper.backends.kubernetes.ops import index_pods, latest_start, rung_kept, stop_running
 from sweeper.protocol import ATTEMPT_ATTR, INDEX_ATTR, PAUSED_ATTR, RUNG_ATTR
 from sweeper.study import create_or_resume, open_storage
 from tests.support.helpers import make_spec
@@ -80,6 +81,19 @@ def test_index_pods_names_the_newest_pod_of_each_indexs_slot_or_job_index() -> N
             _pod("another-sweeps-job", 0, "x-0", "2026-01-01T00:00:00Z")]
     assert index_pods(pods, [slots], "open", [0, 1, 2, 5, 8]) == {
         0: "open-0-a", 1: "open-1-b", 2: "open-0-a", 5: "open-1-b", 8: "open-0-a"}
+    # With the indexes' start times, slot 1's indexes that started before its pod was
+    # replaced name the first pod; the slot of one pod asks nothing.
+    asked: list[int] = []
+
+    def started(i: int) -> datetime | None:
+        asked.append(i)
+        return {1: datetime(2026, 1, 1, 0, 0, 30), 3: datetime(2026, 1, 1, 0, 1, 0, 500),
+                5: datetime(2026, 1, 1, 0, 2)}.get(i)
+
+    assert index_pods(pods, [slots], "open", [0, 1, 2, 3, 5, 7], started) == {
+        0: "open-0-a", 1: "open-1-a", 2: "open-0-a", 3: "open-1-b", 5: "open-1-b",
+        7: "open-1-b"}  # 7 has not started: the newest
+    assert sorted(asked) == [1, 3, 5, 7]
 
     planned = make_spec(name="plan", trials=4, parallelism=2)
     first = job_info(m.render_job(planned, None, launch=0), planned.trials)
@@ -88,3 +102,14 @@ def test_index_pods_names_the_newest_pod_of_each_indexs_slot_or_job_index() -> N
         [_pod(resume.name, 1, "plan-r1-1", "2026-01-01T01:00:00Z")]  # job index 1: index 3
     assert index_pods(pods, [first, resume], "plan", range(4)) == {
         0: "plan-0", 1: "plan-1", 2: "plan-2", 3: "plan-r1-1"}
+
+
+def test_latest_start_is_when_the_latest_attempt_of_an_index_started(storage_url: str) -> None:
+    sweep, _ = create_or_resume(open_storage(storage_url), make_spec(trials=3))
+    storage = sweep.storage
+    waiting = storage.attempts(sweep.study_id, 0)[-1]
+    assert latest_start(sweep, 0) is None  # enqueued, not started
+    assert storage.claim(waiting.trial_id)
+    started = storage.get_trial(waiting.trial_id).datetime_start
+    assert started is not None and latest_start(sweep, 0) == started
+    assert latest_start(sweep, 7) is None  # no attempt at all
