@@ -165,3 +165,9 @@ def test_logs_find_an_index_in_the_slot_pod_that_ran_it_before_it_was_replaced(
     assert "objective output of index 1" not in killed.stdout
     assert [t.state for t in cluster.trials(name)[1]] == [TrialState.FAIL,
                                                           TrialState.COMPLETE]
+    # status names the same pods: index 0 the first pod's, the later ones the new pod's
+    shown = cluster.sweeper("status", name, "--format", "json")
+    assert shown.exit_code == 0, shown.output
+    pod_of = {r["index"]: r["pod"] for r in json.loads(shown.stdout)["per_index"]}
+    assert pod_of[0] == old and pod_of[1] == new, pod_of
+    assert all(p == new for i, p in pod_of.items() if i >= 1), pod_of
