@@ -23,6 +23,7 @@ import signal
 import sys
 import threading
 from collections.abc import Callable
+from dataclasses import replace
 from types import FrameType
 from typing import Any
 
@@ -39,11 +40,14 @@ from sweeper.gang import Gang, gang_from_env
 from sweeper.spec import SweepSpec
 from sweeper.study import InheritedSweep, Sweep, open_storage
 from trial_runner import beside
+from trial_runner.ahead import Ahead
 from trial_runner.chain import run_chain
+from trial_runner.commands import Commands
 from trial_runner.context import TrialContext
 from trial_runner.gang import run_slot
 from trial_runner.outcome import Interrupted, Outcome, RunnerSettings
 from trial_runner.promotion import run_scheduled
+from trial_runner.runner import release_taken_ahead
 from trial_runner.startup import open_sweep, read_spec_file
 
 logger = logging.getLogger("trial_runner")
@@ -359,7 +363,8 @@ def serve(sweep: Sweep, objective: Callable[[TrialContext], Any],
     comes between them (looking for promotions, the sweep's end) goes to the worker's log."""
     if protocol.ENV_PARENT_PID in os.environ:
         _exit_with_parent(int(os.environ[protocol.ENV_PARENT_PID]))
-    cmd = os.fdopen(int(os.environ[protocol.ENV_CMD_FD]), "r")
+    commands = Commands(int(os.environ[protocol.ENV_CMD_FD]))
+    settings = replace(settings, ahead=Ahead(commands.next_index))
     res = os.fdopen(int(os.environ[protocol.ENV_RESULT_FD]), "w", buffering=1)
     log_dir = os.environ.get(protocol.ENV_LOG_DIR)
     own_log = os.dup(1)  # the worker's log (worker-N.log)
@@ -380,10 +385,7 @@ def serve(sweep: Sweep, objective: Callable[[TrialContext], Any],
 
     send(messages.Ready())
     try:
-        for line in cmd:
-            msg = messages.parse_message(line) if line.strip() else messages.Exit()
-            if not isinstance(msg, messages.Run):
-                break
+        while isinstance(msg := commands.next(), messages.Run):
             index = msg.index
             os.environ[protocol.ENV_JOB_ID] = str(index)
             output_to(index)
@@ -405,6 +407,7 @@ def serve(sweep: Sweep, objective: Callable[[TrialContext], Any],
             send(messages.Done(index, outcome.exit_code, outcome.state.value,
                                outcome.trial_number))
     except Interrupted as e:
+        release_taken_ahead(sweep, settings, e)
         return protocol.EXIT_SIGNAL_BASE + e.signum
     return protocol.EXIT_OK
 

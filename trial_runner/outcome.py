@@ -13,6 +13,7 @@ from pathlib import Path
 from sweeper import protocol
 from sweeper.accounting import OpenSegment
 from sweeper.study.values import Taken
+from trial_runner.ahead import Ahead
 
 
 @dataclass(frozen=True)
@@ -23,6 +24,8 @@ class RunnerSettings:
     checkpoint_root: Path = Path(protocol.DEFAULT_CHECKPOINT_DIR)
     #: Reports are written at most this late, or with the finish (trial_runner.reports).
     report_delay_s: float = protocol.DEFAULT_REPORT_DELAY_S
+    #: A local worker's next index, taken with the finish before it (trial_runner.ahead).
+    ahead: Ahead | None = None
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> RunnerSettings:

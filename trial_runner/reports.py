@@ -20,13 +20,14 @@ import contextlib
 import json
 import logging
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import optuna
 
 from sweeper._optuna_compat import update_cached_trial
 from sweeper.study.trials import new_report, riding_with_finish, store, store_of, write_trial
+from sweeper.study.values import NextTake
 from trial_runner.background import WRITES, Job
 
 logger = logging.getLogger(__name__)
@@ -88,10 +89,11 @@ class ReportWriter:
             logger.warning("could not write the trial's last reports: %s", e)
 
     @contextlib.contextmanager
-    def finishing(self) -> Iterator[None]:
+    def finishing(self, then: Callable[[], NextTake | None] | None = None) -> Iterator[None]:
         """Around the trial's finish: what is pending goes in the finishing statement (or, where
-        it cannot, is written first). A finish that raises leaves them pending, for the
-        :meth:`flush` before the FAIL."""
+        it cannot, is written first), and so does the take ``then`` asks for, if any
+        (trial_runner.ahead). A finish that raises leaves them pending, for the :meth:`flush`
+        before the FAIL."""
         with self._lock:
             self._cancel_timer()
             if not self._rides:
@@ -99,7 +101,8 @@ class ReportWriter:
                 return
             attrs, reports = self._take()
             try:
-                with riding_with_finish(self.trial, attrs, reports) as rides:
+                with riding_with_finish(self.trial, attrs, reports,
+                                        then() if then is not None else None) as rides:
                     if not rides and (attrs or reports):
                         store(self.trial, user_attrs=attrs, reports=reports)
                     yield

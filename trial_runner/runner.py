@@ -21,6 +21,7 @@ import json
 import logging
 import time
 import traceback
+import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -47,7 +48,7 @@ from sweeper.study import Sweep, stop
 from sweeper.study.ledger import may_start
 from sweeper.study.sql.trials import open_claimed, open_trial
 from sweeper.study.trials import unwritten, write_trial
-from sweeper.study.values import FINISHED, Attempt, Taken
+from sweeper.study.values import FINISHED, Attempt, NextTake, Taken
 from trial_runner.asha import paused_rung
 from trial_runner.checkpoints import CheckpointMirror
 from trial_runner.context import (
@@ -105,11 +106,7 @@ def acquire(sweep: Sweep, index: int, settings: RunnerSettings,
     """Steps 1-2 of the protocol: the trial this runner owns now, or the Outcome when there is
     nothing to run."""
     storage = sweep.storage
-    # The first look claims the index's WAITING trial in the same round trip where it can,
-    # and stamps it with the runner's provenance and the segment it opens there.
-    opened = new_segment(sweep.spec)
-    taken = storage.take(sweep.study_id, index,
-                         user_attrs={**provenance(sweep.spec), SEGMENT_ATTR: opened.encode()})
+    taken, opened = _first_look(sweep, index, settings)
     stopped = _recorded_stop(sweep, taken)
     if stopped is not None:
         return _not_started(index, stopped)
@@ -133,6 +130,58 @@ def acquire(sweep: Sweep, index: int, settings: RunnerSettings,
         if got is not None:
             return got
         atts = storage.attempts(sweep.study_id, index)
+
+
+def _first_look(sweep: Sweep, index: int, settings: RunnerSettings
+                ) -> tuple[Taken, OpenSegment]:
+    """The first look at ``index``, which claims its WAITING trial in the same round trip
+    where it can and stamps it with the runner's provenance and the segment it opens there
+    (returned with it); where the finish of the trial before it took the index already, what
+    that found, or (its reply lost) the same take again, which finds its own claim."""
+    storage = sweep.storage
+    held = settings.ahead.held(index) if settings.ahead is not None else None
+    if held is None:
+        opened = new_segment(sweep.spec)
+        return storage.take(sweep.study_id, index,
+                            user_attrs=_claim_attrs(sweep, opened)), opened
+    ahead, opened = held
+    taken = storage.taken_ahead(ahead.token) or storage.take(
+        sweep.study_id, index, user_attrs=ahead.user_attrs, token=ahead.token)
+    return taken, opened
+
+
+def _claim_attrs(sweep: Sweep, opened: OpenSegment) -> dict[str, Any]:
+    """What a claim stamps on its trial: the runner's provenance and the segment it opens."""
+    return {**provenance(sweep.spec), SEGMENT_ATTR: opened.encode()}
+
+
+def _take_ahead(sweep: Sweep, settings: RunnerSettings) -> NextTake | None:
+    """The take of the worker's next index to ride with the finish of its trial now ending
+    (trial_runner.ahead); None: take nothing ahead. Only where nothing has to see the end of
+    this trial before the next one is claimed: no stop rule (evaluated after each trial), no
+    budget (the gate reads what was spent), no scheduler (a promotion may come first), one
+    node. The brake looks at failures only, and a failed trial takes nothing ahead."""
+    spec, ahead = sweep.spec, settings.ahead
+    if ahead is None or spec.stop.any or spec.budget.enabled or _requeues(sweep) is not None \
+            or spec.trial.nodes > 1 or not sweep.storage.rides():
+        return None
+    index = ahead.next_index()
+    if index is None:
+        return None
+    opened = new_segment(spec)
+    take = NextTake(sweep.study_id, index, _claim_attrs(sweep, opened), uuid.uuid4().hex)
+    ahead.hold(take, opened)
+    return take
+
+
+def release_taken_ahead(sweep: Sweep, settings: RunnerSettings, e: Interrupted) -> None:
+    """A worker stopping between a finish that took its next index and that index's run: the
+    trial it claimed, if it claimed one, is marked FAIL (resumable), as an attempt stopped
+    while it ran is, instead of staying RUNNING until its heartbeat is stale."""
+    take = settings.ahead.drop() if settings.ahead is not None else None
+    taken = sweep.storage.taken_ahead(take.token) if take is not None else None
+    if taken is not None and taken.claimed is not None:
+        _fail_claimed(sweep, taken.claimed.trial_id, e)
 
 
 def _requeues(sweep: Sweep) -> int | None:
@@ -324,7 +373,8 @@ def _run_trial(sweep: Sweep, study: optuna.Study, trial: optuna.Trial, index: in
         if why is not None:
             return fail(why, protocol.EXIT_RETRY)
         with watch:
-            return _evaluate(study, ctx, objective, writer, fail, segment, own=own)
+            return _evaluate(study, ctx, objective, writer, fail, segment, own=own,
+                             then=lambda: _take_ahead(sweep, settings))
     except Interrupted as e:
         ending = _interrupted_ending(sweep, e)
         segment.close_into(writer, ending)
@@ -402,26 +452,27 @@ def _context(sweep: Sweep, trial: optuna.Trial, index: int, attempt: int,
 
 def _evaluate(study: optuna.Study, ctx: TrialContext, objective: Callable[[TrialContext], Any],
               writer: ReportWriter, fail: Callable[[str, int], Outcome], segment: Segment, *,
-              own: optuna.Trial | None) -> Outcome:
+              own: optuna.Trial | None, then: Callable[[], NextTake | None]) -> Outcome:
     """Run the objective and finish the trial from what it returned or raised (what the user's
-    code raised otherwise is the caller's)."""
+    code raised otherwise is the caller's). ``then``: the next index's take to ride with a
+    COMPLETE or PRUNED finish, asked when the finish comes."""
     index, number, metrics = ctx.index, ctx.trial_number, ctx.objective_metrics
     trial_id = trial_id_of(ctx.trial)
     try:
         result = objective(ctx)
     except optuna.TrialPruned:
-        return _pruned(study, writer, segment, trial_id, index, number, own)
+        return _pruned(study, writer, segment, trial_id, index, number, own, then)
     except (TrialTimeout, DataError, SuggestNotAllowed, ProgramFailed, InvalidResult) as e:
         return fail(str(e), _exit_code_of(e))
     if result is None and ctx.should_prune():
-        return _pruned(study, writer, segment, trial_id, index, number, own)
+        return _pruned(study, writer, segment, trial_id, index, number, own, then)
     try:
         values, extra = objective_values(result, metrics)
     except InvalidResult as e:
         return fail(str(e), protocol.EXIT_NO_RETRY)
     writer.add(user_attrs={k: v for k, v in extra.items() if _jsonable(v)})
     segment.close_into(writer, Ending.COMPLETE)
-    with writer.finishing():
+    with writer.finishing(then):
         told = tell_state(study, trial_id, TrialState.COMPLETE, values, number=number, trial=own)
     if not told:
         return superseded(index, number)
@@ -431,7 +482,8 @@ def _evaluate(study: optuna.Study, ctx: TrialContext, objective: Callable[[Trial
 
 
 def _pruned(study: optuna.Study, writer: ReportWriter, segment: Segment, trial_id: int,
-            index: int, number: int, own: optuna.Trial | None) -> Outcome:
+            index: int, number: int, own: optuna.Trial | None,
+            then: Callable[[], NextTake | None]) -> Outcome:
     """PRUNED, or under a scheduler that said "pause" the outcome that pauses it (after the
     heartbeat stopped: :func:`run_claimed`); the reports are written first either way."""
     rung = paused_rung(study.pruner, number)
@@ -439,7 +491,7 @@ def _pruned(study: optuna.Study, writer: ReportWriter, segment: Segment, trial_i
     if rung is not None:
         writer.flush()
         return Outcome(index, protocol.EXIT_OK, OutcomeState.PAUSED, number, "", rung=rung)
-    with writer.finishing():
+    with writer.finishing(then):
         return finish_pruned(study, trial_id, index, number, trial=own)
 
 
@@ -483,5 +535,5 @@ def _jsonable(v: Any) -> bool:
     return True
 
 
-__all__ = ["Claimed", "Interrupted", "Outcome", "RunnerSettings", "acquire", "run_claimed",
-           "run_index"]
+__all__ = ["Claimed", "Interrupted", "Outcome", "RunnerSettings", "acquire",
+           "release_taken_ahead", "run_claimed", "run_index"]

@@ -30,6 +30,7 @@ from sweeper.study.values import (
     IndexStatus,
     LedgerRow,
     LedgerSums,
+    NextTake,
     RungTrial,
     StopState,
     StudyStats,
@@ -39,7 +40,7 @@ from sweeper.study.values import (
 
 #: Members of :class:`IndexStore` that are not operations on the wire: what a process does
 #: with its own handle.
-LOCAL = frozenset({"url", "close", "rides", "riding_with_finish"})
+LOCAL = frozenset({"url", "close", "rides", "riding_with_finish", "taken_ahead"})
 
 
 class IndexStore(Protocol):
@@ -155,10 +156,17 @@ class IndexStore(Protocol):
         (:meth:`riding_with_finish` yields True): the runner then writes reports behind."""
 
     def riding_with_finish(self, trial_id: int, user_attrs: Mapping[str, Any],
-                           reports: Sequence[tuple[int, float]]
-                           ) -> AbstractContextManager[bool]:
+                           reports: Sequence[tuple[int, float]],
+                           then: NextTake | None = None) -> AbstractContextManager[bool]:
         """While in the block, a finish of the trial writes ``user_attrs`` and ``reports`` in
-        its own statement; yields False where it cannot (the caller writes them first)."""
+        its own statement; yields False where it cannot (the caller writes them first).
+        ``then``: the runner's next index, taken in that statement too where the finish is
+        COMPLETE or PRUNED (:meth:`taken_ahead` has what it found)."""
+
+    def taken_ahead(self, token: str) -> Taken | None:
+        """What the take with ``token`` that rode with a finish found, once; None where it did
+        not ride or its result was lost: the runner then takes the index with the same token
+        (:meth:`take`), which finds a claim that landed."""
 
     # ---- reads for status, list, metrics and delete
 

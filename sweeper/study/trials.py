@@ -16,6 +16,7 @@ from sweeper._optuna_compat import backend_of, own_copy, trial_id_of, update_cac
 
 if TYPE_CHECKING:
     from sweeper.study.store import IndexStore
+    from sweeper.study.values import NextTake
 
 
 def store_of(trial: optuna.Trial) -> IndexStore:
@@ -65,10 +66,12 @@ def new_report(trial: optuna.Trial, report: tuple[int, float] | None
 
 
 def riding_with_finish(trial: optuna.Trial, user_attrs: Mapping[str, Any],
-                       reports: Sequence[tuple[int, float]]) -> AbstractContextManager[bool]:
+                       reports: Sequence[tuple[int, float]],
+                       then: NextTake | None = None) -> AbstractContextManager[bool]:
     """While in the block, a finish of ``trial`` (COMPLETE or PRUNED) writes ``user_attrs`` and
-    ``reports`` too, in its one statement; yields False when it cannot (write them first)."""
-    return store_of(trial).riding_with_finish(trial_id_of(trial), user_attrs, reports)
+    ``reports`` too, in its one statement, and takes ``then``'s index; yields False when it
+    cannot (write them first; nothing is taken)."""
+    return store_of(trial).riding_with_finish(trial_id_of(trial), user_attrs, reports, then)
 
 
 def unwritten(trial: optuna.Trial, *, user_attrs: Mapping[str, Any],

@@ -65,6 +65,18 @@ class Taken:
 
 
 @dataclass(frozen=True)
+class NextTake:
+    """The take of the next index a runner holds, to ride with the finish of its trial
+    (``IndexStore.riding_with_finish``): one round trip for both. ``token``: the take's write
+    token; a take of ``index`` with it afterwards finds the claim if it landed."""
+
+    study_id: int
+    index: int
+    user_attrs: dict[str, Any]
+    token: str
+
+
+@dataclass(frozen=True)
 class Created:
     """What creating or resuming a sweep did (``IndexStore.create_or_resume``)."""
 

@@ -17,6 +17,7 @@ from sweeper.protocol import FAIL_REASON_ATTR, RETRY_OF_ATTR
 from sweeper.study import create_or_resume, open_storage
 from sweeper.study.record import Sweep
 from sweeper.study.sql.storage import RetryingRDBStorage
+from sweeper.study.values import NextTake
 from tests.support.faultproxy import FaultProxy
 from tests.support.helpers import make_spec
 
@@ -165,6 +166,31 @@ def test_tell_finds_its_own_values(storage: RetryingRDBStorage, proxy: FaultProx
     # without an interrupted attempt of its own, a finished trial still refuses a tell
     with pytest.raises(optuna.exceptions.UpdateFinishedTrialError):
         storage.set_trial_state_values(trial_id_of(trial), TrialState.COMPLETE, [1.5])
+
+
+def test_a_take_riding_with_a_lost_finish_is_found_by_its_token(
+        sweep: Sweep, proxy: FaultProxy, direct: RetryingRDBStorage) -> None:
+    """The finish that also took the next index landed and its reply was lost: the retry
+    finds the finish its own, the take's result is unknown, and the take of that index with
+    the same token finds the claim that landed: one claim, one heartbeat, no second one."""
+    storage = sweep.storage
+    done = storage.take(sweep.study_id, 3).claimed
+    assert done is not None
+    following = NextTake(sweep.study_id, 4, {"runner": "w1"}, "ahead-4")
+    _lose_the_ack(proxy, r"UPDATE trials SET state='COMPLETE'")
+    with storage.riding_with_finish(done.trial_id, {}, [], then=following):
+        assert storage.set_trial_state_values(done.trial_id, TrialState.COMPLETE, [1.5])
+    _fired(proxy)
+    assert direct.get_trial(done.trial_id).values == [1.5]
+    assert storage.taken_ahead("ahead-4") is None  # the reply with it was lost
+    [claimed] = direct.attempts(sweep.study_id, 4)
+    assert claimed.state == TrialState.RUNNING
+    again = storage.take(sweep.study_id, 4, {"runner": "w1"}, token="ahead-4")
+    assert again.claimed is not None and again.claimed.trial_id == claimed.trial_id
+    assert _count(direct.engine, "SELECT COUNT(*) FROM trial_heartbeats WHERE trial_id = :t",
+                  t=claimed.trial_id) == 1
+    other = storage.take(sweep.study_id, 4, {"runner": "w2"})
+    assert other.claimed is None and [a.state for a in other.attempts] == [TrialState.RUNNING]
 
 
 def test_a_tell_that_finds_another_outcome_is_refused(storage: RetryingRDBStorage,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -17,8 +18,9 @@ from sweeper._optuna_compat import trial_id_of
 from sweeper.space import grid_point
 from sweeper.study import create_or_resume, open_storage
 from tests.support.helpers import contains, make_spec
+from trial_runner.ahead import Ahead
 from trial_runner.context import TrialContext
-from trial_runner.runner import RunnerSettings, run_index
+from trial_runner.runner import Interrupted, RunnerSettings, release_taken_ahead, run_index
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -282,3 +284,86 @@ def test_a_planned_trial_is_two_statements_with_its_provenance_and_params(
     assert t.user_attrs[SPEC_HASH_ATTR] == sweep.spec.spec_hash
     assert t.user_attrs[CODE_VERSION_ATTR] == "build-4"
     assert t.intermediate_values == {0: 1.0}
+
+
+def _once(ctx: TrialContext) -> float:
+    ctx.report(0, loss=1.0)
+    return float(ctx.params["a"])
+
+
+def test_a_worker_takes_its_next_index_with_the_finish_before_it(
+        pg_url: str, tmp_path: Path) -> None:
+    """PostgreSQL, a local worker that holds its next index (trial_runner.ahead): the statement
+    that finishes trial k also claims index k+1, so a trial costs one statement, and k+1 runs
+    as if it had taken its index itself: one attempt, stamped, one segment, COMPLETE."""
+    import sqlalchemy as sa
+
+    from sweeper.accounting import Ending, trial_usages
+    from sweeper.protocol import SPEC_HASH_ATTR
+
+    storage = open_storage(pg_url)
+    sweep, _ = create_or_resume(storage, make_spec())
+    upcoming: list[int | None] = [2, 3, None]
+    ahead = Ahead(lambda: upcoming[0])
+    run_settings = replace(settings(tmp_path), ahead=ahead)
+    seen: list[str] = []
+    sa.event.listen(storage.engine, "before_cursor_execute",
+                    lambda conn, cursor, sql, *_: seen.append(" ".join(sql.split())))
+    assert run_index(sweep, 1, _once, run_settings).state == "COMPLETE"
+    [a2] = storage.attempts(sweep.study_id, 2)
+    assert a2.state == TrialState.RUNNING  # claimed by the finish of index 1
+    upcoming.pop(0)
+    seen.clear()
+    assert run_index(sweep, 2, _once, run_settings).state == "COMPLETE"
+    assert len(seen) == 1, "\n".join(s[:120] for s in seen)  # its finish, which took index 3
+    assert "UPDATE trials SET state='COMPLETE'" in seen[0]
+    assert "UPDATE trials SET state = 'RUNNING'" in seen[0]
+    upcoming.pop(0)
+    seen.clear()
+    assert run_index(sweep, 3, _once, run_settings).state == "COMPLETE"
+    assert len(seen) == 1 and "SET state = 'RUNNING'" not in seen[0]  # nothing next: alone
+    for index in (2, 3):
+        [a] = storage.attempts(sweep.study_id, index)
+        t = storage.get_trial(a.trial_id)
+        assert t.state == TrialState.COMPLETE and t.params == grid_point(sweep.spec, index)
+        assert t.user_attrs[SPEC_HASH_ATTR] == sweep.spec.spec_hash
+        assert t.intermediate_values == {0: 1.0}
+        assert [u.ending for u in trial_usages(t.user_attrs)] == [Ending.COMPLETE]
+    assert [a.state for a in storage.attempts(sweep.study_id, 4)] == [TrialState.WAITING]
+
+
+@pytest.mark.parametrize("extra", [{"stop": {"value": -100.0}}, {"budget": {"steps": 1000}}],
+                         ids=["stop-rule", "budget"])
+def test_nothing_is_taken_ahead_where_the_end_of_a_trial_must_be_seen_first(
+        pg_url: str, tmp_path: Path, extra: dict[str, Any]) -> None:
+    """A stop rule or a budget is evaluated after each trial, before the next index is
+    claimed: there the next index is not taken ahead."""
+    storage = open_storage(pg_url)
+    sweep, _ = create_or_resume(storage, make_spec(**extra))
+    run_settings = replace(settings(tmp_path), ahead=Ahead(lambda: 2))
+    assert run_index(sweep, 1, _once, run_settings).state == "COMPLETE"
+    assert [a.state for a in storage.attempts(sweep.study_id, 2)] == [TrialState.WAITING]
+
+
+def test_a_worker_stopped_before_its_next_index_fails_the_trial_it_took_ahead(
+        pg_url: str, tmp_path: Path) -> None:
+    """A signal between the finish that took the next index and that index's run: the trial
+    claimed ahead is FAIL, resumable, as an attempt stopped while it ran is, not RUNNING until
+    its heartbeat goes stale; the index's next attempt runs it."""
+    import signal
+
+    storage = open_storage(pg_url)
+    sweep, _ = create_or_resume(storage, make_spec())
+    run_settings = replace(settings(tmp_path), ahead=Ahead(lambda: 2))
+    assert run_index(sweep, 1, _once, run_settings).state == "COMPLETE"
+    release_taken_ahead(sweep, run_settings, Interrupted(signal.SIGTERM))
+    [a] = storage.attempts(sweep.study_id, 2)
+    assert a.state == TrialState.FAIL
+    assert storage.get_trial(a.trial_id).user_attrs["sweeper:fail_reason"] == \
+        "interrupted by SIGTERM; resumable"
+    out = run_index(sweep, 2, _once, settings(tmp_path))
+    assert out.state == "COMPLETE"
+    assert [a.attempt for a in storage.attempts(sweep.study_id, 2)] == [0, 1]
+    release_taken_ahead(sweep, run_settings, Interrupted(signal.SIGTERM))  # nothing held: no-op
+    assert storage.get_trial(storage.attempts(sweep.study_id, 2)[1].trial_id).state == \
+        TrialState.COMPLETE

@@ -37,6 +37,7 @@ from sweeper.protocol import ENV_PARENT_PID
 from sweeper.study.remote import wire
 from sweeper.study.retry import retried
 from sweeper.study.store import IndexStore
+from sweeper.study.values import NextTake, Taken
 
 logger = logging.getLogger(__name__)
 
@@ -281,9 +282,12 @@ class ProxyStorage(GrpcStorageProxyOnChannel):
         return False  # a finish through the proxy is Optuna's call: nothing rides with it
 
     def riding_with_finish(self, trial_id: int, user_attrs: Mapping[str, Any],
-                           reports: Sequence[tuple[int, float]]
-                           ) -> AbstractContextManager[bool]:
+                           reports: Sequence[tuple[int, float]],
+                           then: NextTake | None = None) -> AbstractContextManager[bool]:
         return contextlib.nullcontext(False)
+
+    def taken_ahead(self, token: str) -> Taken | None:
+        return None  # nothing rides: the runner takes its next index on its own
 
     # ---------------------------------------------------------------- Optuna's storage API,
     # retried while the proxy is unavailable (same signatures as GrpcStorageProxy's)

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -22,7 +23,7 @@ from sweeper.protocol import INDEX_ATTR, STOP_ATTR
 from sweeper.study.retry import with_retry
 from sweeper.study.sql import oneshot, writes
 from sweeper.study.sql._bulk import TrialRow, exclusive, insert_trials, utcnow
-from sweeper.study.values import Attempt, Taken
+from sweeper.study.values import Attempt, NextTake, Taken
 
 logger = logging.getLogger(__name__)
 
@@ -94,8 +95,10 @@ def attempts(storage: RDBStorage, study_id: int,
 #: columns carries it when the index has no attempt yet).
 #: The read costs PostgreSQL about 0.15 ms more planning and execution, a separate statement
 #: about 0.3 ms on an idle server and a wake-up of both sides on a busy one.
-_TAKE_SQL = f"""
-WITH halt AS (
+#: The parts of the ``WITH`` (``{guard}``: a further condition of the claim) and the SELECT's
+#: columns and FROM are kept apart so that the take can ride with a finish
+#: (:func:`take_riding`).
+_TAKE_CTES = f"""halt AS (
   SELECT value_json FROM study_user_attributes WHERE study_id = :s AND key = '{STOP_ATTR}'),
 att AS (
   SELECT t.trial_id, t.number, t.state, t.datetime_start, hb.heartbeat
@@ -106,7 +109,8 @@ att AS (
 pick AS (
   SELECT trial_id FROM att WHERE state = 'WAITING' AND number = (SELECT MAX(number) FROM att)
   AND NOT EXISTS (SELECT 1 FROM att WHERE state IN ('COMPLETE', 'PRUNED'))
-  AND NOT EXISTS (SELECT 1 FROM halt WHERE CAST(value_json AS json)->>'state' = 'stopped')),
+  AND NOT EXISTS (SELECT 1 FROM halt WHERE CAST(value_json AS json)->>'state' = 'stopped')
+  {{guard}}),
 won AS (
   UPDATE trials SET state = 'RUNNING', datetime_start = :now
   WHERE trial_id IN (SELECT trial_id FROM pick) AND state = 'WAITING' RETURNING trial_id),
@@ -118,8 +122,8 @@ attrs AS (
   INSERT INTO trial_user_attributes (trial_id, key, value_json)
   SELECT won.trial_id, a.key, a.value_json
   FROM won, unnest(CAST(:keys AS text[]), CAST(:values AS text[])) AS a(key, value_json)
-  ON CONFLICT (trial_id, key) DO UPDATE SET value_json = excluded.value_json)
-SELECT att.*, CURRENT_TIMESTAMP,
+  ON CONFLICT (trial_id, key) DO UPDATE SET value_json = excluded.value_json)"""
+_TAKE_COLUMNS = """att.*, CURRENT_TIMESTAMP,
   COALESCE((SELECT trial_id FROM won),
            (SELECT trial_id FROM sweeper_writes WHERE token = :token)),
   (SELECT json_agg(json_build_array(o.kind, o.key, o.value_json, o.num)) FROM (
@@ -131,10 +135,44 @@ SELECT att.*, CURRENT_TIMESTAMP,
      UNION ALL
      SELECT 'p', param_name, distribution_json, param_value FROM trial_params
      WHERE trial_id = (SELECT trial_id FROM won)) o),
-  (SELECT value_json FROM halt)
-FROM (SELECT 1) one LEFT JOIN att ON true ORDER BY att.number
-"""
+  (SELECT value_json FROM halt)"""
+_TAKE_FROM = "FROM (SELECT 1) one LEFT JOIN att ON true ORDER BY att.number"
+_TAKE_SQL = f"WITH {_TAKE_CTES.format(guard='')}\nSELECT {_TAKE_COLUMNS}\n{_TAKE_FROM}\n"
 _TAKE = sa.text(_TAKE_SQL)
+
+
+@dataclass(frozen=True)
+class TakeParts:
+    """A take as parts of another data-modifying statement (:func:`take_riding`): its ``WITH``
+    parts, the SELECT's columns (the take's own first, as :func:`take` reads them) and FROM,
+    its binds, and how to read its rows."""
+
+    ctes: str
+    columns: str
+    from_: str
+    binds: dict[str, Any]
+    read: Callable[[Sequence[Any]], Taken]
+
+
+def _take_binds(study_id: int, index: int, user_attrs: Mapping[str, Any] | None,
+                token: str) -> tuple[dict[str, Any], Callable[[Sequence[Any]], Taken]]:
+    """The binds of a take and the reader of its rows (the take's columns first in each)."""
+    now, attrs = utcnow(), {k: json.dumps(v) for k, v in (user_attrs or {}).items()}
+    binds = {"v": json.dumps(index), "s": study_id, "now": now, "token": token,
+             "keys": list(attrs), "values": list(attrs.values())}
+    set_now = tuple(("u", k, v, None) for k, v in attrs.items())
+
+    def read(rows: Sequence[Any]) -> Taken:
+        found = _parse_attempts([row[:6] for row in rows if row[0] is not None])
+        won, stored_json, halt = rows[0][6], rows[0][7], rows[0][8]  # one row at least
+        stop = json.loads(halt) if halt is not None else None
+        claimed = next((a for a in found if a.trial_id == won), None)
+        if claimed is None or stored_json is None:
+            return Taken(found, claimed, stop_read=True, stop=stop)
+        stored = tuple((kind, key, value_json, num) for kind, key, value_json, num in stored_json)
+        return Taken(found, claimed, stored + set_now, now, stop_read=True, stop=stop)
+
+    return binds, read
 
 
 def take(storage: RDBStorage, study_id: int, index: int,
@@ -147,24 +185,24 @@ def take(storage: RDBStorage, study_id: int, index: int,
     if not oneshot.alone(storage.engine):
         return Taken(attempts(storage, study_id, index))
     writes.ensure_table(storage.engine)
-    now, attrs = utcnow(), {k: json.dumps(v) for k, v in (user_attrs or {}).items()}
-    binds = {"v": json.dumps(index), "s": study_id, "now": now,
-             "token": token or writes.new_token(),
-             "keys": list(attrs), "values": list(attrs.values())}
-    set_now = tuple(("u", k, v, None) for k, v in attrs.items())
+    binds, read = _take_binds(study_id, index, user_attrs, token or writes.new_token())
 
     def query() -> Taken:
-        rows, _ = oneshot.run(storage.engine, _TAKE, binds)
-        found = _parse_attempts([row[:6] for row in rows if row[0] is not None])
-        won, read, halt = rows[0][6], rows[0][7], rows[0][8]  # one row at least
-        stop = json.loads(halt) if halt is not None else None
-        claimed = next((a for a in found if a.trial_id == won), None)
-        if claimed is None or read is None:
-            return Taken(found, claimed, stop_read=True, stop=stop)
-        stored = tuple((kind, key, value_json, num) for kind, key, value_json, num in read)
-        return Taken(found, claimed, stored + set_now, now, stop_read=True, stop=stop)
+        return read(oneshot.run(storage.engine, _TAKE, binds)[0])
 
     return with_retry(query, what="claim", url=storage.url)
+
+
+def take_riding(storage: RDBStorage, ahead: NextTake, guard: str) -> TakeParts:
+    """:func:`take` of ``ahead`` as parts of a statement that finishes another trial
+    (PostgreSQL; ``RetryingRDBStorage.riding``): it claims only where ``guard`` (SQL) holds,
+    the finish's match. The same statement's snapshot, the same claim, the same token: what
+    it found is what :func:`take` would have found at that moment, and a take of the same
+    index with the same token afterwards finds a claim of it that landed."""
+    writes.ensure_table(storage.engine)
+    binds, read = _take_binds(ahead.study_id, ahead.index, ahead.user_attrs, ahead.token)
+    return TakeParts(_TAKE_CTES.format(guard=f"AND {guard}"), _TAKE_COLUMNS, _TAKE_FROM,
+                     binds, read)
 
 
 def claim(storage: RDBStorage, trial_id: int, *,

@@ -1,14 +1,15 @@
 """One statement, one round trip: the runner's hot path on PostgreSQL.
 
-Each step of a trial was a transaction of several statements (BEGIN, each statement, COMMIT,
-every one a round trip to the server; a read was BEGIN, SELECT, ROLLBACK): 23 round trips
-for a trial with one report. On PostgreSQL each step is one statement instead, a
-data-modifying ``WITH`` where it writes several tables, atomic on its own and sent with
-autocommit on: one round trip per step, two for that trial (look up the index, claim it,
-stamp the runner's provenance and read the trial back, whose planned params were stored when
-it was enqueued; the finish, with the report written behind). SQLite has no data-modifying
-``WITH``: there the steps keep their transactions. What a retry after a lost acknowledgement
-finds is unchanged: the claim's token, the upserts' rows, the finished state and values. The
+As transactions of several statements (BEGIN, each statement, COMMIT, every one a round trip
+to the server; a read is BEGIN, SELECT, ROLLBACK) a trial with one report is 23 round trips.
+On PostgreSQL each step is one statement instead, a data-modifying ``WITH`` where it writes
+several tables, atomic on its own and sent with autocommit on: one round trip per step, two
+for that trial (look up the index, claim it, stamp the runner's provenance and read the trial
+back, whose planned params were stored when it was enqueued; the finish, with the report
+written behind), and one where a local worker takes its next index in the finish's statement
+(``RetryingRDBStorage.riding``). SQLite has no data-modifying ``WITH``: there the steps keep
+their transactions. What a retry after a lost acknowledgement finds is the same either way:
+the claim's token, the upserts' rows, the finished state and values. The
 statements go to the driver's cursor, past SQLAlchemy's execution layer (see :func:`run`),
 as server-side prepared statements (see :mod:`sweeper.study.sql.prepared`).
 """

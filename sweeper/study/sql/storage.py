@@ -19,6 +19,8 @@ from optuna.trial import TrialState
 from sweeper._optuna_compat import RDBStoragePrivateRetries, rdb_tables
 from sweeper.study.retry import NOT_DONE, retried, with_retry
 from sweeper.study.sql import oneshot, writes
+from sweeper.study.sql.index import take_riding
+from sweeper.study.values import NextTake, Taken
 
 T = TypeVar("T")
 logger = logging.getLogger(__name__)
@@ -41,22 +43,31 @@ class RetryingRDBStorage(RDBStoragePrivateRetries):
         if self.engine.dialect.name == "postgresql":
             ping_when_idle(self.engine)
         #: Writes that go in the statement finishing their trial (:meth:`riding`).
-        self._riders: dict[int, tuple[str, dict[str, Any]]] = {}
+        self._riders: dict[int, tuple[str, dict[str, Any], NextTake | None]] = {}
+        #: What the takes that rode with finishes found, by their tokens (:meth:`taken_ahead`).
+        self._taken_ahead: dict[str, Taken] = {}
 
     @contextlib.contextmanager
-    def riding(self, trial_id: int, ctes: str, binds: dict[str, Any]) -> Iterator[bool]:
+    def riding(self, trial_id: int, ctes: str, binds: dict[str, Any],
+               then: NextTake | None = None) -> Iterator[bool]:
         """While in the block, a finish of ``trial_id`` also runs ``ctes`` (``name AS
         (INSERT ...), `` each, bound by ``binds``: the trial's last reports) in its statement:
         one round trip instead of two. Yields False where the finish is not one statement
-        (the caller writes them itself first)."""
+        (the caller writes them itself first). ``then``: a take that rides too, where the
+        finish is COMPLETE or PRUNED and matched (:meth:`taken_ahead` has what it found)."""
         if not oneshot.alone(self.engine):
             yield False
             return
-        self._riders[trial_id] = (ctes, binds)
+        self._riders[trial_id] = (ctes, binds, then)
         try:
             yield True
         finally:
             self._riders.pop(trial_id, None)
+
+    def taken_ahead(self, token: str) -> Taken | None:
+        """What the take with ``token`` that rode with a finish found (once); None where it
+        did not ride, or its result was lost (a retry found the finish landed)."""
+        return self._taken_ahead.pop(token, None)
 
     def _retry(self, name: str, fn: Callable[..., T], *args: Any,
                landed: Callable[[], Any] | None = None, **kwargs: Any) -> T:
@@ -155,18 +166,27 @@ class RetryingRDBStorage(RDBStoragePrivateRetries):
         :mod:`sweeper.study.sql.oneshot`): the writes riding with it (:meth:`riding`), the
         conditional UPDATE, the values inserted only when it matched, and the state the trial
         had before."""
-        ctes, binds = self._riders.get(trial_id, ("", {}))
+        ctes, binds, then = self._riders.get(trial_id, ("", {}, None))
         binds = {**binds, "t": trial_id, "done": datetime.now()}
         inserts = ""
         for k, v in enumerate(values or []):
             binds.update({f"v{k}": _stored_value(v), f"vt{k}": _value_type(v)})
             inserts += (f", v{k} AS (INSERT INTO trial_values (trial_id, objective, value, "
                         f"value_type) SELECT trial_id, {k}, :v{k}, :vt{k} FROM fin)")
-        sql = (f"WITH {ctes}fin AS (UPDATE trials SET state='{state.name}', "  # an enum's name
-               "datetime_complete=:done WHERE trial_id = :t AND state IN ('RUNNING', "
-               f"'WAITING') RETURNING trial_id){inserts} SELECT (SELECT COUNT(*) FROM fin), "
-               "(SELECT state FROM trials WHERE trial_id = :t)")
-        (done, current), = oneshot.run(self.engine, sql, binds)[0]
+        finish = (f"WITH {ctes}fin AS (UPDATE trials SET state='{state.name}', "  # enum's name
+                  "datetime_complete=:done WHERE trial_id = :t AND state IN ('RUNNING', "
+                  f"'WAITING') RETURNING trial_id){inserts}")
+        own = "(SELECT COUNT(*) FROM fin), (SELECT state FROM trials WHERE trial_id = :t)"
+        if then is not None and state in (TrialState.COMPLETE, TrialState.PRUNED):
+            # The next index's take, claiming only if this finish matched: its columns first.
+            take = take_riding(self, then, "EXISTS (SELECT 1 FROM fin)")
+            rows = oneshot.run(self.engine, f"{finish}, {take.ctes} SELECT {take.columns}, "
+                               f"{own} {take.from_}", {**binds, **take.binds})[0]
+            done, current = rows[0][-2:]
+            if done:
+                self._taken_ahead[then.token] = take.read(rows)
+        else:
+            (done, current), = oneshot.run(self.engine, f"{finish} SELECT {own}", binds)[0]
         if not done:
             if current is None:
                 raise KeyError(f"No trial with trial id {trial_id} exists.")

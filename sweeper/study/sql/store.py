@@ -32,6 +32,7 @@ from sweeper.study.values import (
     IndexStatus,
     LedgerRow,
     LedgerSums,
+    NextTake,
     RungTrial,
     StopState,
     StudyStats,
@@ -129,9 +130,10 @@ class SqlStore(RetryingRDBStorage):
 
     @contextmanager
     def riding_with_finish(self, trial_id: int, user_attrs: Mapping[str, Any],
-                           reports: Sequence[tuple[int, float]]) -> Iterator[bool]:
+                           reports: Sequence[tuple[int, float]],
+                           then: NextTake | None = None) -> Iterator[bool]:
         ctes, binds = rows.finish_ctes(trial_id, user_attrs, reports)
-        with self.riding(trial_id, ctes, binds) as rides:
+        with self.riding(trial_id, ctes, binds, then) as rides:
             yield rides
 
     # ---- reads for status, list, metrics and delete

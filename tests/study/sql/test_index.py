@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
+import optuna
 import pytest
 import sqlalchemy as sa
 from optuna.trial import FrozenTrial, TrialState
@@ -24,6 +25,7 @@ from sweeper.study import open_storage
 from sweeper.study.retry import StorageFailure
 from sweeper.study.sql import index
 from sweeper.study.sql.store import SqlStore
+from sweeper.study.values import NextTake
 from tests.conftest import PG_ADMIN_URL
 from tests.support.helpers import drop_database, make_spec
 
@@ -231,6 +233,54 @@ def test_take_claims_nothing_once_the_sweep_stopped_and_reads_the_stop(
     pg_store.set_study_user_attr(sid, STOP_ATTR, {**STOPPED, "state": "ignored"})
     went_on = pg_store.take(sid, 2)
     assert went_on.claimed is not None and went_on.stop == {**STOPPED, "state": "ignored"}
+
+
+def test_a_take_rides_with_a_finish_in_its_statement(pg_store: SqlStore) -> None:
+    """The take of the next index inside the statement that finishes a trial: it claims as
+    a take of its own would, with the finish's reports, and its result is there once."""
+    sid = _sweep(pg_store)
+    done = pg_store.take(sid, 4).claimed
+    assert done is not None
+    following = NextTake(sid, 5, {"runner": "w1"}, "ahead-5")
+    with pg_store.riding_with_finish(done.trial_id, {"extra": 1}, [(0, 2.0)],
+                                     then=following) as rides:
+        assert rides
+        assert pg_store.set_trial_state_values(done.trial_id, TrialState.COMPLETE, [0.5])
+    finished = pg_store.get_trial(done.trial_id)
+    assert (finished.state, finished.values) == (TrialState.COMPLETE, [0.5])
+    assert finished.user_attrs["extra"] == 1 and finished.intermediate_values == {0: 2.0}
+    taken = pg_store.taken_ahead("ahead-5")
+    assert taken is not None and taken.claimed is not None and taken.stored is not None
+    assert [a.trial_id for a in taken.attempts] == [taken.claimed.trial_id]
+    assert ("u", "runner", '"w1"', None) in taken.stored and taken.stop_read
+    trial = pg_store.get_trial(taken.claimed.trial_id)
+    assert trial.state == TrialState.RUNNING and trial.user_attrs["runner"] == "w1"
+    assert taken.started == trial.datetime_start
+    assert pg_store.attempts(sid, 5)[0].heartbeat_age_s is not None
+    assert pg_store.taken_ahead("ahead-5") is None  # once
+    retry = pg_store.take(sid, 5, {"runner": "w1"}, token="ahead-5")  # its own claim
+    assert retry.claimed is not None and retry.claimed.trial_id == taken.claimed.trial_id
+
+
+@pytest.mark.parametrize("finish", ["fail", "lost"])
+def test_a_take_rides_only_with_a_finish_that_matched_and_completed(
+        pg_store: SqlStore, finish: str) -> None:
+    """A FAIL takes nothing ahead (the brake may stop the sweep on it), nor does a finish
+    of a trial someone else finished first: the next index stays WAITING."""
+    sid = _sweep(pg_store)
+    done = pg_store.take(sid, 6).claimed
+    assert done is not None
+    if finish == "lost":
+        assert pg_store.mark_failed(done.trial_id, "heartbeat stale")
+    following = NextTake(sid, 7, {}, f"ahead-{finish}")
+    with pg_store.riding_with_finish(done.trial_id, {}, [], then=following):
+        if finish == "fail":
+            assert pg_store.set_trial_state_values(done.trial_id, TrialState.FAIL)
+        else:
+            with pytest.raises(optuna.exceptions.UpdateFinishedTrialError):
+                pg_store.set_trial_state_values(done.trial_id, TrialState.COMPLETE, [1.0])
+    assert pg_store.taken_ahead(f"ahead-{finish}") is None
+    assert [a.state for a in pg_store.attempts(sid, 7)] == [TrialState.WAITING]
 
 
 # ---- new attempts
