@@ -31,6 +31,8 @@ def worker_name(ctx: Any) -> float:
 
 
 def main(argv: list[str]) -> int:
+    # What the worker found imported (its parent's, before it forked): first, before any import.
+    loaded = [m for m in ("trial_runner.code", "numpy.random") if m in sys.modules]
     out, *rest = argv
     print("probe stdout")
     logging.basicConfig(level=logging.INFO)
@@ -45,6 +47,7 @@ def main(argv: list[str]) -> int:
         "sys_path_head": sys.path[:2],
         "random": __import__("random").random(),
         "numpy": float(__import__("numpy").random.random()),
+        "loaded": loaded,
     }
     with open(out, "w") as f:
         json.dump(state, f)

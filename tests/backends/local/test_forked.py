@@ -67,6 +67,25 @@ def test_forked_workers_do_not_share_random_state(tmp_path: Path) -> None:
     assert states[0]["random"] != states[1]["random"]
 
 
+def test_a_forked_worker_finds_the_runners_lazy_imports_loaded(tmp_path: Path) -> None:
+    """What each worker would import for itself before its first trial (the code snapshot's
+    handling, NumPy's random state) is imported once, by the parent, before it forks: in a
+    fresh process, where nothing else imported them first."""
+    out = tmp_path / "p.json"
+    script = textwrap.dedent(f"""
+        import sys
+        from sweeper.backends.local.forked import fork_worker
+        assert "trial_runner.code" not in sys.modules
+        proc = fork_worker({{"PYTHONPATH": {str(REPO)!r}}}, (), {str(tmp_path / "p.log")!r},
+                           "{PROBE}:main", args=({str(out)!r},))
+        sys.exit(proc.wait(timeout=30))
+    """)
+    done = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True,
+                          text=True, timeout=60, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert done.returncode == 0, done.stderr
+    assert json.loads(out.read_text())["loaded"] == ["trial_runner.code", "numpy.random"]
+
+
 def test_signals_and_timeouts_are_reported_as_popen_does(tmp_path: Path) -> None:
     proc, _, _ = _probe(tmp_path, "s", {}, (), "sleep")
     with pytest.raises(subprocess.TimeoutExpired):
